@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One lease on the GPU machine: build against its jaxlib, then the stages named on the command line
+# (default: all). Logs go to $OUT (or ./gpu-out); a summary table is printed last.
+#   build     pip install --no-build-isolation --no-deps . (sm_90 only, to save time)
+#   test      the pytest suite (CPU and GPU cases)
+#   sanitize  compute-sanitizer memcheck and racecheck over benchmarks/sanitize.py
+#   bench     jax-memops bench (default sweep) with a JSON of every number
+# Environment: TESTS_K (pytest -k expression, e.g. gpu), BENCH_ARGS (extra bench options),
+# T_TEST / T_SAN / T_BENCH (seconds each stage may take; a stage past its limit is stopped and noted).
+set -uo pipefail
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+stages=${*:-build test sanitize bench}
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-true}
+summary=()
+note() { summary+=("$(printf '%-9s %s' "$1" "$2")"); }
+
+for stage in $stages; do
+  start=$SECONDS
+  case $stage in
+    build)
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader > "$out/gpu.txt"
+      JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 pip install --no-build-isolation --no-deps -v . \
+        > "$out/build.log" 2>&1
+      rc=$?; note build "rc=$rc $((SECONDS - start))s $(cat "$out/gpu.txt")"
+      [ $rc -eq 0 ] || { tail -40 "$out/build.log"; break; }
+      jax-memops info | tee "$out/info.txt" ;;
+    test)
+      timeout ${T_TEST:-1200} pytest -q -rs ${TESTS_K:+-k "$TESTS_K"} tests > "$out/pytest.log" 2>&1
+      rc=$?; note test "rc=$rc $((SECONDS - start))s $(tail -1 "$out/pytest.log")"
+      [ $rc -eq 0 ] || grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -30 ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${T_SAN:-600} compute-sanitizer --tool $tool --error-exitcode 3 \
+          python3 benchmarks/sanitize.py > "$out/$tool.log" 2>&1
+        rc=$?; note $tool "rc=$rc $((SECONDS - start))s $(grep -E 'ERROR SUMMARY|passed|FAIL' "$out/$tool.log" | tail -2 | tr '\n' ' ')"
+      done ;;
+    bench)
+      timeout ${T_BENCH:-1200} jax-memops bench ${BENCH_ARGS:-} --json "$out/bench.json" > "$out/bench.txt" 2> "$out/bench.err"
+      rc=$?; note bench "rc=$rc $((SECONDS - start))s"
+      cat "$out/bench.txt"; [ $rc -eq 0 ] || tail -20 "$out/bench.err" ;;
+  esac
+done
+echo; echo "== summary"; printf '%s\n' "${summary[@]}"

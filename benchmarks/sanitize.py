@@ -1,0 +1,63 @@
+"""Every kernel, forward and backward, on small odd shapes, every dtype: the workload that
+compute-sanitizer (memcheck, racecheck) runs over on the GPU. Also checks the results, so a run that
+computes garbage fails even where the sanitizer sees nothing.
+
+    XLA_PYTHON_CLIENT_PREALLOCATE=false compute-sanitizer --tool memcheck python benchmarks/sanitize.py
+(no preallocation: memcheck only sees out-of-bounds accesses that leave a real allocation.)
+"""
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_memops as jm
+from jax_memops import reference
+
+SHAPES = [(1, 1), (5, 33), (3, 4097), (2, 3, 31)]
+TOL = {jnp.float32: 2e-5, jnp.bfloat16: 2e-2, jnp.float16: 4e-3}
+
+
+def check(name, got, want, tol):
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        err = np.max(np.abs(g - w)) / max(np.max(np.abs(w)), 1.0) if w.size else 0.0
+        if not err <= tol:
+            sys.exit(f"FAIL {name}: relative error {err:.3g} > {tol:g}")
+
+
+def main():
+    key = jax.random.key(0)
+    ops = {
+        "softmax": (lambda x, s, b: jm.softmax(x), lambda x, s, b: reference.softmax(x)),
+        "layer_norm": (jm.layer_norm, reference.layer_norm),
+        "layer_norm_noparams": (lambda x, s, b: jm.layer_norm(x), lambda x, s, b: reference.layer_norm(x)),
+        "rms_norm": (lambda x, s, b: jm.rms_norm(x, s), lambda x, s, b: reference.rms_norm(x, s)),
+        "gelu_arrays": (jm.scale_bias_gelu, reference.scale_bias_gelu),
+        "gelu_scalars": (lambda x, s, b: jm.scale_bias_gelu(x, 1.5, 0.25),
+                         lambda x, s, b: reference.scale_bias_gelu(x, 1.5, 0.25)),
+    }
+    n = 0
+    for shape in SHAPES:
+        for dtype, tol in TOL.items():
+            key, kx, ks, kb = jax.random.split(key, 4)
+            x = (2 * jax.random.normal(kx, shape)).astype(dtype)
+            s = 1 + 0.1 * jax.random.normal(ks, shape[-1:])
+            b = 0.1 * jax.random.normal(kb, shape[-1:])
+            for name, (ours, ref) in ops.items():
+                label = f"{name} {jnp.dtype(dtype).name} {shape}"
+                check(label + " fwd", jax.jit(ours)(x, s, b), jax.jit(ref)(x, s, b), tol)
+                loss = lambda f: lambda x, s, b: jnp.sum(f(x, s, b).astype(jnp.float32) * x.astype(jnp.float32))
+                grads = jax.jit(jax.grad(loss(ours), (0, 1, 2)))(x, s, b)
+                check(label + " bwd", grads, jax.jit(jax.grad(loss(ref), (0, 1, 2)))(x, s, b), 10 * tol)
+                # vmap with batched parameters: the row-group path of every kernel.
+                xs, ss = jnp.stack([x, x[::-1]]), jnp.stack([s, 2 * s])
+                check(label + " vmap", jax.jit(jax.vmap(jax.grad(loss(ours), 1)))(xs, ss, jnp.stack([b, b])),
+                      jax.jit(jax.vmap(jax.grad(loss(ref), 1)))(xs, ss, jnp.stack([b, b])), 10 * tol)
+                n += 3
+    print(f"sanitize workload: {n} checks passed on {jax.devices()[0].device_kind}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,556 @@
+// CUDA helpers shared by the jax_memops kernels (softmax.cu, norms.cu, gelu.cu): element types and
+// packed (16-byte) accesses, warp/block reductions, error checks, launch geometry of the row and
+// elementwise kernels, and the deterministic per-column reduction used for parameter gradients.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+
+// The XLA FFI headers trip two EDG front-end warnings under nvcc (#940: no return after an exhaustive
+// switch, #2473: always_inline on a non-inline function) and, with -Wall -Wextra, host-compiler
+// ones; silence them for those headers only.
+#pragma nv_diag_suppress 940
+#pragma nv_diag_suppress 2473
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wreturn-type"
+#endif
+#include "ffi_common.h"
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+#pragma nv_diag_default 940
+#pragma nv_diag_default 2473
+
+namespace jm::cuda {
+
+namespace ffi = xla::ffi;
+
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- Element types ------------------------------------------------------------------------------
+
+template <ffi::DataType D>
+struct ElemOf;
+template <>
+struct ElemOf<ffi::DataType::F32> {
+  using type = float;
+};
+template <>
+struct ElemOf<ffi::DataType::BF16> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct ElemOf<ffi::DataType::F16> {
+  using type = __half;
+};
+
+// The CUDA element type of a dispatch_float tag: `using T = elem_t<decltype(tag)>;`.
+template <typename Tag>
+using elem_t = typename ElemOf<Tag::value>::type;
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+// float -> T with round-to-nearest-even.
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// ---- Packed accesses ------------------------------------------------------------------------------
+
+// Elements per 16-byte access; kernels take V = kVec<T> when C % V == 0 and every buffer is 16-byte
+// aligned (then every row and every pack is aligned too), else V = 1.
+template <typename T>
+inline constexpr int kVec = static_cast<int>(16 / sizeof(T));
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V < 16 ? sizeof(T) * V : 16) Pack {
+  T v[V];
+};
+
+template <int V, typename T>
+__device__ __forceinline__ Pack<T, V> load_raw(const T* base, int64_t pack) {
+  return reinterpret_cast<const Pack<T, V>*>(base)[pack];
+}
+template <int V, typename T>
+__device__ __forceinline__ void store_raw(T* base, int64_t pack, const Pack<T, V>& p) {
+  reinterpret_cast<Pack<T, V>*>(base)[pack] = p;
+}
+template <int V, typename T>
+__device__ __forceinline__ void unpack(const Pack<T, V>& p, float (&out)[V]) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) out[j] = to_float(p.v[j]);
+}
+template <int V, typename T>
+__device__ __forceinline__ void load_pack(const T* base, int64_t pack, float (&out)[V]) {
+  unpack(load_raw<V>(base, pack), out);
+}
+template <int V, typename T>
+__device__ __forceinline__ void store_pack(T* base, int64_t pack, const float (&in)[V]) {
+  Pack<T, V> p;
+#pragma unroll
+  for (int j = 0; j < V; ++j) p.v[j] = from_float<T>(in[j]);
+  store_raw<V>(base, pack, p);
+}
+
+// Packs each thread loads before using any, K arrays at a time: memory-bound loops need several loads
+// in flight, which the compiler won't arrange across the branches of a loop body on its own. About kRegs
+// registers of loaded data per thread (default 8 per array; a 2-byte element still takes one), at most
+// 8 packs: sized so that every kernel fits 64 registers without spills (ptxas -v).
+template <typename T, int V, int K, int kRegs>
+inline constexpr int kBatch = std::clamp(
+    (kRegs > 0 ? kRegs : 8 * K) / (K * static_cast<int>((sizeof(T) * V + 3) / 4)), 1, 8);
+
+// Row pass: packs i = lane, lane + tpr, ... < n of the K arrays `rows` (same row of each), kBatch
+// packs loaded before f(i, packs) runs on each; `packs` is `const Pack<T, V> (&)[K]`.
+template <int V, int kRegs = 0, int K, typename T, typename F>
+__device__ __forceinline__ void for_row_packs(const T* const (&rows)[K], int64_t n, int lane, int tpr,
+                                              F&& f) {
+  constexpr int B = kBatch<T, V, K, kRegs>;
+  for (int64_t i0 = lane; i0 < n; i0 += int64_t{B} * tpr) {
+    Pack<T, V> p[B][K];
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int64_t i = i0 + int64_t{b} * tpr;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (i < n) p[b][k] = load_raw<V>(rows[k], i);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int64_t i = i0 + int64_t{b} * tpr;
+      if (i < n) f(i, p[b]);
+    }
+  }
+}
+
+inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// Whether the 16-byte path applies: C % kVec == 0 and all (non-null) buffers 16-byte aligned.
+template <typename T>
+bool vectorizable(int64_t cols, std::initializer_list<const void*> buffers) {
+  if (cols % kVec<T> != 0) return false;
+  for (const void* p : buffers) {
+    if (p != nullptr && !aligned16(p)) return false;
+  }
+  return true;
+}
+
+// Calls f(std::integral_constant<int, V>{}) with V = kVec<T> or 1.
+template <typename T, typename F>
+ffi::Error with_vec(bool vectorized, F&& f) {
+  if (vectorized) return f(std::integral_constant<int, kVec<T>>{});
+  return f(std::integral_constant<int, 1>{});
+}
+
+// The row of a parameter (ParamView: f32, absent or split in contiguous row groups) used by row r;
+// nullptr when absent. The division is skipped in the common single-group case.
+__device__ __forceinline__ const float* param_row(const ParamView& p, int64_t r, int64_t cols) {
+  if (p.data == nullptr) return nullptr;
+  const int64_t group = r < p.rows_per_group ? 0 : r / p.rows_per_group;
+  return p.data + group * cols;
+}
+
+// Pack `pack` of a parameter row, or `absent` everywhere when the parameter is absent.
+template <int V>
+__device__ __forceinline__ void load_param(const float* prow, int64_t pack, float absent,
+                                           float (&out)[V]) {
+  if (prow != nullptr) {
+    load_pack<V>(prow, pack, out);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = absent;
+  }
+}
+
+// ---- Reductions ------------------------------------------------------------------------------------
+
+struct SumOp {
+  static constexpr float kIdentity = 0.0f;
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+// Max that propagates NaN (fmaxf drops it), so a NaN anywhere makes a softmax row's max NaN.
+struct MaxOp {
+  static constexpr float kIdentity = -INFINITY;
+  __device__ float operator()(float a, float b) const { return (a > b || a != a) ? a : b; }
+};
+
+// Butterfly (xor) reduction within aligned groups of `width` lanes (a power of two <= 32). Every lane
+// of a group ends with the bitwise-same result (the ops are commutative). All 32 lanes must call it.
+template <class Op, int N>
+__device__ __forceinline__ void warp_reduce(float (&v)[N], Op op, int width = 32) {
+  for (int offset = width / 2; offset > 0; offset /= 2) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) v[n] = op(v[n], __shfl_xor_sync(0xffffffffu, v[n], offset));
+  }
+}
+
+// Reduction over the whole block (blockDim.x a multiple of 32; every thread calls it and gets the
+// result). Warp partials go through shared memory; the order is fixed, so results are deterministic.
+template <class Op, int N>
+__device__ __forceinline__ void block_reduce(float (&v)[N], Op op) {
+  __shared__ float partial[N][32];
+  warp_reduce(v, op);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int warps = static_cast<int>(blockDim.x / 32);
+  __syncthreads();  // the previous call's readers are done with `partial`
+  if (lane == 0) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) partial[n][warp] = v[n];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int n = 0; n < N; ++n) v[n] = lane < warps ? partial[n][lane] : Op::kIdentity;
+  warp_reduce(v, op);
+}
+
+__device__ __forceinline__ float warp_reduce_sum(float v, int width = 32) {
+  float a[1] = {v};
+  warp_reduce(a, SumOp{}, width);
+  return a[0];
+}
+__device__ __forceinline__ float warp_reduce_max(float v, int width = 32) {
+  float a[1] = {v};
+  warp_reduce(a, MaxOp{}, width);
+  return a[0];
+}
+__device__ __forceinline__ float block_reduce_sum(float v) {
+  float a[1] = {v};
+  block_reduce(a, SumOp{});
+  return a[0];
+}
+__device__ __forceinline__ float block_reduce_max(float v) {
+  float a[1] = {v};
+  block_reduce(a, MaxOp{});
+  return a[0];
+}
+
+// Reduction over the `tpr` threads that share a row (see RowPlan): shuffles when tpr <= 32, else the
+// whole block. Uniform across the block, as its callers' row loops are.
+template <class Op, int N>
+__device__ __forceinline__ void row_reduce(float (&v)[N], int tpr, Op op) {
+  if (tpr > 32) {
+    block_reduce(v, op);
+  } else {
+    warp_reduce(v, op, tpr);
+  }
+}
+__device__ __forceinline__ float row_sum(float v, int tpr) {
+  return tpr > 32 ? block_reduce_sum(v) : warp_reduce_sum(v, tpr);
+}
+__device__ __forceinline__ float row_max(float v, int tpr) {
+  return tpr > 32 ? block_reduce_max(v) : warp_reduce_max(v, tpr);
+}
+
+// ---- Errors and device properties -----------------------------------------------------------------
+
+inline ffi::Error check_cuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return ffi::Error::Success();
+  return ffi::Error::Internal(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+// The error of the last kernel launch, if any.
+inline ffi::Error check_launch(const char* what) { return check_cuda(cudaGetLastError(), what); }
+
+// The first failure among checks evaluated in order (braced lists evaluate left to right).
+inline ffi::Error first_error(std::initializer_list<ffi::Error> errors) {
+  for (const ffi::Error& err : errors) {
+    if (err.failure()) return err;
+  }
+  return ffi::Error::Success();
+}
+
+struct DeviceInfo {
+  int sm_count = 0;
+  int max_smem_optin = 0;  // bytes of shared memory a block may use after opting in
+};
+
+// Properties of the current device, queried once per device (host-side only, no stream work).
+inline ffi::Error device_info(DeviceInfo* out) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> sm_counts[kMaxDevices];
+  static std::atomic<int> smem_sizes[kMaxDevices];
+  int dev = 0;
+  if (auto err = check_cuda(cudaGetDevice(&dev), "cudaGetDevice"); err.failure()) return err;
+  const bool cacheable = dev >= 0 && dev < kMaxDevices;
+  if (cacheable) {
+    out->sm_count = sm_counts[dev].load(std::memory_order_relaxed);
+    out->max_smem_optin = smem_sizes[dev].load(std::memory_order_relaxed);
+    if (out->sm_count > 0 && out->max_smem_optin > 0) return ffi::Error::Success();
+  }
+  if (auto err = first_error(
+          {check_cuda(cudaDeviceGetAttribute(&out->sm_count, cudaDevAttrMultiProcessorCount, dev),
+                      "cudaDeviceGetAttribute(MultiProcessorCount)"),
+           check_cuda(cudaDeviceGetAttribute(&out->max_smem_optin,
+                                             cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                      "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)")});
+      err.failure()) {
+    return err;
+  }
+  if (cacheable) {
+    sm_counts[dev].store(out->sm_count, std::memory_order_relaxed);
+    smem_sizes[dev].store(out->max_smem_optin, std::memory_order_relaxed);
+  }
+  return ffi::Error::Success();
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) and checks the launch. Static plus dynamic
+// shared memory above 48 KiB needs an opt-in; our kernels' static part is under 1 KiB.
+template <typename... P, typename... A>
+ffi::Error launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                  const char* what, A... args) {
+  if (smem > 47 * 1024) {
+    if (auto err = check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(smem)),
+                              what);
+        err.failure()) {
+      return err;
+    }
+  }
+  kernel<<<grid, block, smem, stream>>>(args...);
+  return check_launch(what);
+}
+
+// ---- Row kernels: geometry ----------------------------------------------------------------------------
+
+// Row kernels use blocks of at most kMaxRowThreads threads and are declared
+// __launch_bounds__(kMaxRowThreads, 2): up to 64 registers, so two one-row blocks (whose load and compute
+// phases overlap) still fit an SM. Fewer registers would cost spills; the lost occupancy is made up by
+// batched loads (several in flight per thread).
+constexpr int kMaxRowThreads = 512;
+
+// A row kernel's geometry, as the kernel sees it. `tpr` threads (a power of two) share a row: when
+// tpr <= 32 a block of kSmallRowBlock threads holds several rows and reduces with shuffles, when
+// tpr > 32 the block is one row (blockDim.x == tpr). The grid strides over rows a block at a time.
+struct RowPlan {
+  int tpr = 1;
+  bool cached = false;  // the first pass copies each row into dynamic shared memory
+};
+
+__device__ __forceinline__ unsigned char* dynamic_smem() {
+  extern __shared__ __align__(16) unsigned char jm_dynamic_smem[];
+  return jm_dynamic_smem;
+}
+
+// This thread's place in a row kernel's geometry.
+struct RowSlot {
+  int lane;            // index among the tpr threads of its row
+  int group;           // which of the block's rows
+  int rows_per_block;
+
+  __device__ explicit RowSlot(const RowPlan& p)
+      : lane(static_cast<int>(threadIdx.x) & (p.tpr - 1)),
+        group(static_cast<int>(threadIdx.x) / p.tpr),
+        rows_per_block(static_cast<int>(blockDim.x) / p.tpr) {}
+
+  // This row's slice (`elems` elements) of the shared-memory row cache; nullptr when not cached.
+  // A thread only reads back the packs it wrote itself, so the cache needs no barrier.
+  template <typename T>
+  __device__ T* cache(const RowPlan& p, int64_t elems) const {
+    return p.cached ? reinterpret_cast<T*>(dynamic_smem()) + group * elems : nullptr;
+  }
+};
+
+struct RowLaunch {
+  RowPlan plan;
+  dim3 grid;
+  dim3 block;
+  size_t smem = 0;
+};
+
+// About kPacksPerThread packs per thread, up to a 512-thread block per row. The row cache is used only
+// when it costs no occupancy: the blocks that an SM's registers hold (1024 threads at 64 registers)
+// must fit its shared memory too, else one long row per SM would alternate between loading and
+// computing with nothing overlapping. Otherwise later passes re-read the row from global memory
+// (mostly L2 hits). At most 32 blocks per SM (the residency limit), then the grid strides.
+inline RowLaunch plan_rows(const DeviceInfo& dev, RowShape s, int vec, int64_t cache_bytes_per_row) {
+  constexpr int64_t kPacksPerThread = 4;
+  constexpr int kSmallRowBlock = 128;
+  constexpr int kThreadsPerSm = 1024;           // what 64 registers per thread allow
+  constexpr int64_t kStaticSmemReserve = 1024;  // block_reduce partials (see launch)
+  RowLaunch l;
+  const int64_t packs = s.cols / vec;
+  while (l.plan.tpr < kMaxRowThreads && int64_t{l.plan.tpr} * kPacksPerThread < packs) l.plan.tpr *= 2;
+  const int block = l.plan.tpr > 32 ? l.plan.tpr : kSmallRowBlock;
+  const int rows_per_block = block / l.plan.tpr;
+  const int64_t smem = rows_per_block * cache_bytes_per_row;
+  l.plan.cached = (smem + kStaticSmemReserve) * (kThreadsPerSm / block) <= dev.max_smem_optin;
+  l.smem = l.plan.cached ? static_cast<size_t>(smem) : 0;
+  const int64_t blocks = std::min(ceil_div(s.rows, rows_per_block), int64_t{dev.sm_count} * 32);
+  l.grid = dim3(static_cast<unsigned>(blocks));
+  l.block = dim3(static_cast<unsigned>(block));
+  return l;
+}
+
+// Plans and launches a row kernel kernel(args..., plan); `cache_bytes_per_row` is what its row cache
+// holds per row.
+template <typename... P, typename... A>
+ffi::Error launch_rows(void (*kernel)(P...), cudaStream_t stream, RowShape s, int vec,
+                       int64_t cache_bytes_per_row, const char* what, A... args) {
+  DeviceInfo dev;
+  if (auto err = device_info(&dev); err.failure()) return err;
+  const RowLaunch l = plan_rows(dev, s, vec, cache_bytes_per_row);
+  return launch(kernel, l.grid, l.block, l.smem, stream, what, args..., l.plan);
+}
+
+// ---- Elementwise kernels ------------------------------------------------------------------------------
+
+constexpr int kElemBlock = 256;
+
+// Up to 32 blocks per SM (the residency limit), then the grid strides.
+inline dim3 elementwise_grid(const DeviceInfo& dev, int64_t packs) {
+  return dim3(static_cast<unsigned>(
+      std::max<int64_t>(1, std::min(ceil_div(packs, kElemBlock), int64_t{dev.sm_count} * 32))));
+}
+
+// (row, column) of element `first`, advanced by `step` elements at a time without dividing per step.
+struct RowColCursor {
+  int64_t r, c, dr, dc, cols;
+  __device__ RowColCursor(int64_t first, int64_t step, int64_t cols_)
+      : r(first / cols_), c(first % cols_), dr(step / cols_), dc(step % cols_), cols(cols_) {}
+  __device__ void advance() {
+    r += dr;
+    c += dc;
+    if (c >= cols) {
+      c -= cols;
+      ++r;
+    }
+  }
+};
+
+// Grid-stride loop over the `packs` V-element packs of the K flat arrays `src` (rows of `cols`
+// elements), kBatch packs loaded before f(p, at, packs) runs on each; `at` is pack p's (row, column).
+template <int V, int kRegs = 0, int K, typename T, typename F>
+__device__ __forceinline__ void for_grid_packs(const T* const (&src)[K], int64_t packs, int64_t cols,
+                                               F&& f) {
+  constexpr int B = kBatch<T, V, K, kRegs>;
+  const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  RowColCursor at(first * V, stride * V, cols);
+  for (int64_t p0 = first; p0 < packs; p0 += B * stride) {
+    Pack<T, V> p[B][K];
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int64_t q = p0 + b * stride;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (q < packs) p[b][k] = load_raw<V>(src[k], q);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int64_t q = p0 + b * stride;
+      if (q < packs) f(q, at, p[b]);
+      at.advance();
+    }
+  }
+}
+
+// ---- Deterministic column sums (parameter gradients) -------------------------------------------------
+
+constexpr int kColTile = 32;  // columns per block (threadIdx.x)
+constexpr int kColRows = 32;  // threads per column (threadIdx.y)
+
+// Per-column sums over contiguous row groups: one block per (32-column tile, group), grid-striding
+// over both. Thread (x, y) sums rows y, y+32, ... of its group in order, then a fixed shared-memory
+// tree over y. No atomics: every run gives the same bits. elem(r, c, a, b) yields element (r, c)'s
+// contributions to out_a and out_b (either may be nullptr) and may write side outputs.
+template <class Elem>
+__global__ void __launch_bounds__(kColTile* kColRows, 1)
+    column_sums_kernel(Elem elem, int64_t cols, int64_t groups, int64_t rows_per_group, float* out_a,
+                       float* out_b) {
+  __shared__ float sum_a[kColRows][kColTile];
+  __shared__ float sum_b[kColRows][kColTile];
+  const int tx = static_cast<int>(threadIdx.x);
+  const int ty = static_cast<int>(threadIdx.y);
+  const int64_t tiles = ceil_div(cols, kColTile);
+  for (int64_t g = blockIdx.y; g < groups; g += gridDim.y) {
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const int64_t c = t * kColTile + tx;
+      float a = 0.0f;
+      float b = 0.0f;
+      if (c < cols) {
+        const int64_t end = (g + 1) * rows_per_group;
+#pragma unroll 4
+        for (int64_t r = g * rows_per_group + ty; r < end; r += kColRows) {
+          float ea, eb;
+          elem(r, c, ea, eb);
+          a += ea;
+          b += eb;
+        }
+      }
+      sum_a[ty][tx] = a;
+      sum_b[ty][tx] = b;
+      __syncthreads();
+      for (int half = kColRows / 2; half > 0; half /= 2) {
+        if (ty < half) {
+          sum_a[ty][tx] += sum_a[ty + half][tx];
+          sum_b[ty][tx] += sum_b[ty + half][tx];
+        }
+        __syncthreads();
+      }
+      if (ty == 0 && c < cols) {
+        if (out_a != nullptr) out_a[g * cols + c] = sum_a[0][tx];
+        if (out_b != nullptr) out_b[g * cols + c] = sum_b[0][tx];
+      }
+      __syncthreads();  // the next tile rewrites sum_a / sum_b
+    }
+  }
+}
+
+// Column sums of elem's contributions a into ga and b into gb (each wanted when data != nullptr). One
+// launch when both share a row grouping; otherwise one launch each, so elem then runs twice per element
+// (any side output it writes is written twice, with the same value).
+template <class Elem>
+ffi::Error launch_column_sums(cudaStream_t stream, const Elem& elem, int64_t cols, const GradView& ga,
+                              const GradView& gb, const char* what) {
+  auto run = [&](const GradView& grouping, float* a, float* b) {
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(ceil_div(cols, kColTile), INT_MAX)),
+                    static_cast<unsigned>(std::min<int64_t>(grouping.groups, 65535)));
+    return launch(column_sums_kernel<Elem>, grid, dim3(kColTile, kColRows), 0, stream, what, elem, cols,
+                  grouping.groups, grouping.rows_per_group, a, b);
+  };
+  const bool fused = ga.data != nullptr && gb.data != nullptr && ga.groups == gb.groups;
+  if (ga.data != nullptr) {
+    if (auto err = run(ga, ga.data, fused ? gb.data : nullptr); err.failure()) return err;
+  }
+  if (gb.data != nullptr && !fused) return run(gb, nullptr, gb.data);
+  return ffi::Error::Success();
+}
+
+// Zero-fills a wanted parameter gradient (the sum over zero rows).
+inline ffi::Error zero_grad(cudaStream_t stream, const GradView& g, int64_t cols, const char* what) {
+  if (g.data == nullptr) return ffi::Error::Success();
+  return check_cuda(
+      cudaMemsetAsync(g.data, 0, static_cast<size_t>(g.groups * cols) * sizeof(float), stream), what);
+}
+
+}  // namespace jm::cuda

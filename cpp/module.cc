@@ -1,0 +1,80 @@
+// The one Python extension: a table of FFI handler capsules per platform, and what was built.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <string>
+
+#include "handlers.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using Handler = XLA_FFI_Error* (*)(XLA_FFI_CallFrame*);
+
+nb::capsule capsule(Handler fn) { return nb::capsule(reinterpret_cast<void*>(fn)); }
+
+struct Entry {
+  const char* target;
+  Handler cpu;
+#ifdef JAX_MEMOPS_WITH_CUDA
+  Handler cuda;
+#endif
+};
+
+#ifdef JAX_MEMOPS_WITH_CUDA
+#define JM_ENTRY(target, name) {target, name##Cpu, name##Cuda}
+#else
+#define JM_ENTRY(target, name) {target, name##Cpu}
+#endif
+
+const Entry kEntries[] = {
+    JM_ENTRY("jax_memops_softmax_fwd", JmSoftmaxFwd),
+    JM_ENTRY("jax_memops_softmax_bwd", JmSoftmaxBwd),
+    JM_ENTRY("jax_memops_layer_norm_fwd", JmLayerNormFwd),
+    JM_ENTRY("jax_memops_layer_norm_bwd", JmLayerNormBwd),
+    JM_ENTRY("jax_memops_rms_norm_fwd", JmRmsNormFwd),
+    JM_ENTRY("jax_memops_rms_norm_bwd", JmRmsNormBwd),
+    JM_ENTRY("jax_memops_gelu_fwd", JmGeluFwd),
+    JM_ENTRY("jax_memops_gelu_bwd", JmGeluBwd),
+};
+
+}  // namespace
+
+NB_MODULE(_jax_memops, m) {
+  m.def(
+      "registrations",
+      [] {
+        nb::dict cpu, cuda;
+        for (const Entry& e : kEntries) {
+          cpu[e.target] = capsule(e.cpu);
+#ifdef JAX_MEMOPS_WITH_CUDA
+          cuda[e.target] = capsule(e.cuda);
+#endif
+        }
+        nb::dict table;
+        table["cpu"] = cpu;
+        table["cuda"] = cuda;
+        return table;
+      },
+      "FFI handler capsules: {platform: {target name: capsule}}; 'cuda' is empty without CUDA.");
+  m.def(
+      "build_info",
+      [] {
+        nb::dict info;
+        info["version"] = JAX_MEMOPS_VERSION;
+        info["jaxlib_built_against"] = JAX_MEMOPS_JAXLIB_VERSION;
+        info["ffi_api"] = std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
+#ifdef JAX_MEMOPS_WITH_CUDA
+        info["cuda"] = true;
+        info["cuda_archs"] = JAX_MEMOPS_CUDA_ARCHS;
+        info["cuda_version"] = JAX_MEMOPS_CUDA_VERSION;
+#else
+        info["cuda"] = false;
+        info["cuda_archs"] = "";
+        info["cuda_version"] = "";
+#endif
+        return info;
+      },
+      "How this module was built: versions, FFI API, CUDA and its architectures.");
+}

@@ -1,0 +1,336 @@
+// LayerNorm and RMSNorm over the last axis: CUDA kernels and XLA FFI handlers (JmLayerNormFwdCuda,
+// JmLayerNormBwdCuda, JmRmsNormFwdCuda, JmRmsNormBwdCuda). One kernel template per direction serves
+// both norms (kRms drops the mean).
+#include "cuda_common.cuh"
+#include "handlers.h"
+
+namespace ffi = xla::ffi;
+
+namespace jm::cuda {
+namespace {
+
+// Batched-load budget (registers, see kBatch) where the loop body loads scale/bias too.
+constexpr int kParamBatchRegs = 8;
+
+// norm_fwd: `tpr` threads per row (see RowPlan), grid-stride over rows, batched loads, the row cached in
+// shared memory when it fits. Pass 1 sums x (x² for RMS). LayerNorm pass 2 sums d = x - m1 and d²
+// around the pass-1 mean m1 (corrected two-pass: var = (Σd² - (Σd)²/C) / C; Σd only removes m1's
+// rounding error, so there is no E[x²] - E[x]² cancellation), and y is centred on m1 + Σd/C without
+// rounding it to f32 first. The last pass writes y. The saved mean is relative to the row's first
+// element, (m1 - x[0]) + Σd/C (see ffi_common.h), so the backward's xhat is as accurate as y.
+template <typename T, int V, bool kRms>
+__global__ void __launch_bounds__(kMaxRowThreads, 2)
+    norm_fwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, T* __restrict__ y,
+                    float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
+                    int64_t cols, float epsilon, RowPlan plan) {
+  const RowSlot slot(plan);
+  T* cache = slot.cache<T>(plan, cols);
+  const int64_t packs = cols / V;
+  const float fcols = static_cast<float>(cols);
+  for (int64_t base = int64_t{blockIdx.x} * slot.rows_per_block; base < rows;
+       base += int64_t{gridDim.x} * slot.rows_per_block) {
+    const int64_t row = base + slot.group;
+    const int64_t n = row < rows ? packs : 0;  // groups past the last row only join the reductions
+    const T* xr = x + row * cols;
+
+    float acc = 0.0f;
+    for_row_packs<V>({xr}, n, slot.lane, plan.tpr, [&](int64_t i, const auto& p) {
+      if (cache != nullptr) store_raw<V>(cache, i, p[0]);
+      float v[V];
+      unpack(p[0], v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc += kRms ? v[j] * v[j] : v[j];
+    });
+    const float total = row_sum(acc, plan.tpr);
+
+    const T* src = cache != nullptr ? cache : xr;
+    float shift = 0.0f;  // y = ((x - shift) - dmean) * rstd * scale + bias
+    float dmean = 0.0f;
+    float rstd;
+    if constexpr (kRms) {
+      rstd = 1.0f / sqrtf(total / fcols + epsilon);
+    } else {
+      shift = total / fcols;
+      float d[2] = {0.0f, 0.0f};  // Σ(x - shift), Σ(x - shift)²
+      for_row_packs<V>({src}, n, slot.lane, plan.tpr, [&](int64_t, const auto& p) {
+        float v[V];
+        unpack(p[0], v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float dv = v[j] - shift;
+          d[0] += dv;
+          d[1] += dv * dv;
+        }
+      });
+      row_reduce(d, plan.tpr, SumOp{});
+      dmean = d[0] / fcols;
+      float var = (d[1] - d[0] * dmean) / fcols;
+      if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
+      rstd = 1.0f / sqrtf(var + epsilon);
+    }
+    if (row < rows && slot.lane == 0) {
+      if constexpr (!kRms) mean_out[row] = (shift - (cols > 0 ? to_float(xr[0]) : 0.0f)) + dmean;
+      rstd_out[row] = rstd;
+    }
+
+    const float* scale_row = param_row(scale, row, cols);
+    const float* bias_row = param_row(bias, row, cols);
+    T* yr = y + row * cols;
+    for_row_packs<V, kParamBatchRegs>({src}, n, slot.lane, plan.tpr, [&](int64_t i, const auto& p) {
+      float v[V], s[V], b[V];
+      unpack(p[0], v);
+      load_param<V>(scale_row, i, 1.0f, s);
+      load_param<V>(bias_row, i, 0.0f, b);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = ((v[j] - shift) - dmean) * rstd * s[j] + b[j];
+      store_pack<V>(yr, i, v);
+    });
+  }
+}
+
+// norm_bwd (dx only): same geometry. Pass 1 caches x and dy and sums g = dy*scale and g*xhat over the
+// row, with xhat = (x - x[0] - mean)*rstd (x*rstd for RMS); pass 2 writes
+// dx = rstd*(g - mean(g) - xhat*mean(g*xhat)) (no mean(g) for RMS). g is rounded (__fmul_rn, no FMA
+// contraction) so that both passes see the same g: with C == 1, dx is exactly 0.
+template <typename T, int V, bool kRms>
+__global__ void __launch_bounds__(kMaxRowThreads, 2)
+    norm_bwd_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
+                    const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
+                    int64_t rows, int64_t cols, RowPlan plan) {
+  const RowSlot slot(plan);
+  T* cache_x = slot.cache<T>(plan, 2 * cols);
+  T* cache_dy = cache_x != nullptr ? cache_x + cols : nullptr;
+  const int64_t packs = cols / V;
+  const float fcols = static_cast<float>(cols);
+  for (int64_t base = int64_t{blockIdx.x} * slot.rows_per_block; base < rows;
+       base += int64_t{gridDim.x} * slot.rows_per_block) {
+    const int64_t row = base + slot.group;
+    const bool active = row < rows;
+    const int64_t n = active ? packs : 0;
+    const T* xr = x + row * cols;
+    // xhat = (x - pivot) * rs: pivot = x[0] + mean (the saved mean is relative to x[0]).
+    const float x0 = kRms || !active || cols == 0 ? 0.0f : to_float(xr[0]);
+    const float mu = kRms || !active ? 0.0f : mean[row];
+    const float rs = active ? rstd[row] : 0.0f;
+    const float* scale_row = param_row(scale, row, cols);
+    const T* dyr = dy + row * cols;
+
+    float acc[2] = {0.0f, 0.0f};  // Σg, Σg*xhat
+    for_row_packs<V, kParamBatchRegs>({xr, dyr}, n, slot.lane, plan.tpr, [&](int64_t i, const auto& p) {
+      if (cache_x != nullptr) {
+        store_raw<V>(cache_x, i, p[0]);
+        store_raw<V>(cache_dy, i, p[1]);
+      }
+      float xv[V], dv[V], s[V];
+      unpack(p[0], xv);
+      unpack(p[1], dv);
+      load_param<V>(scale_row, i, 1.0f, s);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float g = __fmul_rn(dv[j], s[j]);
+        if constexpr (!kRms) acc[0] += g;
+        acc[1] += g * (((xv[j] - x0) - mu) * rs);
+      }
+    });
+    row_reduce(acc, plan.tpr, SumOp{});
+    const float mean_g = acc[0] / fcols;
+    const float mean_gx = acc[1] / fcols;
+
+    const T* xs = cache_x != nullptr ? cache_x : xr;
+    const T* dys = cache_x != nullptr ? cache_dy : dyr;
+    T* dxr = dx + row * cols;
+    for_row_packs<V, kParamBatchRegs>({xs, dys}, n, slot.lane, plan.tpr, [&](int64_t i, const auto& p) {
+      float xv[V], dv[V], s[V];
+      unpack(p[0], xv);
+      unpack(p[1], dv);
+      load_param<V>(scale_row, i, 1.0f, s);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float xhat = ((xv[j] - x0) - mu) * rs;
+        xv[j] = rs * (__fmul_rn(dv[j], s[j]) - mean_g - xhat * mean_gx);
+      }
+      store_pack<V>(dxr, i, xv);
+    });
+  }
+}
+
+// Element (r, c) of the parameter gradients: dscale += dy*xhat, dbias += dy.
+template <typename T, bool kRms>
+struct NormGradElem {
+  const T* x;
+  const T* dy;
+  const float* mean;
+  const float* rstd;
+  int64_t cols;
+
+  __device__ void operator()(int64_t r, int64_t c, float& dscale, float& dbias) const {
+    const int64_t i = r * cols + c;
+    const float x0 = kRms ? 0.0f : to_float(x[r * cols]);
+    const float mu = kRms ? 0.0f : mean[r];
+    const float g = to_float(dy[i]);
+    dscale = g * (((to_float(x[i]) - x0) - mu) * rstd[r]);
+    dbias = g;
+  }
+};
+
+template <bool kRms>
+ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi::AnyBuffer& x,
+                    ParamView scale, ParamView bias, ffi::AnyBuffer& y, float* mean, float* rstd,
+                    float epsilon) {
+  // rows == 0: nothing to write. cols == 0 (rows > 0) still runs: the statistics of an empty row are
+  // NaN (0/0), as jnp.mean gives.
+  if (s.rows == 0) return ffi::Error::Success();
+  return dispatch_float(x.element_type(), [&](auto tag) {
+    using T = elem_t<decltype(tag)>;
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    T* yp = static_cast<T*>(y.untyped_data());
+    const bool vec = vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data});
+    return with_vec<T>(vec, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      return launch_rows(norm_fwd_kernel<T, V, kRms>, stream, s, V, s.cols * int64_t{sizeof(T)}, what,
+                         xp, scale, bias, yp, mean, rstd, s.rows, s.cols, epsilon);
+    });
+  });
+}
+
+template <bool kRms>
+ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi::AnyBuffer& x,
+                    ParamView scale, const float* mean, const float* rstd, const ffi::AnyBuffer& dy,
+                    ffi::AnyBuffer& dx, const GradView& dscale, const GradView& dbias) {
+  if (s.rows == 0) {
+    return first_error({zero_grad(stream, dscale, s.cols, what), zero_grad(stream, dbias, s.cols, what)});
+  }
+  if (s.cols == 0) return ffi::Error::Success();
+  return dispatch_float(x.element_type(), [&](auto tag) {
+    using T = elem_t<decltype(tag)>;
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    const T* dyp = static_cast<const T*>(dy.untyped_data());
+    T* dxp = static_cast<T*>(dx.untyped_data());
+    const bool vec = vectorizable<T>(s.cols, {xp, dyp, dxp, scale.data});
+    if (auto err = with_vec<T>(vec, [&](auto v) {
+          constexpr int V = decltype(v)::value;
+          return launch_rows(norm_bwd_kernel<T, V, kRms>, stream, s, V, 2 * s.cols * int64_t{sizeof(T)},
+                             what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols);
+        });
+        err.failure()) {
+      return err;
+    }
+    return launch_column_sums(stream, NormGradElem<T, kRms>{xp, dyp, mean, rstd, s.cols}, s.cols, dscale,
+                              dbias, what);
+  });
+}
+
+ffi::Error LayerNormFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
+                        ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> mean,
+                        ffi::Result<ffi::AnyBuffer> rstd, float epsilon) {
+  RowShape s;
+  ParamView sv, bv;
+  if (auto err = row_shape(x, "x", &s); err.failure()) return err;
+  if (auto err = first_error({check_same(x, *y, "y"), param_view(scale, s, "scale", &sv),
+                              param_view(bias, s, "bias", &bv), check_stats(*mean, s, "mean"),
+                              check_stats(*rstd, s, "rstd")});
+      err.failure()) {
+    return err;
+  }
+  return norm_fwd<false>(stream, "layer_norm_fwd", s, x, sv, bv, *y,
+                         static_cast<float*>(mean->untyped_data()),
+                         static_cast<float*>(rstd->untyped_data()), epsilon);
+}
+
+ffi::Error LayerNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer mean,
+                        ffi::AnyBuffer rstd, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
+                        ffi::Result<ffi::AnyBuffer> dscale, ffi::Result<ffi::AnyBuffer> dbias) {
+  RowShape s;
+  ParamView sv;
+  GradView gs, gb;
+  if (auto err = row_shape(x, "x", &s); err.failure()) return err;
+  if (auto err = first_error({check_same(x, dy, "dy"), check_same(x, *dx, "dx"),
+                              param_view(scale, s, "scale", &sv), check_stats(mean, s, "mean"),
+                              check_stats(rstd, s, "rstd"), grad_view(*dscale, s, "dscale", &gs),
+                              grad_view(*dbias, s, "dbias", &gb)});
+      err.failure()) {
+    return err;
+  }
+  return norm_bwd<false>(stream, "layer_norm_bwd", s, x, sv, static_cast<const float*>(mean.untyped_data()),
+                         static_cast<const float*>(rstd.untyped_data()), dy, *dx, gs, gb);
+}
+
+ffi::Error RmsNormFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale,
+                      ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> rstd, float epsilon) {
+  RowShape s;
+  ParamView sv;
+  if (auto err = row_shape(x, "x", &s); err.failure()) return err;
+  if (auto err = first_error({check_same(x, *y, "y"), param_view(scale, s, "scale", &sv),
+                              check_stats(*rstd, s, "rstd")});
+      err.failure()) {
+    return err;
+  }
+  return norm_fwd<true>(stream, "rms_norm_fwd", s, x, sv, ParamView{}, *y, nullptr,
+                        static_cast<float*>(rstd->untyped_data()), epsilon);
+}
+
+ffi::Error RmsNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer rstd,
+                      ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
+                      ffi::Result<ffi::AnyBuffer> dscale) {
+  RowShape s;
+  ParamView sv;
+  GradView gs;
+  if (auto err = row_shape(x, "x", &s); err.failure()) return err;
+  if (auto err = first_error({check_same(x, dy, "dy"), check_same(x, *dx, "dx"),
+                              param_view(scale, s, "scale", &sv), check_stats(rstd, s, "rstd"),
+                              grad_view(*dscale, s, "dscale", &gs)});
+      err.failure()) {
+    return err;
+  }
+  return norm_bwd<true>(stream, "rms_norm_bwd", s, x, sv, nullptr,
+                        static_cast<const float*>(rstd.untyped_data()), dy, *dx, gs, GradView{});
+}
+
+}  // namespace
+}  // namespace jm::cuda
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormFwdCuda, jm::cuda::LayerNormFwd,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // scale
+                                  .Arg<ffi::AnyBuffer>()  // bias
+                                  .Ret<ffi::AnyBuffer>()  // y
+                                  .Ret<ffi::AnyBuffer>()  // mean
+                                  .Ret<ffi::AnyBuffer>()  // rstd
+                                  .Attr<float>("epsilon"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormBwdCuda, jm::cuda::LayerNormBwd,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()   // x
+                                  .Arg<ffi::AnyBuffer>()   // scale
+                                  .Arg<ffi::AnyBuffer>()   // mean
+                                  .Arg<ffi::AnyBuffer>()   // rstd
+                                  .Arg<ffi::AnyBuffer>()   // dy
+                                  .Ret<ffi::AnyBuffer>()   // dx
+                                  .Ret<ffi::AnyBuffer>()   // dscale
+                                  .Ret<ffi::AnyBuffer>(),  // dbias
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormFwdCuda, jm::cuda::RmsNormFwd,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // scale
+                                  .Ret<ffi::AnyBuffer>()  // y
+                                  .Ret<ffi::AnyBuffer>()  // rstd
+                                  .Attr<float>("epsilon"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormBwdCuda, jm::cuda::RmsNormBwd,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()   // x
+                                  .Arg<ffi::AnyBuffer>()   // scale
+                                  .Arg<ffi::AnyBuffer>()   // rstd
+                                  .Arg<ffi::AnyBuffer>()   // dy
+                                  .Ret<ffi::AnyBuffer>()   // dx
+                                  .Ret<ffi::AnyBuffer>(),  // dscale
+                              {ffi::Traits::kCmdBufferCompatible});

@@ -1,0 +1,90 @@
+// Softmax on the CPU: exact three-pass row softmax with double accumulation (the reference every GPU
+// algorithm is held to). Every algorithm name is served by this one kernel.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cpu_common.h"
+#include "handlers.h"
+
+namespace jm::cpu {
+namespace {
+
+template <typename T>
+void softmax_rows(const T* x, T* y, RowShape s) {
+  std::vector<float> row(static_cast<size_t>(s.cols));
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const T* xr = x + r * s.cols;
+    T* yr = y + r * s.cols;
+    float m = -std::numeric_limits<float>::infinity();
+    bool nan = false;
+    for (int64_t c = 0; c < s.cols; ++c) {
+      row[c] = to_float(xr[c]);
+      nan |= std::isnan(row[c]);
+      m = std::max(m, row[c]);
+    }
+    if (nan) m = std::numeric_limits<float>::quiet_NaN();  // a NaN poisons its own row only
+    double sum = 0.0;
+    for (int64_t c = 0; c < s.cols; ++c) {
+      row[c] = std::exp(row[c] - m);
+      sum += row[c];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(row[c] * inv);
+  }
+}
+
+template <typename T>
+void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s) {
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const int64_t o = r * s.cols;
+    double dot = 0.0;
+    for (int64_t c = 0; c < s.cols; ++c) dot += double(to_float(y[o + c])) * to_float(dy[o + c]);
+    const float d = static_cast<float>(dot);
+    for (int64_t c = 0; c < s.cols; ++c) {
+      dx[o + c] = from_float<T>(to_float(y[o + c]) * (to_float(dy[o + c]) - d));
+    }
+  }
+}
+
+ffi::Error softmax_fwd(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, int64_t algorithm) {
+  if (algorithm < 0) return ffi::Error::InvalidArgument("softmax: unknown algorithm index");
+  RowShape s;
+  if (auto err = row_shape(x, "x", &s); err.failure()) return err;
+  if (auto err = check_same(x, *y, "y"); err.failure()) return err;
+  return dispatch_float(x.element_type(), [&](auto tag) {
+    using T = elem_t<decltype(tag)>;
+    softmax_rows(static_cast<const T*>(x.untyped_data()), static_cast<T*>(y->untyped_data()), s);
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error softmax_bwd(ffi::AnyBuffer y, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx) {
+  RowShape s;
+  if (auto err = row_shape(y, "y", &s); err.failure()) return err;
+  if (auto err = check_same(y, dy, "dy"); err.failure()) return err;
+  if (auto err = check_same(y, *dx, "dx"); err.failure()) return err;
+  return dispatch_float(y.element_type(), [&](auto tag) {
+    using T = elem_t<decltype(tag)>;
+    softmax_bwd_rows(static_cast<const T*>(y.untyped_data()), static_cast<const T*>(dy.untyped_data()),
+                     static_cast<T*>(dx->untyped_data()), s);
+    return ffi::Error::Success();
+  });
+}
+
+}  // namespace
+}  // namespace jm::cpu
+
+namespace ffi = xla::ffi;
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxFwdCpu, jm::cpu::softmax_fwd,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("algorithm"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxBwdCpu, jm::cpu::softmax_bwd,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>());

@@ -1,0 +1,27 @@
+"""jax_memops: handwritten CUDA and C++ kernels for the memory-bound ops of deep learning, as JAX ops.
+
+    import jax_memops as jm
+    jm.softmax(x, axis=-1, algorithm="auto")
+    jm.layer_norm(x, scale, bias, epsilon=1e-5)
+    jm.rms_norm(x, scale, epsilon=1e-6)
+    jm.scale_bias_gelu(x, scale=1.0, bias=0.0)
+
+Each is a JAX primitive lowered to an XLA FFI custom call (C++ on CPU, CUDA on NVIDIA GPUs) with a
+dedicated backward kernel, and works under jit, grad, vmap, scan and checkpoint.
+"""
+
+from ._ext import build_info
+from .gelu import scale_bias_gelu
+from .norms import layer_norm, rms_norm
+from .softmax import SOFTMAX_ALGORITHMS, softmax
+
+__version__ = build_info()["version"]
+
+__all__ = [
+    "SOFTMAX_ALGORITHMS",
+    "build_info",
+    "layer_norm",
+    "rms_norm",
+    "scale_bias_gelu",
+    "softmax",
+]

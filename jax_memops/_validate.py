@@ -1,0 +1,73 @@
+"""Argument checks run in Python before anything is traced into a custom call."""
+
+from __future__ import annotations
+
+import numbers
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+_SUPPORTED_NAMES = "float32, bfloat16 or float16"
+
+
+def _dtype_of(x):
+    """The dtype JAX gives x (NumPy float64 becomes float32 unless x64 is enabled)."""
+    try:
+        dtype = x.dtype if hasattr(x, "dtype") else jnp.asarray(x).dtype
+        return jnp.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    except TypeError as e:  # not array-like at all
+        raise TypeError(f"expected an array, got {type(x).__name__}") from e
+
+
+def check_input(x, op: str, name: str = "x"):
+    """An x of a supported float dtype and rank >= 1, as a JAX array."""
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{op}: {name} must be an array, got {type(x).__name__}")
+    dtype = _dtype_of(x)
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{op}: {name} must have dtype {_SUPPORTED_NAMES}, got {dtype}")
+    x = jnp.asarray(x)
+    if x.ndim < 1:
+        raise ValueError(f"{op}: {name} must have rank >= 1 (got a scalar of shape ())")
+    return x
+
+
+def check_param(p, cols: int, op: str, name: str):
+    """A per-feature parameter of shape (C,) and a floating dtype, or None."""
+    if p is None:
+        return None
+    dtype = _dtype_of(p)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"{op}: {name} must be a floating-point array, got dtype {dtype}")
+    shape = tuple(np.shape(p))
+    if shape != (cols,):
+        raise ValueError(f"{op}: {name} must have shape ({cols},) to match the last axis of x, got {shape}")
+    return jnp.asarray(p)
+
+
+def check_epsilon(epsilon, op: str) -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
+        raise TypeError(f"{op}: epsilon must be a Python float, got {type(epsilon).__name__}")
+    epsilon = float(epsilon)
+    if not (epsilon >= 0.0 and np.isfinite(epsilon)):
+        raise ValueError(f"{op}: epsilon must be a finite number >= 0, got {epsilon}")
+    return epsilon
+
+
+def check_axis(axis, ndim: int, op: str) -> int:
+    try:
+        axis = operator.index(axis)
+    except TypeError as e:
+        raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__}") from e
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{op}: axis {axis} is out of range for an input of rank {ndim}")
+    return axis % ndim
+
+
+def check_choice(value, choices: tuple[str, ...], op: str, name: str) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{op}: {name} must be one of {choices}, got {value!r}")
+    return value

@@ -1,0 +1,136 @@
+"""LayerNorm and RMSNorm over the last axis as custom calls; backward from saved float32 mean/rstd."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from . import reference
+from ._primitive import GRAD, PARAM, ROW, STAT, FfiPrimitive, Spec, absent, np_attr, to_f32_param
+from ._validate import check_epsilon, check_input, check_param
+
+f32 = jnp.float32
+_EPS = {"epsilon": np_attr("f32")}
+
+
+# -- pure-jnp references with the primitives' signatures (tangents for higher-order AD) --------------
+def _pivot(x32, rms):
+    """The kernels take LayerNorm statistics of x - x[..., :1] (exact for nearby values, so a large mean
+    with a tiny variance stays accurate); the saved mean is that of the shifted row."""
+    return 0.0 if rms else x32[..., :1]
+
+
+def _stats(x, epsilon, rms=False):
+    """(xhat, shifted mean, rstd) in float32, as the kernels compute them."""
+    d = x.astype(f32) - _pivot(x.astype(f32), rms)
+    mean = jnp.zeros(x.shape[:-1], f32) if rms else jnp.mean(d, axis=-1)
+    centered = d - mean[..., None]
+    rstd = jax.lax.rsqrt(jnp.mean(jnp.square(centered), axis=-1) + epsilon)
+    return centered * rstd[..., None], mean, rstd
+
+
+def _affine(xhat, scale, bias=None):
+    y = xhat * (scale if scale.size else 1.0)
+    return y + (bias if bias is not None and bias.size else 0.0)
+
+
+def _ln_fwd_ref(x, scale, bias, epsilon):
+    xhat, mean, rstd = _stats(x, epsilon)
+    return _affine(xhat, scale, bias).astype(x.dtype), mean, rstd
+
+
+def _rms_fwd_ref(x, scale, epsilon):
+    xhat, _, rstd = _stats(x, epsilon, rms=True)
+    return _affine(xhat, scale).astype(x.dtype), rstd
+
+
+def _norm_bwd_ref(x, scale, mean, rstd, dy, grad_groups, rms):
+    x32, dy32 = x.astype(f32), dy.astype(f32)
+    xhat = (x32 - _pivot(x32, rms) - (0.0 if rms else mean[..., None])) * rstd[..., None]
+    g = dy32 * (scale if scale.size else 1.0)
+    mgx = jnp.mean(g * xhat, axis=-1, keepdims=True)
+    mg = 0.0 if rms else jnp.mean(g, axis=-1, keepdims=True)
+    dx = (rstd[..., None] * (g - mg - xhat * mgx)).astype(x.dtype)
+    rows = tuple(range(x.ndim - 1))
+    sums = [jnp.sum(dy32 * xhat, axis=rows), jnp.sum(dy32, axis=rows)]
+    grads = [s if gg else absent() for s, gg in zip(sums, grad_groups)]
+    return (dx, *grads)
+
+
+_ln_fwd = FfiPrimitive(
+    Spec("layer_norm_fwd", (ROW, PARAM, PARAM), (ROW, STAT, STAT), _EPS), _ln_fwd_ref)
+_ln_bwd = FfiPrimitive(
+    Spec("layer_norm_bwd", (ROW, PARAM, STAT, STAT, ROW), (ROW, GRAD, GRAD), {}),
+    lambda x, scale, mean, rstd, dy, grad_groups: _norm_bwd_ref(x, scale, mean, rstd, dy, grad_groups, False))
+_rms_fwd = FfiPrimitive(Spec("rms_norm_fwd", (ROW, PARAM), (ROW, STAT), _EPS), _rms_fwd_ref)
+_rms_bwd = FfiPrimitive(
+    Spec("rms_norm_bwd", (ROW, PARAM, STAT, ROW), (ROW, GRAD), {}),
+    lambda x, scale, rstd, dy, grad_groups: _norm_bwd_ref(x, scale, None, rstd, dy, grad_groups, True))
+
+
+# -- custom VJPs: scale/bias arrive as float32 (C,) or the (0,) placeholder --------------------------
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _layer_norm(x, scale, bias, epsilon):
+    return _ln_fwd.call(x, scale, bias, epsilon=epsilon)[0]
+
+
+def _layer_norm_fwd(x, scale, bias, epsilon):
+    y, mean, rstd = _ln_fwd.call(x, scale, bias, epsilon=epsilon)
+    return y, (x, scale, bias, mean, rstd)
+
+
+def _layer_norm_bwd(epsilon, res, dy):
+    x, scale, bias, mean, rstd = res
+    groups = (int(scale.size > 0), int(bias.size > 0))
+    dx, dscale, dbias = _ln_bwd.call(x, scale, mean, rstd, dy, grad_groups=groups)
+    return dx, dscale, dbias
+
+
+_layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _rms_norm(x, scale, epsilon):
+    return _rms_fwd.call(x, scale, epsilon=epsilon)[0]
+
+
+def _rms_norm_fwd(x, scale, epsilon):
+    y, rstd = _rms_fwd.call(x, scale, epsilon=epsilon)
+    return y, (x, scale, rstd)
+
+
+def _rms_norm_bwd(epsilon, res, dy):
+    x, scale, rstd = res
+    dx, dscale = _rms_bwd.call(x, scale, rstd, dy, grad_groups=(int(scale.size > 0),))
+    return dx, dscale
+
+
+_rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
+
+
+def layer_norm(x, scale=None, bias=None, *, epsilon=1e-5):
+    """LayerNorm over the last axis: (x - mean) / sqrt(var + epsilon) * scale + bias.
+
+    x: float32, bfloat16 or float16, rank >= 1; statistics in float32 (biased variance); output dtype =
+    x.dtype. scale, bias: optional arrays of shape (C,) of any float dtype (gradients in their dtype).
+    """
+    x = check_input(x, "layer_norm")
+    cols = x.shape[-1]
+    scale = check_param(scale, cols, "layer_norm", "scale")
+    bias = check_param(bias, cols, "layer_norm", "bias")
+    epsilon = check_epsilon(epsilon, "layer_norm")
+    if x.size == 0:
+        return reference.layer_norm(x, scale, bias, epsilon)
+    return _layer_norm(x, to_f32_param(scale), to_f32_param(bias), epsilon)
+
+
+def rms_norm(x, scale=None, *, epsilon=1e-6):
+    """RMSNorm over the last axis: x / sqrt(mean(x^2) + epsilon) * scale. Same dtype rules as layer_norm."""
+    x = check_input(x, "rms_norm")
+    scale = check_param(scale, x.shape[-1], "rms_norm", "scale")
+    epsilon = check_epsilon(epsilon, "rms_norm")
+    if x.size == 0:
+        return reference.rms_norm(x, scale, epsilon)
+    return _rms_norm(x, to_f32_param(scale), epsilon)

@@ -1,0 +1,395 @@
+"""Shared helpers of the jax_memops test suite.
+
+* float64 NumPy references (forward and VJP) of every op, independent of JAX and of jax_memops;
+* input generation (fresh normal data rounded to the op's dtype, so that the reference sees exactly
+  the input the op sees);
+* comparison helpers: relative error ||out - ref|| / ||ref|| plus per-row max-abs checks, with
+  per-dtype tolerances, and NaN / inf patterns that must match exactly.
+
+This module imports neither jax_memops nor (for the references) JAX.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+# ----------------------------------------------------------------------------------------------
+# dtypes and tolerances
+# ----------------------------------------------------------------------------------------------
+
+F32 = np.dtype(np.float32)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F16 = np.dtype(np.float16)
+F64 = np.dtype(np.float64)
+
+DTYPES = (F32, BF16, F16)
+DTYPE_IDS = ("f32", "bf16", "f16")
+
+# Relative (norm-wise) tolerances of forward outputs against the float64 reference.
+FWD_TOL = {F32: 1e-5, BF16: 1e-2, F16: 2e-3}
+# Relative tolerances of gradients (against the float64 reference of the same rounded inputs).
+GRAD_TOL = {F32: 5e-5, BF16: 3e-2, F16: 5e-3}
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+GELU_C = 0.044715
+
+
+def dtype_id(dt) -> str:
+    return {F32: "f32", BF16: "bf16", F16: "f16"}.get(np.dtype(dt), np.dtype(dt).name)
+
+
+# ----------------------------------------------------------------------------------------------
+# inputs
+# ----------------------------------------------------------------------------------------------
+
+
+def randn(rng: np.random.Generator, shape, dtype=F32, scale: float = 2.0, loc: float = 0.0) -> np.ndarray:
+    """Normal data (loc + scale * N(0, 1)) rounded to `dtype` (a NumPy array of that dtype)."""
+    a = loc + scale * rng.standard_normal(size=shape)
+    return np.asarray(a, dtype=np.float32).astype(np.dtype(dtype))
+
+
+def f64(a) -> np.ndarray:
+    """Any array-like (JAX array, bf16 NumPy array, ...) as a float64 NumPy array."""
+    return np.asarray(a).astype(np.float64)
+
+
+def round_to(a, dtype) -> np.ndarray:
+    """float64 values rounded to `dtype` and back to float64 (the representational error)."""
+    return np.asarray(a, dtype=np.float64).astype(np.dtype(dtype)).astype(np.float64)
+
+
+# ----------------------------------------------------------------------------------------------
+# float64 NumPy references
+# ----------------------------------------------------------------------------------------------
+
+
+def ref_softmax(x, axis: int = -1) -> np.ndarray:
+    """softmax with jax.nn.softmax's semantics: -inf entries give 0, an all -inf row gives NaN,
+    a NaN anywhere in a row makes that row NaN."""
+    x = f64(x)
+    if x.size == 0:
+        return np.zeros_like(x)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        m = np.max(x, axis=axis, keepdims=True)
+        e = np.exp(x - m)
+        return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def ref_softmax_vjp(x, g, axis: int = -1) -> np.ndarray:
+    y = ref_softmax(x, axis)
+    g = f64(g)
+    if y.size == 0:
+        return np.zeros_like(y)
+    with np.errstate(invalid="ignore"):
+        return y * (g - np.sum(g * y, axis=axis, keepdims=True))
+
+
+def ref_softmax_vjp_mag(x, g, axis: int = -1) -> np.ndarray:
+    """Magnitude of the terms of y * (g - sum(g * y)) (condition-aware scale of the error)."""
+    y = ref_softmax(x, axis)
+    g = np.abs(f64(g))
+    if y.size == 0:
+        return np.zeros_like(y)
+    with np.errstate(invalid="ignore"):
+        return y * (g + np.sum(g * y, axis=axis, keepdims=True))
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1, a.shape[-1]) if a.shape[-1] else a.reshape(-1, 0)
+
+
+def _param(p, c):
+    return np.ones(c) if p is None else f64(p)
+
+
+def _bias(p, c):
+    return np.zeros(c) if p is None else f64(p)
+
+
+def ref_layer_norm(x, scale=None, bias=None, eps: float = 1e-5) -> np.ndarray:
+    x = f64(x)
+    c = x.shape[-1]
+    if x.size == 0:
+        return np.zeros_like(x)
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    xhat = (x - mean) / np.sqrt(var + eps)
+    return xhat * _param(scale, c) + _bias(bias, c)
+
+
+def ref_layer_norm_vjp(x, scale, bias, eps, g):
+    """Returns (dx, dscale, dbias); dscale/dbias are None when scale/bias is None."""
+    x = f64(x)
+    g = f64(g)
+    c = x.shape[-1]
+    s = _param(scale, c)
+    if x.size == 0:
+        dx = np.zeros_like(x)
+        ds = np.zeros(c)
+        db = np.zeros(c)
+    else:
+        mean = x.mean(axis=-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+        rstd = 1.0 / np.sqrt(var + eps)
+        xhat = (x - mean) * rstd
+        gh = g * s
+        dx = rstd * (gh - gh.mean(-1, keepdims=True) - xhat * (gh * xhat).mean(-1, keepdims=True))
+        ds = _rows(g * xhat).sum(0)
+        db = _rows(g).sum(0)
+    return dx, (None if scale is None else ds), (None if bias is None else db)
+
+
+def ref_layer_norm_vjp_mag(x, scale, eps, g) -> np.ndarray:
+    """Magnitude of the terms of layer_norm's dx (condition-aware scale of the error)."""
+    x = f64(x)
+    g = f64(g)
+    if x.size == 0:
+        return np.zeros_like(x)
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    xhat = (x - mean) * rstd
+    gh = np.abs(g * _param(scale, x.shape[-1]))
+    return rstd * (gh + gh.mean(-1, keepdims=True) + np.abs(xhat) * (gh * np.abs(xhat)).mean(-1, keepdims=True))
+
+
+def ref_rms_norm(x, scale=None, eps: float = 1e-6) -> np.ndarray:
+    x = f64(x)
+    c = x.shape[-1]
+    if x.size == 0:
+        return np.zeros_like(x)
+    rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+    return x * rstd * _param(scale, c)
+
+
+def ref_rms_norm_vjp(x, scale, eps, g):
+    """Returns (dx, dscale); dscale is None when scale is None."""
+    x = f64(x)
+    g = f64(g)
+    c = x.shape[-1]
+    s = _param(scale, c)
+    if x.size == 0:
+        dx = np.zeros_like(x)
+        ds = np.zeros(c)
+    else:
+        rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+        xhat = x * rstd
+        gh = g * s
+        dx = rstd * (gh - xhat * (gh * xhat).mean(-1, keepdims=True))
+        ds = _rows(g * xhat).sum(0)
+    return dx, (None if scale is None else ds)
+
+
+def ref_rms_norm_vjp_mag(x, scale, eps, g) -> np.ndarray:
+    """Magnitude of the terms of rms_norm's dx (condition-aware scale of the error)."""
+    x = f64(x)
+    g = f64(g)
+    if x.size == 0:
+        return np.zeros_like(x)
+    rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+    xhat = np.abs(x * rstd)
+    gh = np.abs(g * _param(scale, x.shape[-1]))
+    return rstd * (gh + xhat * (gh * xhat).mean(-1, keepdims=True))
+
+
+def _gelu_u(x, scale, bias):
+    s = scale if isinstance(scale, (int, float)) else f64(scale)
+    b = bias if isinstance(bias, (int, float)) else f64(bias)
+    return x * s + b
+
+
+def ref_gelu(u) -> np.ndarray:
+    u = f64(u)
+    return 0.5 * u * (1.0 + np.tanh(SQRT_2_OVER_PI * (u + GELU_C * u**3)))
+
+
+def ref_gelu_grad(u) -> np.ndarray:
+    u = f64(u)
+    t = np.tanh(SQRT_2_OVER_PI * (u + GELU_C * u**3))
+    return 0.5 * (1.0 + t) + 0.5 * u * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * u * u)
+
+
+def ref_scale_bias_gelu(x, scale=1.0, bias=0.0) -> np.ndarray:
+    return ref_gelu(_gelu_u(f64(x), scale, bias))
+
+
+def ref_scale_bias_gelu_mag(x, scale=1.0, bias=0.0) -> np.ndarray:
+    """Magnitude of the terms of 0.5 * u * (1 + tanh(z)): 0.5 |u| (1 + |tanh z|). In the negative
+    tail 1 + tanh(z) cancels, so float32 arithmetic is accurate relative to |u|, not to |gelu(u)|."""
+    u = _gelu_u(f64(x), scale, bias)
+    t = np.tanh(SQRT_2_OVER_PI * (u + GELU_C * u**3))
+    return 0.5 * np.abs(u) * (1.0 + np.abs(t))
+
+
+def ref_scale_bias_gelu_vjp_mag(x, scale, bias, g) -> np.ndarray:
+    """Magnitude of the terms of dx = g * s * (0.5 (1 + t) + 0.5 u (1 - t^2) sqrt(2/pi) (1 + 3 c u^2))."""
+    x = f64(x)
+    u = _gelu_u(x, scale, bias)
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = np.tanh(SQRT_2_OVER_PI * (u + GELU_C * u**3))
+        second = 0.5 * np.abs(u) * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * u * u)
+    second = np.where(np.isfinite(second), second, 0.0)
+    s = scale if isinstance(scale, (int, float)) else f64(scale)
+    return np.abs(f64(g) * s) * (0.5 * (1.0 + np.abs(t)) + second)
+
+
+def ref_scale_bias_gelu_vjp(x, scale, bias, g):
+    """Returns (dx, dscale, dbias); dscale/dbias are None for Python-number scale/bias."""
+    x = f64(x)
+    g = f64(g)
+    c = x.shape[-1]
+    gu = g * ref_gelu_grad(_gelu_u(x, scale, bias))
+    s = scale if isinstance(scale, (int, float)) else f64(scale)
+    dx = gu * s
+    ds = None if isinstance(scale, (int, float)) else (_rows(gu * x).sum(0) if x.size else np.zeros(c))
+    db = None if isinstance(bias, (int, float)) else (_rows(gu).sum(0) if x.size else np.zeros(c))
+    return dx, ds, db
+
+
+# ----------------------------------------------------------------------------------------------
+# comparisons
+# ----------------------------------------------------------------------------------------------
+
+
+def rel_err(out, ref) -> float:
+    out = f64(out)
+    ref = f64(ref)
+    num = float(np.linalg.norm((out - ref).ravel()))
+    den = float(np.linalg.norm(ref.ravel()))
+    return num / den if den > 0 else num
+
+
+def assert_close(out, ref, tol: float, *, dtype=None, what: str = "output", row_factor: float = 4.0, mag=None):
+    """Checks `out` against the float64 reference `ref`.
+
+    * same shape; identical NaN pattern; identical +-inf entries;
+    * on the finite entries: ||out - ref|| <= tol * ||ref|| + 2 * ||round(ref) - ref|| (+ tiny atol), where
+      round(ref) is ref rounded to `dtype` (the error even an exact kernel makes when writing `dtype`);
+    * per row (last axis): max|out - ref| <= row_factor * tol * max|ref_row| + 2 * max|round(ref)-ref|.
+
+    `mag` (optional, same shape as ref): the magnitude of the terms whose sum is ref (for results
+    computed with cancellation, e.g. softmax's y * (g - sum(g * y))); the bounds then use
+    max(||ref||, ||mag||) and max(|ref_row|, |mag_row|) instead of ||ref|| and |ref_row|.
+    """
+    out = f64(out)
+    ref = f64(ref)
+    assert out.shape == ref.shape, f"{what}: shape {out.shape} != expected {ref.shape}"
+    if out.size == 0:
+        return
+    nan_out, nan_ref = np.isnan(out), np.isnan(ref)
+    if (nan_out != nan_ref).any():
+        bad = np.argwhere(nan_out != nan_ref)
+        raise AssertionError(
+            f"{what}: NaN pattern differs ({int(nan_out.sum())} NaN in output, {int(nan_ref.sum())} expected);"
+            f" first mismatching indices {bad[:5].tolist()}"
+        )
+    inf_ref = np.isinf(ref)
+    inf_out = np.isinf(out)
+    if (inf_out != inf_ref).any() or (out[inf_ref] != ref[inf_ref]).any():
+        bad = np.argwhere((inf_out != inf_ref))
+        raise AssertionError(f"{what}: inf pattern differs; first mismatching indices {bad[:5].tolist()}")
+
+    fin = np.isfinite(ref)
+    o = np.where(fin, out, 0.0)
+    r = np.where(fin, ref, 0.0)
+    dt = np.dtype(dtype) if dtype is not None else F64
+    with np.errstate(over="ignore"):
+        rounding = np.abs(round_to(r, dt) - r) if dt != F64 else np.zeros_like(r)
+    rounding = np.where(np.isfinite(rounding), rounding, 0.0)
+    diff = np.abs(o - r)
+    n = r.size
+    atol = tol * 1e-6 * math.sqrt(n) * max(1.0, float(np.max(np.abs(r))))
+    err = float(np.linalg.norm(diff.ravel()))
+    den = float(np.linalg.norm(r.ravel()))
+    m = None
+    if mag is not None:
+        m = np.abs(np.where(fin, f64(mag), 0.0))
+        assert m.shape == r.shape
+    scale = max(den, float(np.linalg.norm(m.ravel()))) if m is not None else den
+    bound = tol * scale + 2.0 * float(np.linalg.norm(rounding.ravel())) + atol
+    if not err <= bound:
+        i = np.unravel_index(int(np.argmax(diff)), diff.shape)
+        raise AssertionError(
+            f"{what}: relative error {err / den if den else err:.3e} > tol {tol:.1e} "
+            f"(bound {bound:.3e} abs); max abs error {diff[i]:.3e} at {tuple(int(k) for k in i)}: "
+            f"got {o[i]!r}, expected {r[i]!r}"
+        )
+    if r.ndim >= 1 and r.shape[-1] > 0:
+        d2 = diff.reshape(-1, r.shape[-1])
+        r2 = np.abs(r).reshape(-1, r.shape[-1])
+        q2 = rounding.reshape(-1, r.shape[-1])
+        if m is not None:
+            r2 = np.maximum(r2, m.reshape(-1, r.shape[-1]))
+        row_bound = row_factor * tol * r2.max(axis=1) + 2.0 * q2.max(axis=1) + atol
+        row_err = d2.max(axis=1)
+        bad = np.nonzero(~(row_err <= row_bound))[0]
+        if bad.size:
+            k = int(bad[0])
+            j = int(np.argmax(d2[k]))
+            raise AssertionError(
+                f"{what}: row {k} (of {d2.shape[0]} rows, flattened) max abs error {row_err[k]:.3e} > "
+                f"{row_bound[k]:.3e} (row max |ref| or |mag| {r2[k].max():.3e}); at column {j}: got "
+                f"{o.reshape(d2.shape)[k, j]!r}, expected {r.reshape(d2.shape)[k, j]!r}; {bad.size} bad rows"
+            )
+
+
+def assert_finite(a, what: str = "output"):
+    a = f64(a)
+    if not np.all(np.isfinite(a)):
+        bad = np.argwhere(~np.isfinite(a))
+        raise AssertionError(f"{what}: {bad.shape[0]} non-finite entries, first at {bad[:5].tolist()}")
+
+
+def assert_bitwise_equal(a, b, what: str = "output"):
+    a = np.asarray(a)
+    b = np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
+    ua = a.view(np.uint8)
+    ub = b.view(np.uint8)
+    if not np.array_equal(ua, ub):
+        diff = np.argwhere(f64(a) != f64(b))
+        raise AssertionError(f"{what}: not bitwise identical across runs; {diff.shape[0]} entries differ, first {diff[:5].tolist()}")
+
+
+# ----------------------------------------------------------------------------------------------
+# pure-jnp formulations ("XLA's own formulation"), for gradient and second-order cross-checks.
+# ----------------------------------------------------------------------------------------------
+
+
+def jnp_softmax(x, axis=-1):
+    import jax
+
+    return jax.nn.softmax(x, axis=axis)
+
+
+def jnp_layer_norm(x, scale=None, bias=None, eps=1e-5):
+    import jax.numpy as jnp
+
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    y = (x - mean) * (1.0 / jnp.sqrt(var + eps))
+    if scale is not None:
+        y = y * scale
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def jnp_rms_norm(x, scale=None, eps=1e-6):
+    import jax.numpy as jnp
+
+    y = x * (1.0 / jnp.sqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps))
+    if scale is not None:
+        y = y * scale
+    return y
+
+
+def jnp_scale_bias_gelu(x, scale=1.0, bias=0.0):
+    import jax.numpy as jnp
+
+    u = x * scale + bias
+    return 0.5 * u * (1.0 + jnp.tanh(SQRT_2_OVER_PI * (u + GELU_C * u * u * u)))

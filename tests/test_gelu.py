@@ -1,0 +1,303 @@
+"""jm.scale_bias_gelu: gelu_tanh(x * scale + bias) forward and backward against the float64 NumPy
+reference, with scale/bias as Python numbers (static) or (C,) arrays (differentiable, any float
+dtype), on every device and dtype, odd shapes, extreme values, empty inputs and stale outputs."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_memops as jm
+import memops_testing as mt
+from memops_testing import DTYPE_IDS, DTYPES, FWD_TOL, GRAD_TOL
+
+SHAPES = [
+    (4, 1),
+    (5, 3),
+    (7, 31),
+    (3, 33),
+    (1, 1000),
+    (6, 1000),
+    (2, 4097),
+    (3, 50257),
+    (17,),
+    (2, 3, 33),
+    (2, 2, 3, 31),
+]
+SHAPE_IDS = ["x".join(map(str, s)) for s in SHAPES]
+
+# How scale and bias are given: Python numbers (static) or (C,) arrays.
+KINDS = ["default", "numbers", "int-number", "arrays", "array-scale", "array-bias"]
+
+
+def _scale_bias(rng, c, kind, pdtype=np.float32):
+    if kind == "default":
+        return 1.0, 0.0
+    if kind == "numbers":
+        return 1.7, -0.35
+    if kind == "int-number":
+        return 2, -1
+    s = mt.randn(rng, (c,), pdtype, scale=0.7, loc=1.0)
+    b = mt.randn(rng, (c,), pdtype, scale=0.8)
+    if kind == "arrays":
+        return s, b
+    if kind == "array-scale":
+        return s, 0.25
+    if kind == "array-bias":
+        return 0.8, b
+    raise AssertionError(kind)
+
+
+def _is_num(p):
+    return isinstance(p, (int, float))
+
+
+def _put(p, device):
+    return p if _is_num(p) else jax.device_put(p, device)
+
+
+_JIT_CACHE = {}
+
+
+def gelu_fns(scale, bias):
+    """Jitted forward and VJP for the given scale/bias kinds; numbers are closed over (static)."""
+    key = (scale if _is_num(scale) else "arr", bias if _is_num(bias) else "arr")
+    if key in _JIT_CACHE:
+        return _JIT_CACHE[key]
+    sn, bn = _is_num(scale), _is_num(bias)
+
+    def call(x, s, b):
+        return jm.scale_bias_gelu(x, scale if sn else s, bias if bn else b)
+
+    @jax.jit
+    def fwd(x, s, b):
+        return call(x, s, b)
+
+    @jax.jit
+    def vjp(x, s, b, g):
+        if sn and bn:
+            y, f = jax.vjp(lambda a: call(a, None, None), x)
+            return y, (f(g)[0], None, None)
+        if sn:
+            y, f = jax.vjp(lambda a, b_: call(a, None, b_), x, b)
+            dx, db = f(g)
+            return y, (dx, None, db)
+        if bn:
+            y, f = jax.vjp(lambda a, s_: call(a, s_, None), x, s)
+            dx, ds = f(g)
+            return y, (dx, ds, None)
+        y, f = jax.vjp(call, x, s, b)
+        return y, f(g)
+
+    fns = (
+        lambda x, s, b: fwd(x, None if sn else s, None if bn else b),
+        lambda x, s, b, g: vjp(x, None if sn else s, None if bn else b, g),
+    )
+    _JIT_CACHE[key] = fns
+    return fns
+
+
+def _check_out(out, x, device):
+    assert out.shape == x.shape
+    assert out.dtype == x.dtype, f"output dtype {out.dtype} != input dtype {x.dtype}"
+    assert out.devices() == {device}, f"output on {out.devices()}, expected {device}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_forward(device, rng, shape, dtype):
+    x = mt.randn(rng, shape, dtype, scale=2.0)
+    s, b = _scale_bias(rng, shape[-1], "arrays")
+    fwd, _ = gelu_fns(s, b)
+    out = fwd(jax.device_put(x, device), _put(s, device), _put(b, device))
+    _check_out(out, x, device)
+    mt.assert_finite(out)
+    mt.assert_close(out, mt.ref_scale_bias_gelu(x, s, b), FWD_TOL[dtype], dtype=dtype, mag=mt.ref_scale_bias_gelu_mag(x, s, b))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", [(6, 33), (2, 3, 1000)], ids=["6x33", "2x3x1000"])
+def test_forward_scale_bias_kinds(device, rng, shape, dtype, kind):
+    x = mt.randn(rng, shape, dtype, scale=2.0)
+    s, b = _scale_bias(rng, shape[-1], kind)
+    fwd, _ = gelu_fns(s, b)
+    out = fwd(jax.device_put(x, device), _put(s, device), _put(b, device))
+    _check_out(out, x, device)
+    mt.assert_close(out, mt.ref_scale_bias_gelu(x, s, b), FWD_TOL[dtype], dtype=dtype, mag=mt.ref_scale_bias_gelu_mag(x, s, b))
+
+
+def test_defaults_and_eager(device, rng):
+    x = mt.randn(rng, (3, 45))
+    xd = jax.device_put(x, device)
+    for args, kwargs in (((), {}), ((0.5, 1.5), {}), ((), {"scale": -2.0, "bias": 0.5})):
+        out = jm.scale_bias_gelu(xd, *args, **kwargs)
+        s, b = args or (kwargs.get("scale", 1.0), kwargs.get("bias", 0.0))
+        mag = mt.ref_scale_bias_gelu_mag(x, s, b)
+        mt.assert_close(out, mt.ref_scale_bias_gelu(x, s, b), FWD_TOL[mt.F32], dtype=mt.F32, mag=mag)
+
+
+def test_numpy_input(rng):
+    x = mt.randn(rng, (3, 10))
+    s = mt.randn(rng, (10,))
+    mt.assert_close(
+        jm.scale_bias_gelu(x, s, 0.1), mt.ref_scale_bias_gelu(x, s, 0.1), FWD_TOL[mt.F32], dtype=mt.F32,
+        mag=mt.ref_scale_bias_gelu_mag(x, s, 0.1),
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_extreme_values(device, dtype):
+    """Large |u| (tanh saturation, u^3 huge): exact limits gelu(u) -> u and -> 0, no NaN/inf; the
+    gradient tends to 1 and 0."""
+    big = [3.0, 5.0, 10.0, 30.0, 100.0, 1e3, 1e4]
+    if dtype != mt.F16:
+        big += [1e6, 1e12, 1e30]
+    vals = np.array([0.0, -0.0, 1e-3, -1e-3, -0.75] + big + [-v for v in big], np.float32)
+    x = vals.astype(dtype)[None, :]
+    fwd, vjp = gelu_fns(1.0, 0.0)
+    xd = jax.device_put(x, device)
+    out = fwd(xd, 1.0, 0.0)
+    mt.assert_finite(out)
+    mt.assert_close(out, mt.ref_scale_bias_gelu(x), FWD_TOL[dtype], dtype=dtype, mag=mt.ref_scale_bias_gelu_mag(x))
+    # gradient up to |u| = 1e12 (beyond, u^2 overflows float32 in any plain formulation)
+    x = x[:, np.abs(vals) <= 1e12]
+    g = np.ones_like(x)
+    _, (dx, _, _) = vjp(jax.device_put(x, device), 1.0, 0.0, jax.device_put(g, device))
+    mt.assert_finite(dx, "dx")
+    ref = mt.ref_scale_bias_gelu_vjp(x, 1.0, 0.0, g)[0]
+    mt.assert_close(dx, ref, GRAD_TOL[dtype], dtype=dtype, what="dx", mag=mt.ref_scale_bias_gelu_vjp_mag(x, 1.0, 0.0, g))
+
+
+# ----------------------------------------------------------------------------------------------
+# backward
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_grads(x, s, b, g, got, dtype):
+    dx, ds, db = got
+    rdx, rds, rdb = mt.ref_scale_bias_gelu_vjp(x, s, b, g)
+    mt.assert_finite(dx, "dx")
+    assert dx.dtype == x.dtype and dx.shape == x.shape
+    mt.assert_close(dx, rdx, GRAD_TOL[dtype], dtype=dtype, what="dx", mag=mt.ref_scale_bias_gelu_vjp_mag(x, s, b, g))
+    if not _is_num(s):
+        assert ds.shape == s.shape and ds.dtype == s.dtype, (ds.shape, ds.dtype)
+        mt.assert_close(ds, rds, max(GRAD_TOL[dtype], GRAD_TOL[s.dtype]), dtype=s.dtype, what="dscale")
+    if not _is_num(b):
+        assert db.shape == b.shape and db.dtype == b.dtype, (db.shape, db.dtype)
+        mt.assert_close(db, rdb, max(GRAD_TOL[dtype], GRAD_TOL[b.dtype]), dtype=b.dtype, what="dbias")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_grad(device, rng, shape, dtype):
+    x = mt.randn(rng, shape, dtype, scale=2.0)
+    s, b = _scale_bias(rng, shape[-1], "arrays")
+    g = mt.randn(rng, shape, dtype, scale=1.0)
+    _, vjp = gelu_fns(s, b)
+    y, grads = vjp(jax.device_put(x, device), _put(s, device), _put(b, device), jax.device_put(g, device))
+    _check_out(y, x, device)
+    _check_out(grads[0], x, device)
+    _check_grads(x, s, b, g, grads, dtype)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_grad_scale_bias_kinds(device, rng, dtype, kind):
+    x = mt.randn(rng, (5, 3, 40), dtype, scale=2.0)
+    s, b = _scale_bias(rng, 40, kind)
+    g = mt.randn(rng, x.shape, dtype, scale=1.0)
+    _, vjp = gelu_fns(s, b)
+    _, grads = vjp(jax.device_put(x, device), _put(s, device), _put(b, device), jax.device_put(g, device))
+    _check_grads(x, s, b, g, grads, dtype)
+
+
+@pytest.mark.parametrize("pdtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_param_dtypes(device, rng, dtype, pdtype):
+    """Array scale/bias of any float dtype: output in x's dtype, gradients in the params' dtypes."""
+    x = mt.randn(rng, (4, 37), dtype)
+    s, b = _scale_bias(rng, 37, "arrays", pdtype)
+    g = mt.randn(rng, x.shape, dtype, scale=1.0)
+    _, vjp = gelu_fns(s, b)
+    y, grads = vjp(*(jax.device_put(a, device) for a in (x, s, b, g)))
+    assert y.dtype == x.dtype
+    mt.assert_close(y, mt.ref_scale_bias_gelu(x, s, b), FWD_TOL[dtype], dtype=dtype, mag=mt.ref_scale_bias_gelu_mag(x, s, b))
+    _check_grads(x, s, b, g, grads, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("kind", ["arrays", "numbers"])
+def test_grad_matches_xla(device, rng, dtype, kind):
+    """jax.grad of sum(gelu(...) * w) equals jax.grad of the pure-jnp formulation in float32."""
+    shape = (6, 3, 50)
+    x = mt.randn(rng, shape, dtype, scale=2.0)
+    s, b = _scale_bias(rng, 50, kind)
+    w = mt.randn(rng, shape, np.float32, scale=1.0)
+    xd, wd = jax.device_put(x, device), jax.device_put(w, device)
+    tol = {mt.F32: 1e-5, mt.BF16: 3e-2, mt.F16: 5e-3}[dtype]
+    if kind == "numbers":
+        got = jax.jit(jax.grad(lambda t, w: jnp.sum(jm.scale_bias_gelu(t, s, b).astype(jnp.float32) * w)))(xd, wd)
+        want = jax.jit(jax.grad(lambda t, w: jnp.sum(mt.jnp_scale_bias_gelu(t.astype(jnp.float32), s, b) * w)))(xd, wd)
+        pairs = [("dx", got, want)]
+    else:
+        sd, bd = jax.device_put(s, device), jax.device_put(b, device)
+        got = jax.jit(jax.grad(lambda *a: jnp.sum(jm.scale_bias_gelu(*a[:3]).astype(jnp.float32) * a[3]), argnums=(0, 1, 2)))(xd, sd, bd, wd)
+        want = jax.jit(
+            jax.grad(lambda t, s_, b_, w: jnp.sum(mt.jnp_scale_bias_gelu(t.astype(jnp.float32), s_, b_) * w), argnums=(0, 1, 2))
+        )(xd, sd, bd, wd)
+        pairs = list(zip(("dx", "dscale", "dbias"), got, want))
+    for name, a, w_ in pairs:
+        assert a.dtype == (x.dtype if name == "dx" else np.float32), (name, a.dtype)
+        w64 = mt.f64(w_)
+        assert mt.rel_err(a, w64) < tol + 2 * mt.rel_err(mt.round_to(w64, a.dtype), w64), name
+
+
+# ----------------------------------------------------------------------------------------------
+# empty inputs, stale outputs
+# ----------------------------------------------------------------------------------------------
+
+EMPTY_SHAPES = [(0, 8), (4, 0), (2, 0, 3), (0,)]
+
+
+@pytest.mark.parametrize("kind", ["numbers", "arrays"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", EMPTY_SHAPES, ids=["x".join(map(str, s)) for s in EMPTY_SHAPES])
+def test_empty(device, rng, shape, dtype, kind):
+    c = shape[-1]
+    x = np.zeros(shape, dtype)
+    s, b = _scale_bias(rng, c, kind)
+    fwd, vjp = gelu_fns(s, b)
+    xd = jax.device_put(x, device)
+    out = fwd(xd, _put(s, device), _put(b, device))
+    assert out.shape == shape and out.dtype == x.dtype
+    y, (dx, ds, db) = vjp(xd, _put(s, device), _put(b, device), xd)
+    assert dx.shape == shape and dx.dtype == x.dtype
+    if kind == "arrays":
+        assert ds.shape == (c,) and db.shape == (c,)
+        np.testing.assert_array_equal(mt.f64(ds), 0.0)
+        np.testing.assert_array_equal(mt.f64(db), 0.0)
+
+
+@pytest.mark.parametrize("kind", ["numbers", "arrays"])
+@pytest.mark.parametrize("shape", [(7, 33), (3, 4097)], ids=["7x33", "3x4097"])
+def test_stale_and_poisoned_outputs(device, rng, shape, kind):
+    c = shape[-1]
+    for _ in range(2):
+        poison = jax.device_put(np.full(shape, np.nan, np.float32), device)
+        poison.block_until_ready()
+        poison.delete()
+        x = mt.randn(rng, shape, np.float32)
+        s, b = _scale_bias(rng, c, kind)
+        g = mt.randn(rng, shape, np.float32, scale=1.0)
+        fwd, vjp = gelu_fns(s, b)
+        args = (jax.device_put(x, device), _put(s, device), _put(b, device))
+        y = fwd(*args)
+        mt.assert_finite(y, "y")
+        mag = mt.ref_scale_bias_gelu_mag(x, s, b)
+        mt.assert_close(y, mt.ref_scale_bias_gelu(x, s, b), FWD_TOL[mt.F32], dtype=mt.F32, what="y", mag=mag)
+        y2, grads = vjp(*args, jax.device_put(g, device))
+        mt.assert_close(y2, mt.ref_scale_bias_gelu(x, s, b), FWD_TOL[mt.F32], dtype=mt.F32, what="y (vjp)", mag=mag)
+        _check_grads(x, s, b, g, grads, mt.F32)

@@ -1,0 +1,106 @@
+"""Lowering: every op becomes a stablehlo.custom_call to its jax_memops_* FFI target, for the CPU
+(the default lowering) and for CUDA (lowering_platforms=("cuda",), which works on a CPU-only
+machine when the CUDA kernels are compiled in); and build_info()."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jax_memops as jm
+
+X = jnp.ones((4, 33), jnp.float32)
+S = jnp.ones((33,), jnp.float32)
+B = jnp.zeros((33,), jnp.float32)
+
+
+def _fwd(op):
+    return {
+        "softmax": lambda x, s, b: jm.softmax(x),
+        "layer_norm": lambda x, s, b: jm.layer_norm(x, s, b),
+        "rms_norm": lambda x, s, b: jm.rms_norm(x, s),
+        "gelu": lambda x, s, b: jm.scale_bias_gelu(x, s, b),
+    }[op]
+
+
+def _grad(op):
+    f = _fwd(op)
+    return jax.grad(lambda x, s, b: jnp.sum(f(x, s, b) * jnp.cos(x)), argnums=(0, 1, 2))
+
+
+OPS = ["softmax", "layer_norm", "rms_norm", "gelu"]
+DTYPES = [jnp.float32, jnp.bfloat16, jnp.float16]
+
+
+def _targets(text):
+    """custom_call targets in StableHLO text (pretty `@name(` or generic call_target_name form)."""
+    pretty = re.findall(r"stablehlo\.custom_call\s+@([\w.$-]+)", text)
+    generic = re.findall(r'call_target_name\s*=\s*"([^"]+)"', text)
+    return set(pretty) | set(generic)
+
+
+def _check(text, op, grad):
+    assert "stablehlo.custom_call" in text
+    targets = _targets(text)
+    want = {f"jax_memops_{op}_fwd"} | ({f"jax_memops_{op}_bwd"} if grad else set())
+    assert want <= targets, f"expected custom_call targets {sorted(want)}, found {sorted(targets)}"
+    others = {t for t in targets if t.startswith("jax_memops_")} - want
+    assert not others, f"unexpected jax_memops targets {sorted(others)}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16", "f16"])
+@pytest.mark.parametrize("grad", [False, True], ids=["fwd", "grad"])
+@pytest.mark.parametrize("op", OPS)
+def test_cpu_lowering_has_custom_calls(op, grad, dtype):
+    x = X.astype(dtype)
+    fn = _grad(op) if grad else _fwd(op)
+    # the default lowering (the default backend's platform) ...
+    _check(jax.jit(fn).lower(x, S, B).as_text(), op, grad)
+    # ... and explicitly for the CPU, whatever the default backend is
+    _check(jax.jit(fn).trace(x, S, B).lower(lowering_platforms=("cpu",)).as_text(), op, grad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16", "f16"])
+@pytest.mark.parametrize("grad", [False, True], ids=["fwd", "grad"])
+@pytest.mark.parametrize("op", OPS)
+def test_cuda_lowering_has_custom_calls(op, grad, dtype):
+    if not jm.build_info()["cuda"]:
+        pytest.skip("jax_memops built without CUDA kernels (build_info()['cuda'] is False)")
+    x = X.astype(dtype)
+    fn = _grad(op) if grad else _fwd(op)
+    text = jax.jit(fn).trace(x, S, B).lower(lowering_platforms=("cuda",)).as_text()
+    _check(text, op, grad)
+
+
+def test_softmax_other_axis_lowering():
+    text = jax.jit(lambda x: jm.softmax(x, 0)).lower(jnp.ones((3, 5, 7))).as_text()
+    assert "jax_memops_softmax_fwd" in _targets(text)
+
+
+def test_gelu_number_params_lowering():
+    text = jax.jit(jax.grad(lambda x: jnp.sum(jm.scale_bias_gelu(x, 1.5, -0.5) ** 2))).lower(X).as_text()
+    assert {"jax_memops_gelu_fwd", "jax_memops_gelu_bwd"} <= _targets(text)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_vmap_lowering_keeps_custom_call(op):
+    """Under vmap the op still lowers to the handwritten kernel (not a fallback)."""
+    fn = jax.vmap(_fwd(op), in_axes=(0, 0, 0))
+    text = jax.jit(fn).lower(jnp.ones((3, 4, 33)), jnp.ones((3, 33)), jnp.ones((3, 33))).as_text()
+    assert f"jax_memops_{op}_fwd" in _targets(text)
+
+
+def test_build_info():
+    info = jm.build_info()
+    assert isinstance(info, dict)
+    for key in ("version", "cuda", "cuda_archs", "jaxlib_built_against"):
+        assert key in info, f"build_info() lacks {key!r}: {info}"
+    assert isinstance(info["version"], str) and info["version"]
+    assert isinstance(info["cuda"], bool)
+    assert isinstance(info["cuda_archs"], str)
+    assert isinstance(info["jaxlib_built_against"], str) and info["jaxlib_built_against"]
+    if info["cuda"]:
+        assert info["cuda_archs"], "CUDA built but no archs reported"

@@ -1,0 +1,335 @@
+"""jm.softmax: forward and backward against the float64 NumPy reference, on every device, dtype,
+algorithm, axis and odd shape; masking (-inf), NaN rows, huge logits, empty inputs, stale outputs."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_memops as jm
+import memops_testing as mt
+from memops_testing import DTYPE_IDS, DTYPES, FWD_TOL, GRAD_TOL
+
+ALGORITHMS = tuple(jm.SOFTMAX_ALGORITHMS)
+
+# Odd shapes, softmax over the last axis.
+SHAPES = [
+    (4, 1),
+    (5, 3),
+    (7, 31),
+    (3, 33),
+    (1, 1000),
+    (6, 1000),
+    (2, 4097),
+    (3, 50257),
+    (17,),
+    (2, 3, 33),
+    (2, 2, 3, 31),
+]
+SHAPE_IDS = ["x".join(map(str, s)) for s in SHAPES]
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "algorithm"))
+def softmax_jit(x, axis=-1, algorithm="auto"):
+    return jm.softmax(x, axis, algorithm=algorithm)
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "algorithm"))
+def softmax_vjp_jit(x, g, axis=-1, algorithm="auto"):
+    y, vjp = jax.vjp(lambda t: jm.softmax(t, axis=axis, algorithm=algorithm), x)
+    return y, vjp(g)[0]
+
+
+def _check_out(out, x, device):
+    assert out.shape == x.shape
+    assert out.dtype == x.dtype, f"output dtype {out.dtype} != input dtype {x.dtype}"
+    assert out.devices() == {device}, f"output on {out.devices()}, expected {device}"
+
+
+def test_algorithms_tuple():
+    assert isinstance(jm.SOFTMAX_ALGORITHMS, tuple)
+    assert "auto" in jm.SOFTMAX_ALGORITHMS
+    assert all(isinstance(a, str) for a in jm.SOFTMAX_ALGORITHMS)
+    assert len(set(jm.SOFTMAX_ALGORITHMS)) == len(jm.SOFTMAX_ALGORITHMS)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_forward(device, rng, shape, dtype, algorithm):
+    x = mt.randn(rng, shape, dtype, scale=3.0)
+    out = softmax_jit(jax.device_put(x, device), algorithm=algorithm)
+    _check_out(out, x, device)
+    mt.assert_finite(out)
+    mt.assert_close(out, mt.ref_softmax(x), FWD_TOL[dtype], dtype=dtype)
+    # probabilities: non-negative, rows sum to ~1
+    o = mt.f64(out)
+    assert (o >= 0).all()
+    np.testing.assert_allclose(o.sum(-1), 1.0, rtol=0, atol=max(1e-4, 2 * FWD_TOL[dtype]))
+
+
+AXIS_CASES = [
+    ((9,), 0),
+    ((9,), -1),
+    ((4097, 2), 0),
+    ((5, 33), 0),
+    ((5, 33), -2),
+    ((3, 5, 33), 0),
+    ((3, 5, 33), 1),
+    ((3, 5, 33), 2),
+    ((3, 5, 33), -2),
+    ((3, 5, 33), -3),
+    ((2, 3, 4, 31), 0),
+    ((2, 3, 4, 31), 1),
+    ((2, 3, 4, 31), 2),
+    ((2, 3, 4, 31), 3),
+    ((2, 3, 4, 31), -3),
+    ((2, 3, 4, 31), -4),
+]
+AXIS_IDS = [f"{'x'.join(map(str, s))}-axis{a}" for s, a in AXIS_CASES]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape,axis", AXIS_CASES, ids=AXIS_IDS)
+def test_forward_axis(device, rng, shape, axis, dtype, algorithm):
+    x = mt.randn(rng, shape, dtype, scale=2.5)
+    out = softmax_jit(jax.device_put(x, device), axis=axis, algorithm=algorithm)
+    _check_out(out, x, device)
+    ref = mt.ref_softmax(x, axis)
+    # compare with the softmax axis moved last, so that the per-row checks run along it
+    mt.assert_close(np.moveaxis(mt.f64(out), axis, -1), np.moveaxis(ref, axis, -1), FWD_TOL[dtype], dtype=dtype)
+
+
+def test_default_axis_is_last(device, rng):
+    x = mt.randn(rng, (3, 4, 5))
+    xd = jax.device_put(x, device)
+    a = jm.softmax(xd)
+    b = jm.softmax(xd, -1)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    mt.assert_close(a, mt.ref_softmax(x, -1), FWD_TOL[mt.F32], dtype=mt.F32)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("c", [3, 33, 1000, 4097])
+def test_masked_neg_inf(device, rng, c, dtype, algorithm):
+    """-inf entries give exactly 0 (masking); the other entries match the reference; a fully
+    masked row gives NaN in that row only (as jax.nn.softmax does)."""
+    n = 6
+    x = mt.randn(rng, (n, c), dtype, scale=2.0)
+    mask = rng.random((n, c)) < 0.4
+    mask[1, :] = True  # fully masked row -> NaN
+    mask[2, :] = True
+    mask[2, c // 2] = False  # a single unmasked entry -> one-hot
+    mask[3, :] = False  # no mask at all
+    x[mask] = -np.inf
+    out = softmax_jit(jax.device_put(x, device), algorithm=algorithm)
+    _check_out(out, x, device)
+    o = mt.f64(out)
+    ref = mt.ref_softmax(x)
+    assert np.isnan(ref[1]).all()
+    assert np.isnan(o[1]).all(), f"fully -inf row should be NaN, got {o[1][:8]}"
+    keep = np.ones(n, bool)
+    keep[1] = False
+    assert (o[keep][mask[keep]] == 0).all(), "masked (-inf) entries must give exactly 0"
+    assert o[2, c // 2] == 1.0
+    mt.assert_close(o[keep], ref[keep], FWD_TOL[dtype], dtype=dtype)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("c", [5, 1000])
+def test_nan_row(device, rng, c, dtype, algorithm):
+    x = mt.randn(rng, (4, c), dtype)
+    x[2, c // 3] = np.nan
+    out = mt.f64(softmax_jit(jax.device_put(x, device), algorithm=algorithm))
+    assert np.isnan(out[2]).all(), "a NaN input makes its whole row NaN"
+    others = [0, 1, 3]
+    mt.assert_close(out[others], mt.ref_softmax(x)[others], FWD_TOL[dtype], dtype=dtype)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("c", [31, 1000, 4097])
+def test_huge_logits(device, rng, c, dtype, algorithm):
+    """Logits of magnitude ~1e4 (nearly one-hot rows): stable, no overflow, matches the reference."""
+    x = np.clip(1e4 * rng.standard_normal((5, c)), -6e4, 6e4).astype(np.float32).astype(dtype)
+    out = softmax_jit(jax.device_put(x, device), algorithm=algorithm)
+    mt.assert_finite(out)
+    mt.assert_close(out, mt.ref_softmax(x), FWD_TOL[dtype], dtype=dtype)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("shift", [1e4, -1e4, 3e4])
+@pytest.mark.parametrize("c", [33, 4097])
+def test_shift_invariance_f32(device, rng, c, shift, algorithm):
+    """softmax(x + shift) == softmax(x): exactly the reference of the (rounded) shifted input, and
+    close to softmax(x) up to the rounding of x + shift in float32 (ulp(3e4) ~ 2e-3)."""
+    x = mt.randn(rng, (6, c), np.float32, scale=2.0)
+    xs = (x + np.float32(shift)).astype(np.float32)
+    out_s = softmax_jit(jax.device_put(xs, device), algorithm=algorithm)
+    mt.assert_finite(out_s)
+    mt.assert_close(out_s, mt.ref_softmax(xs), FWD_TOL[mt.F32], dtype=mt.F32)
+    out = softmax_jit(jax.device_put(x, device), algorithm=algorithm)
+    assert mt.rel_err(out_s, mt.f64(out)) < 1e-2
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES[1:], ids=DTYPE_IDS[1:])
+def test_shift_low_precision(device, rng, dtype, algorithm):
+    x = (mt.randn(rng, (4, 257), np.float32) + np.float32(1e4)).astype(dtype)
+    out = softmax_jit(jax.device_put(x, device), algorithm=algorithm)
+    mt.assert_finite(out)
+    mt.assert_close(out, mt.ref_softmax(x), FWD_TOL[dtype], dtype=dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# backward
+# ----------------------------------------------------------------------------------------------
+
+GRAD_CASES = [
+    ((4, 1), -1),
+    ((5, 3), -1),
+    ((7, 31), -1),
+    ((3, 33), -1),
+    ((1, 1000), -1),
+    ((2, 4097), -1),
+    ((3, 50257), -1),
+    ((17,), 0),
+    ((2, 3, 33), -1),
+    ((2, 3, 33), 1),
+    ((2, 2, 3, 31), 0),
+    ((2, 2, 3, 31), -2),
+]
+GRAD_IDS = [f"{'x'.join(map(str, s))}-axis{a}" for s, a in GRAD_CASES]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape,axis", GRAD_CASES, ids=GRAD_IDS)
+def test_grad(device, rng, shape, axis, dtype, algorithm):
+    x = mt.randn(rng, shape, dtype, scale=2.0)
+    g = mt.randn(rng, shape, dtype, scale=1.0)
+    y, dx = softmax_vjp_jit(jax.device_put(x, device), jax.device_put(g, device), axis=axis, algorithm=algorithm)
+    _check_out(y, x, device)
+    _check_out(dx, x, device)
+    mt.assert_finite(dx, "dx")
+    ref = mt.ref_softmax_vjp(x, g, axis)
+    mag = mt.ref_softmax_vjp_mag(x, g, axis)
+    mt.assert_close(
+        np.moveaxis(mt.f64(dx), axis, -1),
+        np.moveaxis(ref, axis, -1),
+        GRAD_TOL[dtype],
+        dtype=dtype,
+        what="dx",
+        mag=np.moveaxis(mag, axis, -1),
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape,axis", [((6, 33), -1), ((3, 4, 5), 1), ((2, 1000), -1)], ids=["6x33", "3x4x5-axis1", "2x1000"])
+def test_grad_matches_xla(device, rng, shape, axis, dtype):
+    """jax.grad of sum(softmax(x) * w) equals jax.grad of jax.nn.softmax computed in float32 on
+    the upcast input (loose tolerance for bf16/f16 inputs)."""
+    x = mt.randn(rng, shape, dtype, scale=2.0)
+    w = mt.randn(rng, shape, np.float32, scale=1.0)
+    xd, wd = jax.device_put(x, device), jax.device_put(w, device)
+
+    @jax.jit
+    def ours(x, w):
+        return jax.grad(lambda t: jnp.sum(jm.softmax(t, axis).astype(jnp.float32) * w))(x)
+
+    @jax.jit
+    def xla(x, w):
+        return jax.grad(lambda t: jnp.sum(mt.jnp_softmax(t, axis) * w))(x.astype(jnp.float32))
+
+    got = ours(xd, wd)
+    assert got.dtype == x.dtype
+    want = xla(xd, wd)
+    tol = {mt.F32: 1e-5, mt.BF16: 3e-2, mt.F16: 5e-3}[dtype]
+    assert mt.rel_err(got, want) < tol + 2 * mt.rel_err(mt.round_to(want, dtype), want)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_grad_masked(device, rng, dtype, algorithm):
+    n, c = 5, 37
+    x = mt.randn(rng, (n, c), dtype)
+    mask = rng.random((n, c)) < 0.5
+    mask[:, 0] = False  # every row keeps at least one finite entry
+    x[mask] = -np.inf
+    g = mt.randn(rng, (n, c), dtype, scale=1.0)
+    _, dx = softmax_vjp_jit(jax.device_put(x, device), jax.device_put(g, device), algorithm=algorithm)
+    d = mt.f64(dx)
+    mt.assert_finite(d, "dx")
+    assert (d[mask] == 0).all(), "the gradient at masked (-inf) entries must be 0"
+    mt.assert_close(d, mt.ref_softmax_vjp(x, g), GRAD_TOL[dtype], dtype=dtype, what="dx", mag=mt.ref_softmax_vjp_mag(x, g))
+
+
+# ----------------------------------------------------------------------------------------------
+# empty inputs, stale outputs, eager mode
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(
+    "shape,axis", [((0, 8), -1), ((0, 8), 0), ((4, 0), -1), ((4, 0), 0), ((2, 0, 3), 1), ((2, 0, 3), -1), ((0,), 0)]
+)
+def test_empty(device, shape, axis, dtype):
+    x = np.zeros(shape, dtype)
+    xd = jax.device_put(x, device)
+    y, dx = softmax_vjp_jit(xd, xd, axis=axis)
+    assert y.shape == shape and y.dtype == x.dtype
+    assert dx.shape == shape and dx.dtype == x.dtype
+    out = jm.softmax(xd, axis)
+    assert out.shape == shape and out.dtype == x.dtype
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("shape", [(7, 33), (3, 4097)], ids=["7x33", "3x4097"])
+def test_stale_and_poisoned_outputs(device, rng, shape, algorithm):
+    """Two fresh inputs of one shape through the same compiled function (the second result must
+    not hold anything of the first); NaN-poisoned memory freed just before the call must not leak
+    into the outputs."""
+    for _ in range(2):
+        poison = jax.device_put(np.full(shape, np.nan, np.float32), device)
+        poison.block_until_ready()
+        poison.delete()
+        x = mt.randn(rng, shape, np.float32)
+        g = mt.randn(rng, shape, np.float32, scale=1.0)
+        y, dx = softmax_vjp_jit(jax.device_put(x, device), jax.device_put(g, device), algorithm=algorithm)
+        mt.assert_finite(y, "y")
+        mt.assert_finite(dx, "dx")
+        mt.assert_close(y, mt.ref_softmax(x), FWD_TOL[mt.F32], dtype=mt.F32, what="y")
+        mt.assert_close(dx, mt.ref_softmax_vjp(x, g), GRAD_TOL[mt.F32], dtype=mt.F32, what="dx", mag=mt.ref_softmax_vjp_mag(x, g))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_eager_matches_jit(device, rng, dtype):
+    x = jax.device_put(mt.randn(rng, (5, 77), dtype), device)
+    eager = jm.softmax(x)
+    jitted = softmax_jit(x)
+    assert eager.dtype == x.dtype
+    mt.assert_close(eager, mt.f64(jitted), FWD_TOL[dtype], dtype=dtype)
+
+
+def test_numpy_input(rng):
+    x = mt.randn(rng, (3, 10))
+    out = jm.softmax(x)
+    assert out.dtype == np.float32 and out.shape == (3, 10)
+    mt.assert_close(out, mt.ref_softmax(x), FWD_TOL[mt.F32], dtype=mt.F32)
+
+
+@pytest.mark.skipif(len(ALGORITHMS) < 2, reason="only one softmax algorithm")
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_algorithms_agree(device, rng, dtype):
+    x = jax.device_put(mt.randn(rng, (4, 1500), dtype, scale=3.0), device)
+    outs = {a: mt.f64(softmax_jit(x, algorithm=a)) for a in ALGORITHMS}
+    base = outs["auto"]
+    for a, o in outs.items():
+        assert mt.rel_err(o, base) < 2 * FWD_TOL[dtype] + 2 * mt.rel_err(mt.round_to(base, dtype), base), a
