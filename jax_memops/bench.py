@@ -160,13 +160,13 @@ def default_cases(platform: str) -> list[Case]:
             for dt in ("float32", "bfloat16") for c in cols]
 
 
-def format_table(results: list[Result]) -> str:
-    head = f"{'op':10s} {'dir':7s} {'dtype':8s} {'shape':>12s} {'ours ms':>9s} {'XLA ms':>9s} " \
-           f"{'speedup':>7s} {'ours GB/s':>9s} {'max rel diff':>12s}"
-    lines = [head, "-" * len(head)]
-    for r in results:
-        c = r.case
-        lines.append(f"{c.op:10s} {c.direction:7s} {c.dtype:8s} {'x'.join(map(str, c.shape)):>12s} "
-                     f"{r.ours_ms:9.4f} {r.xla_ms:9.4f} {r.speedup:7.2f} {r.ours_gbps:9.1f} "
-                     f"{r.max_rel_diff:12.2e}")
-    return "\n".join(lines)
+def table_header() -> str:
+    head = (f"{'op':10s} {'dir':7s} {'dtype':8s} {'shape':>12s} {'ours ms':>9s} {'XLA ms':>9s} "
+            f"{'speedup':>7s} {'ours GB/s':>9s} {'max rel diff':>12s}")
+    return head + "\n" + "-" * len(head)
+
+
+def table_row(r: Result) -> str:
+    c = r.case
+    return (f"{c.op:10s} {c.direction:7s} {c.dtype:8s} {'x'.join(map(str, c.shape)):>12s} "
+            f"{r.ours_ms:9.4f} {r.xla_ms:9.4f} {r.speedup:7.2f} {r.ours_gbps:9.1f} {r.max_rel_diff:12.2e}")

@@ -50,11 +50,12 @@ def cmd_bench(args) -> int:
           f"median of {reps} x {iters} calls", flush=True)
     key = jax.random.key(args.seed)
     results = []
-    for i, case in enumerate(cases):
+    print(bench.table_header(), flush=True)
+    for i, case in enumerate(cases):  # each row as soon as it is measured: a cut-off run keeps its rows
         key, sub = jax.random.split(key)
         print(f"[{i + 1}/{len(cases)}] {case.label}", file=sys.stderr, flush=True)
         results.append(bench.run_case(case, sub, iters, reps))
-    print(bench.format_table(results))
+        print(bench.table_row(results[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"info": _info(), "results": [
