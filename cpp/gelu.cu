@@ -3,6 +3,7 @@
 // is absent, the scalar attributes scale_value/bias_value.
 #include "cuda_common.cuh"
 #include "gelu_math.h"  // jm::gelu, jm::gelu_grad: the math shared with the CPU kernels
+#include "bindings.h"
 #include "handlers.h"
 
 namespace ffi = xla::ffi;
@@ -141,26 +142,9 @@ ffi::Error GeluBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
 }  // namespace jm::cuda
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluFwdCuda, jm::cuda::GeluFwd,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // scale
-                                  .Arg<ffi::AnyBuffer>()  // bias
-                                  .Ret<ffi::AnyBuffer>()  // y
-                                  .Attr<float>("scale_value")
-                                  .Attr<float>("bias_value"),
+                              jm::bind::gelu_fwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluBwdCuda, jm::cuda::GeluBwd,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // scale
-                                  .Arg<ffi::AnyBuffer>()  // bias
-                                  .Arg<ffi::AnyBuffer>()  // dy
-                                  .Ret<ffi::AnyBuffer>()  // dx
-                                  .Ret<ffi::AnyBuffer>()  // dscale
-                                  .Ret<ffi::AnyBuffer>()  // dbias
-                                  .Attr<float>("scale_value")
-                                  .Attr<float>("bias_value"),
+                              jm::bind::gelu_bwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});

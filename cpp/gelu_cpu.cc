@@ -4,6 +4,7 @@
 
 #include "cpu_common.h"
 #include "gelu_math.h"
+#include "bindings.h"
 #include "handlers.h"
 
 namespace jm::cpu {
@@ -93,23 +94,6 @@ ffi::Error gelu_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
 
 namespace ffi = xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluFwdCpu, jm::cpu::gelu_fwd,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // scale (array or empty)
-                                  .Arg<ffi::AnyBuffer>()  // bias (array or empty)
-                                  .Ret<ffi::AnyBuffer>()  // y
-                                  .Attr<float>("scale_value")
-                                  .Attr<float>("bias_value"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluFwdCpu, jm::cpu::gelu_fwd, jm::bind::gelu_fwd(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluBwdCpu, jm::cpu::gelu_bwd,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // scale
-                                  .Arg<ffi::AnyBuffer>()  // bias
-                                  .Arg<ffi::AnyBuffer>()  // dy
-                                  .Ret<ffi::AnyBuffer>()  // dx
-                                  .Ret<ffi::AnyBuffer>()  // dscale
-                                  .Ret<ffi::AnyBuffer>()  // dbias
-                                  .Attr<float>("scale_value")
-                                  .Attr<float>("bias_value"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluBwdCpu, jm::cpu::gelu_bwd, jm::bind::gelu_bwd(ffi::Ffi::Bind()));

@@ -2,6 +2,7 @@
 // JmLayerNormBwdCuda, JmRmsNormFwdCuda, JmRmsNormBwdCuda). One kernel template per direction serves
 // both norms (kRms drops the mean).
 #include "cuda_common.cuh"
+#include "bindings.h"
 #include "handlers.h"
 
 namespace ffi = xla::ffi;
@@ -290,47 +291,17 @@ ffi::Error RmsNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scal
 }  // namespace jm::cuda
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormFwdCuda, jm::cuda::LayerNormFwd,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // scale
-                                  .Arg<ffi::AnyBuffer>()  // bias
-                                  .Ret<ffi::AnyBuffer>()  // y
-                                  .Ret<ffi::AnyBuffer>()  // mean
-                                  .Ret<ffi::AnyBuffer>()  // rstd
-                                  .Attr<float>("epsilon"),
+                              jm::bind::layer_norm_fwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormBwdCuda, jm::cuda::LayerNormBwd,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()   // x
-                                  .Arg<ffi::AnyBuffer>()   // scale
-                                  .Arg<ffi::AnyBuffer>()   // mean
-                                  .Arg<ffi::AnyBuffer>()   // rstd
-                                  .Arg<ffi::AnyBuffer>()   // dy
-                                  .Ret<ffi::AnyBuffer>()   // dx
-                                  .Ret<ffi::AnyBuffer>()   // dscale
-                                  .Ret<ffi::AnyBuffer>(),  // dbias
+                              jm::bind::layer_norm_bwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormFwdCuda, jm::cuda::RmsNormFwd,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // scale
-                                  .Ret<ffi::AnyBuffer>()  // y
-                                  .Ret<ffi::AnyBuffer>()  // rstd
-                                  .Attr<float>("epsilon"),
+                              jm::bind::rms_norm_fwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormBwdCuda, jm::cuda::RmsNormBwd,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()   // x
-                                  .Arg<ffi::AnyBuffer>()   // scale
-                                  .Arg<ffi::AnyBuffer>()   // rstd
-                                  .Arg<ffi::AnyBuffer>()   // dy
-                                  .Ret<ffi::AnyBuffer>()   // dx
-                                  .Ret<ffi::AnyBuffer>(),  // dscale
+                              jm::bind::rms_norm_bwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});

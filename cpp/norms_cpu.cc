@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cpu_common.h"
+#include "bindings.h"
 #include "handlers.h"
 
 namespace jm::cpu {
@@ -155,40 +156,10 @@ ffi::Error rms_norm_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer r
 
 namespace ffi = xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormFwdCpu, jm::cpu::layer_norm_fwd,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // scale
-                                  .Arg<ffi::AnyBuffer>()  // bias
-                                  .Ret<ffi::AnyBuffer>()  // y
-                                  .Ret<ffi::AnyBuffer>()  // mean
-                                  .Ret<ffi::AnyBuffer>()  // rstd
-                                  .Attr<float>("epsilon"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormFwdCpu, jm::cpu::layer_norm_fwd, jm::bind::layer_norm_fwd(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormFwdCpu, jm::cpu::rms_norm_fwd,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // scale
-                                  .Ret<ffi::AnyBuffer>()  // y
-                                  .Ret<ffi::AnyBuffer>()  // rstd
-                                  .Attr<float>("epsilon"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormBwdCpu, jm::cpu::layer_norm_bwd, jm::bind::layer_norm_bwd(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormBwdCpu, jm::cpu::layer_norm_bwd,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // scale
-                                  .Arg<ffi::AnyBuffer>()  // mean
-                                  .Arg<ffi::AnyBuffer>()  // rstd
-                                  .Arg<ffi::AnyBuffer>()  // dy
-                                  .Ret<ffi::AnyBuffer>()  // dx
-                                  .Ret<ffi::AnyBuffer>()  // dscale
-                                  .Ret<ffi::AnyBuffer>()); // dbias
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormFwdCpu, jm::cpu::rms_norm_fwd, jm::bind::rms_norm_fwd(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormBwdCpu, jm::cpu::rms_norm_bwd,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // scale
-                                  .Arg<ffi::AnyBuffer>()  // rstd
-                                  .Arg<ffi::AnyBuffer>()  // dy
-                                  .Ret<ffi::AnyBuffer>()  // dx
-                                  .Ret<ffi::AnyBuffer>()); // dscale
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormBwdCpu, jm::cpu::rms_norm_bwd, jm::bind::rms_norm_bwd(ffi::Ffi::Bind()));

@@ -1,5 +1,6 @@
 // Softmax over the last axis: CUDA kernels and XLA FFI handlers (JmSoftmaxFwdCuda, JmSoftmaxBwdCuda).
 #include "cuda_common.cuh"
+#include "bindings.h"
 #include "handlers.h"
 
 namespace ffi = xla::ffi;
@@ -146,17 +147,9 @@ ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
 }  // namespace jm::cuda
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxFwdCuda, jm::cuda::SoftmaxFwd,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Ret<ffi::AnyBuffer>()  // y
-                                  .Attr<int64_t>("algorithm"),
+                              jm::bind::softmax_fwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxBwdCuda, jm::cuda::SoftmaxBwd,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // y
-                                  .Arg<ffi::AnyBuffer>()  // dy
-                                  .Ret<ffi::AnyBuffer>(),  // dx
+                              jm::bind::softmax_bwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cpu_common.h"
+#include "bindings.h"
 #include "handlers.h"
 
 namespace jm::cpu {
@@ -77,14 +78,6 @@ ffi::Error softmax_bwd(ffi::AnyBuffer y, ffi::AnyBuffer dy, ffi::Result<ffi::Any
 
 namespace ffi = xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxFwdCpu, jm::cpu::softmax_fwd,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("algorithm"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxFwdCpu, jm::cpu::softmax_fwd, jm::bind::softmax_fwd(ffi::Ffi::Bind()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxBwdCpu, jm::cpu::softmax_bwd,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxBwdCpu, jm::cpu::softmax_bwd, jm::bind::softmax_bwd(ffi::Ffi::Bind()));

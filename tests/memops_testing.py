@@ -393,3 +393,20 @@ def jnp_scale_bias_gelu(x, scale=1.0, bias=0.0):
 
     u = x * scale + bias
     return 0.5 * u * (1.0 + jnp.tanh(SQRT_2_OVER_PI * (u + GELU_C * u * u * u)))
+
+
+# The odd shapes every op is checked on: C = 1, primes, 50257, > 4096, N = 1, ranks 1 to 4.
+SHAPES = [
+    (4, 1),
+    (5, 3),
+    (7, 31),
+    (3, 33),
+    (1, 1000),
+    (6, 1000),
+    (2, 4097),
+    (3, 50257),
+    (17,),
+    (2, 3, 33),
+    (2, 2, 3, 31),
+]
+SHAPE_IDS = ["x".join(map(str, s)) for s in SHAPES]

@@ -11,22 +11,9 @@ import pytest
 
 import jax_memops as jm
 import memops_testing as mt
+from memops_testing import SHAPE_IDS, SHAPES
 from memops_testing import DTYPE_IDS, DTYPES, FWD_TOL, GRAD_TOL
 
-SHAPES = [
-    (4, 1),
-    (5, 3),
-    (7, 31),
-    (3, 33),
-    (1, 1000),
-    (6, 1000),
-    (2, 4097),
-    (3, 50257),
-    (17,),
-    (2, 3, 33),
-    (2, 2, 3, 31),
-]
-SHAPE_IDS = ["x".join(map(str, s)) for s in SHAPES]
 
 # How scale and bias are given: Python numbers (static) or (C,) arrays.
 KINDS = ["default", "numbers", "int-number", "arrays", "array-scale", "array-bias"]
