@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # One lease on the GPU machine: build against its jaxlib, then the stages named on the command line
-# (default: all). Logs go to $OUT (or ./gpu-out); a summary table is printed last.
+# (default: all). Logs and bench outputs go to ./gpu-out, packed into $OUT/gpu-out.tgz at the end (the
+# device tool brings back at most 8 files); a summary table is printed last.
 #   build     pip install --no-build-isolation --no-deps . (sm_90 only, to save time)
 #   test      the pytest suite (CPU and GPU cases)
 #   sanitize  compute-sanitizer memcheck and racecheck over benchmarks/sanitize.py
-#   bench     jax-memops bench (default sweep) with a JSON of every number
+#   bench     jax-memops bench (default: sweep, softmax ladder, transformer block) into gpu-out/bench
 # Environment: TESTS_K (pytest -k expression, e.g. gpu), BENCH_ARGS (extra bench options),
 # T_TEST / T_SAN / T_BENCH (seconds each stage may take; a stage past its limit is stopped and noted).
 set -uo pipefail
-out=${OUT:-gpu-out}
-mkdir -p "$out"
+out=gpu-out
+rm -rf "$out" && mkdir -p "$out"
+trap '[ -n "${OUT:-}" ] && tar czf "$OUT/gpu-out.tgz" "$out"' EXIT
 stages=${*:-build test sanitize bench}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-true}
 summary=()
@@ -41,7 +43,7 @@ for stage in $stages; do
         rc=$?; note $tool "rc=$rc $((SECONDS - start))s $(grep -E 'SUMMARY|passed|FAIL' "$out/$tool.log" | tail -2 | tr '\n' ' ')"
       done ;;
     bench)
-      timeout ${T_BENCH:-1200} python3 -P -m jax_memops.cli bench ${BENCH_ARGS:-} --json "$out/bench.json" > "$out/bench.txt" 2> "$out/bench.err"
+      timeout ${T_BENCH:-1200} python3 -P -m jax_memops.cli bench ${BENCH_ARGS:-} --out "$out/bench" > "$out/bench.txt" 2> "$out/bench.err"
       rc=$?; note bench "rc=$rc $((SECONDS - start))s"
       cat "$out/bench.txt"; [ $rc -eq 0 ] || tail -20 "$out/bench.err" ;;
   esac

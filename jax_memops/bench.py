@@ -1,16 +1,23 @@
 """Handwritten kernels vs XLA's automatic fusion: correctness first, then time, on whatever device JAX has.
 
-Each case is (op, direction, dtype, shape). For each: both sides are jitted, their results compared (a
-disagreement fails the run), then timed interleaved: median over repetitions of the mean time of
-`iters` back-to-back calls closed by one block_until_ready (device work is queued asynchronously, so
-this measures device throughput once a call takes longer than its dispatch).
+Each case is (op, direction, dtype, shape[, softmax algorithm]). Ours and XLA's formulation
+(`jax_memops.reference`: jax.nn.softmax, a Flax-style LayerNorm, jax.nn.gelu(x*s + b, approximate=True),
+all jitted) are first compared — a disagreement stops the run — then timed, interleaved with a jitted
+copy of x (read + write of the same tensor: the bandwidth ceiling measured in the same run).
+
+Timing: warm-up calls (compilation excluded), then the median over `reps` repetitions of the mean time of
+`iters` back-to-back calls closed by one block_until_ready. Device work is queued asynchronously, so this
+is device throughput as long as one call outlasts its dispatch (tens of microseconds): true for the
+default GPU tensors (2^26 elements, 4x larger than the H200's L2 even in bf16, so no buffer rotation is
+needed). It also works on a CPU, where there are no device events, and counts what a user's jitted loop
+pays, launch gaps included.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 import jax
@@ -26,6 +33,15 @@ DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 # Max |ours - XLA| / max|XLA| allowed per dtype: both compute in float32 and round to the dtype.
 TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 4e-3}
+# Row lengths of the default GPU grid (../shared/ANCHORS.md), each at 2^26 elements.
+DEFAULT_COLS = {
+    "softmax": (128, 512, 1024, 2048, 4096, 8192, 32768, 50257, 131072),
+    "layer_norm": (768, 1024, 2048, 4096, 8192, 12288),
+    "rms_norm": (768, 1024, 4096, 12288),
+    "gelu": (768, 4096),
+}
+DEFAULT_ELEMENTS = 1 << 26
+LADDER_COLS = (1024, 50257)
 
 
 @dataclass(frozen=True)
@@ -34,10 +50,23 @@ class Case:
     direction: str
     dtype: str
     shape: tuple[int, ...]
+    algorithm: str = "auto"  # softmax only
 
     @property
     def label(self) -> str:
-        return f"{self.op:10s} {self.direction:7s} {self.dtype:8s} {'x'.join(map(str, self.shape))}"
+        alg = f" [{self.algorithm}]" if self.op == "softmax" and self.algorithm != "auto" else ""
+        return f"{self.op} {self.direction} {self.dtype} {'x'.join(map(str, self.shape))}{alg}"
+
+    @property
+    def elements(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def bytes_moved(self) -> int:
+        """The least traffic: forward x in + y out; backward one saved tensor (y or x) and dy in, dx out;
+        a training step both (per-row statistics and per-feature parameters are negligible)."""
+        passes = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}[self.direction]
+        return self.elements * jnp.dtype(DTYPES[self.dtype]).itemsize * passes
 
 
 @dataclass
@@ -46,22 +75,37 @@ class Result:
     max_rel_diff: float
     ours_ms: float
     xla_ms: float
-    bytes_moved: int
-    extra: dict = field(default_factory=dict)
+    copy_ms: float  # one read + one write of x
 
     @property
     def speedup(self) -> float:
         return self.xla_ms / self.ours_ms
 
+    def gbps(self, ms: float) -> float:
+        return self.case.bytes_moved / (ms * 1e-3) / 1e9
+
     @property
-    def ours_gbps(self) -> float:
-        return self.bytes_moved / (self.ours_ms * 1e-3) / 1e9
+    def copy_gbps(self) -> float:
+        return 2 * self.case.elements * jnp.dtype(DTYPES[self.case.dtype]).itemsize / (self.copy_ms * 1e-3) / 1e9
+
+    @property
+    def pct_of_copy(self) -> float:
+        return 100.0 * self.gbps(self.ours_ms) / self.copy_gbps
+
+    def to_dict(self) -> dict:
+        d = asdict(self.case)
+        d["shape"] = list(self.case.shape)
+        d.update(max_rel_diff=self.max_rel_diff, ours_ms=self.ours_ms, xla_ms=self.xla_ms,
+                 copy_ms=self.copy_ms, speedup=self.speedup, bytes_moved=self.case.bytes_moved,
+                 ours_gbps=self.gbps(self.ours_ms), xla_gbps=self.gbps(self.xla_ms),
+                 copy_gbps=self.copy_gbps, pct_of_copy=self.pct_of_copy)
+        return d
 
 
-def _functions(op: str) -> tuple[Callable, Callable]:
+def _functions(op: str, algorithm: str = "auto") -> tuple[Callable, Callable]:
     """(ours, XLA's) as functions of (x, scale, bias)."""
     if op == "softmax":
-        return (lambda x, s, b: jm.softmax(x)), (lambda x, s, b: reference.softmax(x))
+        return (lambda x, s, b: jm.softmax(x, algorithm=algorithm)), (lambda x, s, b: reference.softmax(x))
     if op == "layer_norm":
         return jm.layer_norm, reference.layer_norm
     if op == "rms_norm":
@@ -71,39 +115,37 @@ def _functions(op: str) -> tuple[Callable, Callable]:
     raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
 
 
-def _tensor_passes(case: Case) -> int:
-    """Full-tensor reads + writes the op must make at least: forward x in, y out; backward one saved
-    tensor (y or x) and dy in, dx out; a training step both."""
-    return {"fwd": 2, "bwd": 3, "fwd+bwd": 5}[case.direction]
-
-
 def build(case: Case, key) -> tuple[Callable, Callable, tuple]:
-    """Jitted (ours, xla) and their arguments for a case."""
+    """Jitted (ours, xla) for a case and the arguments both take: (x, scale, bias, dy)."""
     dtype = DTYPES[case.dtype]
     cols = case.shape[-1]
     kx, ks, kb, kd = jax.random.split(key, 4)
     x = (2.0 * jax.random.normal(kx, case.shape, jnp.float32)).astype(dtype)
     scale = 1.0 + 0.1 * jax.random.normal(ks, (cols,), jnp.float32)
     bias = 0.1 * jax.random.normal(kb, (cols,), jnp.float32)
-    ours, xla = _functions(case.op)
-    if case.direction == "fwd":
-        return jax.jit(ours), jax.jit(xla), (x, scale, bias)
     dy = jax.random.normal(kd, case.shape, jnp.float32).astype(dtype)
+    args = (x, scale, bias, dy)
+    ours, xla = _functions(case.op, case.algorithm)
+    if case.direction == "fwd":
+        return [jax.jit(lambda x, s, b, dy, f=f: f(x, s, b)) for f in (ours, xla)] + [args]
     if case.direction == "fwd+bwd":
         def step(f):
             def run(x, s, b, dy):
                 y, pullback = jax.vjp(f, x, s, b)
                 return y, pullback(dy)
             return jax.jit(run)
-        return step(ours), step(xla), (x, scale, bias, dy)
+        return [step(ours), step(xla), args]
     # Backward alone: the pullback of a forward run beforehand, i.e. from the saved residuals.
-    pullbacks = [jax.vjp(f, x, scale, bias)[1] for f in (ours, xla)]
     apply = jax.jit(lambda pullback, dy: pullback(dy))
-    return ((lambda *a: apply(pullbacks[0], a[-1])), (lambda *a: apply(pullbacks[1], a[-1])),
-            (x, scale, bias, dy))
+    pullbacks = [jax.vjp(f, x, scale, bias)[1] for f in (ours, xla)]
+    return [(lambda x, s, b, dy, p=p: apply(p, dy)) for p in pullbacks] + [args]
+
+
+_copy = jax.jit(lambda x: x * jnp.asarray(1.0001, x.dtype))  # a read and a write XLA cannot elide
 
 
 def max_rel_diff(a, b) -> float:
+    """max |a - b| / max |b| over all leaves; inf if either holds a NaN or inf."""
     worst = 0.0
     for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         u, v = np.asarray(u, np.float64), np.asarray(v, np.float64)
@@ -115,17 +157,17 @@ def max_rel_diff(a, b) -> float:
     return worst
 
 
-def time_interleaved(fns: list[Callable], args: tuple, iters: int, reps: int) -> list[float]:
-    """Median ms per call of each function, measured in alternation so drifts hit all alike."""
-    for f in fns:  # compile and warm up
-        jax.block_until_ready(f(*args))
-        jax.block_until_ready(f(*args))
-    samples = [[] for _ in fns]
+def time_interleaved(calls: list[Callable[[], object]], iters: int, reps: int) -> list[float]:
+    """Median ms per call of each zero-argument call, measured in alternation so drifts hit all alike."""
+    for f in calls:  # compile and warm up
+        jax.block_until_ready(f())
+        jax.block_until_ready(f())
+    samples = [[] for _ in calls]
     for _ in range(reps):
-        for f, out in zip(fns, samples):
+        for f, out in zip(calls, samples):
             t0 = time.perf_counter()
             for _ in range(iters):
-                r = f(*args)
+                r = f()
             jax.block_until_ready(r)
             out.append((time.perf_counter() - t0) * 1e3 / iters)
     return [statistics.median(s) for s in samples]
@@ -137,36 +179,26 @@ def run_case(case: Case, key, iters: int, reps: int) -> Result:
     if not diff <= TOLERANCE[case.dtype]:
         raise AssertionError(f"{case.label}: ours and XLA disagree, max relative difference {diff:.3g} "
                              f"(allowed {TOLERANCE[case.dtype]:g})")
-    ours_ms, xla_ms = time_interleaved([ours, xla], args, iters, reps)
-    nbytes = int(np.prod(case.shape)) * jnp.dtype(DTYPES[case.dtype]).itemsize * _tensor_passes(case)
-    return Result(case, diff, ours_ms, xla_ms, nbytes)
+    x = args[0]
+    ours_ms, xla_ms, copy_ms = time_interleaved(
+        [lambda: ours(*args), lambda: xla(*args), lambda: _copy(x)], iters, reps)
+    return Result(case, diff, ours_ms, xla_ms, copy_ms)
 
 
-def quick_cases(platform: str) -> list[Case]:
-    """A small sweep: every op and direction, odd and vocabulary-sized rows, every dtype."""
-    rows = 4096 if platform == "gpu" else 64
-    shapes = [(rows, 1000), (rows // 8, 50257)] if platform == "gpu" else [(rows, 1000), (4, 50257)]
-    return [Case(op, d, dt, s) for op in OPS for d in DIRECTIONS for dt in ("float32", "bfloat16")
-            for s in shapes]
+# -- sweeps --------------------------------------------------------------------------------------------
+def grid(ops, directions, dtypes, cols_by_op, elements) -> list[Case]:
+    """rows = elements // C for every C of each op (at least one row)."""
+    return [Case(op, d, dt, (max(1, elements // c), c)) for op in ops for c in cols_by_op[op]
+            for d in directions for dt in dtypes]
 
 
-def default_cases(platform: str) -> list[Case]:
-    """Tensors of 2^26 elements (far larger than a GPU's L2) at short, medium and vocabulary-sized rows;
-    on a CPU the quick sweep."""
-    if platform == "cpu":
-        return quick_cases(platform)
-    cols = (1024, 4096, 50257)
-    return [Case(op, d, dt, ((1 << 26) // c, c)) for op in OPS for d in DIRECTIONS
-            for dt in ("float32", "bfloat16") for c in cols]
+def quick_cases(ops=OPS, directions=DIRECTIONS, dtypes=("float32", "bfloat16")) -> list[Case]:
+    """Seconds on a CPU: a short odd row and a vocabulary-sized row per op."""
+    return [Case(op, d, dt, s) for op in ops for s in ((64, 1000), (4, 50257))
+            for d in directions for dt in dtypes]
 
 
-def table_header() -> str:
-    head = (f"{'op':10s} {'dir':7s} {'dtype':8s} {'shape':>12s} {'ours ms':>9s} {'XLA ms':>9s} "
-            f"{'speedup':>7s} {'ours GB/s':>9s} {'max rel diff':>12s}")
-    return head + "\n" + "-" * len(head)
-
-
-def table_row(r: Result) -> str:
-    c = r.case
-    return (f"{c.op:10s} {c.direction:7s} {c.dtype:8s} {'x'.join(map(str, c.shape)):>12s} "
-            f"{r.ours_ms:9.4f} {r.xla_ms:9.4f} {r.speedup:7.2f} {r.ours_gbps:9.1f} {r.max_rel_diff:12.2e}")
+def ladder_cases(elements: int, cols=LADDER_COLS) -> list[Case]:
+    """The seed's story: every softmax algorithm, forward, f32, at a short and a vocabulary-sized row."""
+    return [Case("softmax", "fwd", "float32", (max(1, elements // c), c), alg)
+            for c in cols for alg in jm.SOFTMAX_ALGORITHMS]

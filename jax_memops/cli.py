@@ -1,86 +1,139 @@
-"""The `jax-memops` command: `bench` (ours vs XLA's jitted equivalents) and `info`."""
+"""The `jax-memops` command.
+
+    jax-memops info                 versions, CUDA build and archs, the devices JAX sees
+    jax-memops bench [--quick]      ours vs XLA's jitted equivalents: a sweep over ops, directions,
+                                    dtypes and row lengths, the softmax ladder, a transformer block
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
+import os
 import sys
 
 import jax
-import jaxlib
 
+from . import bench
 from ._ext import build_info
 
-
-def _info() -> dict:
-    return {
-        "jax_memops": build_info(),
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "python": platform.python_version(),
-        "backend": jax.default_backend(),
-        "devices": [f"{d.platform}:{d.id} {d.device_kind}" for d in jax.devices()],
-    }
+PARTS = ("sweep", "ladder", "model")
 
 
 def cmd_info(args) -> int:
-    info = _info()
-    b = info["jax_memops"]
+    b = build_info()
     print(f"jax_memops {b['version']} (built against jaxlib {b['jaxlib_built_against']}, "
           f"XLA FFI API {b['ffi_api']})")
     cuda = f"yes, CUDA {b['cuda_version']}, archs {b['cuda_archs']}" if b["cuda"] else "no"
     print(f"CUDA kernels compiled: {cuda}")
-    print(f"jax {info['jax']}, jaxlib {info['jaxlib']}, Python {info['python']}")
-    print(f"default backend: {info['backend']}; devices: {', '.join(info['devices'])}")
+    import jaxlib
+    import platform
+
+    print(f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, Python {platform.python_version()}")
+    devices = ", ".join(f"{d.platform}:{d.id} {d.device_kind}" for d in jax.devices())
+    print(f"default backend: {jax.default_backend()}; devices: {devices}")
     return 0
 
 
-def cmd_bench(args) -> int:
-    from . import bench
+class Progress:
+    """A one-line progress bar on stderr (a line per step when stderr is not a terminal)."""
 
-    platform_ = jax.default_backend()
-    cases = bench.quick_cases(platform_) if args.quick else bench.default_cases(platform_)
-    cases = [c for c in cases if c.op in args.ops and c.direction in args.dirs and c.dtype in args.dtypes]
-    if not cases:
-        print("jax-memops bench: no case matches the options", file=sys.stderr)
-        return 2
-    iters, reps = (3, 3) if platform_ == "cpu" else (20, 7)
-    print(f"jax-memops bench on {jax.devices()[0].device_kind} ({platform_}): {len(cases)} cases, "
+    def __init__(self, total: int):
+        self.total, self.done, self.tty = total, 0, sys.stderr.isatty()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        filled = 30 * self.done // max(self.total, 1)
+        line = f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {label}"
+        print(("\r" + line[:120].ljust(120)) if self.tty else line, end="" if self.tty else "\n",
+              file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def _cases(args, gpu: bool) -> tuple[list[bench.Case], list[bench.Case]]:
+    """(sweep cases, ladder cases) for the options."""
+    ops = bench.OPS if "all" in args.ops else tuple(args.ops)
+    elements = args.elements or (bench.DEFAULT_ELEMENTS if gpu else 1 << 16)
+    if args.quick and not args.cols:
+        sweep = bench.quick_cases(ops, args.dirs, args.dtypes)
+    else:
+        cols = {op: tuple(args.cols) if args.cols else bench.DEFAULT_COLS[op] for op in ops}
+        sweep = bench.grid(ops, args.dirs, args.dtypes, cols, elements)
+    ladder = bench.ladder_cases(elements if not args.quick else 1 << 14)
+    return sweep, ladder
+
+
+def cmd_bench(args) -> int:
+    from . import bench_model, bench_report
+
+    gpu = jax.default_backend() == "gpu"
+    parts = ("ladder",) if args.softmax_ladder else tuple(args.parts)
+    sweep, ladder = _cases(args, gpu)
+    sweep = sweep if "sweep" in parts else []
+    ladder = ladder if "ladder" in parts else []
+    iters, reps = (args.iters or (20 if gpu else 3)), (args.reps or (7 if gpu else 3))
+    os.makedirs(args.out, exist_ok=True)
+    env = bench_report.environment()
+    print(f"jax-memops bench on {env['device']} (jax {env['jax']}): {len(sweep)} sweep cases, "
+          f"{len(ladder)} ladder cases{', a transformer block' if 'model' in parts else ''}; "
           f"median of {reps} x {iters} calls", flush=True)
+    progress = Progress(len(sweep) + len(ladder) + ("model" in parts))
     key = jax.random.key(args.seed)
-    results = []
-    print(bench.table_header(), flush=True)
-    for i, case in enumerate(cases):  # each row as soon as it is measured: a cut-off run keeps its rows
-        key, sub = jax.random.split(key)
-        print(f"[{i + 1}/{len(cases)}] {case.label}", file=sys.stderr, flush=True)
-        results.append(bench.run_case(case, sub, iters, reps))
-        print(bench.table_row(results[-1]), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"info": _info(), "results": [
-                {**r.case.__dict__, "shape": list(r.case.shape), "ours_ms": r.ours_ms, "xla_ms": r.xla_ms,
-                 "speedup": r.speedup, "ours_gbps": r.ours_gbps, "max_rel_diff": r.max_rel_diff}
-                for r in results]}, f, indent=1)
+    results: dict[str, list] = {"sweep": [], "ladder": []}
+    print(bench_report.table_header(), flush=True)
+    for part, cases in (("sweep", sweep), ("ladder", ladder)):
+        for case in cases:  # each row as soon as it is measured: a cut-off run keeps its rows
+            key, sub = jax.random.split(key)
+            progress.step(case.label)
+            results[part].append(bench.run_case(case, sub, iters, reps))
+            print(bench_report.table_row(results[part][-1]), flush=True)
+    model = None
+    if "model" in parts:
+        progress.step("transformer block fwd+bwd")
+        cfg = bench_model.QUICK_CONFIG if args.quick or not gpu else bench_model.BlockConfig()
+        model = bench_model.run(cfg, key, iters, reps)
+    progress.close()
+    if model:
+        print(f"\nGPT-2-style block {model['config']} bf16 fwd+bwd: jm {model['jm_ms']:.3f} ms, "
+              f"XLA {model['xla_ms']:.3f} ms, speedup {model['speedup']:.2f}")
+
+    everything = results["sweep"] + results["ladder"]
+    bench_report.write_json(os.path.join(args.out, "results.json"), everything,
+                            {"model": model, "parts": list(parts)})
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(bench_report.markdown_table(everything) + "\n")
+    plots = bench_report.plot_bandwidth(results["sweep"], args.out) + bench_report.plot_ladder(
+        results["ladder"], args.out)
+    if not plots and everything:
+        print("(no plots: install matplotlib)", file=sys.stderr)
+    print(f"\nwrote {args.out}/results.json, results.md" + "".join(f", {os.path.basename(p)}" for p in plots))
     return 0
 
 
 def main(argv=None) -> int:
-    from . import bench
-
-    parser = argparse.ArgumentParser(prog="jax-memops", description=__doc__)
+    parser = argparse.ArgumentParser(prog="jax-memops", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p_info = sub.add_parser("info", help="versions, CUDA build, devices")
-    p_info.set_defaults(func=cmd_info)
-    p_bench = sub.add_parser("bench", help="check each op against XLA's jitted equivalent and time both")
-    p_bench.add_argument("--quick", action="store_true",
-                         help="a small sweep (seconds; for a CPU or a smoke run)")
-    p_bench.add_argument("--ops", nargs="+", choices=bench.OPS, default=list(bench.OPS))
-    p_bench.add_argument("--dirs", nargs="+", choices=bench.DIRECTIONS, default=list(bench.DIRECTIONS))
-    p_bench.add_argument("--dtypes", nargs="+", choices=list(bench.DTYPES), default=["float32", "bfloat16"])
-    p_bench.add_argument("--seed", type=int, default=0)
-    p_bench.add_argument("--json", help="also write every number and the versions to this JSON file")
-    p_bench.set_defaults(func=cmd_bench)
+    sub.add_parser("info", help="versions, CUDA build, devices").set_defaults(func=cmd_info)
+    p = sub.add_parser("bench", help="check each op against XLA's jitted equivalent, then time both")
+    p.add_argument("--quick", action="store_true", help="small tensors: seconds on a CPU, a smoke run on a GPU")
+    p.add_argument("--ops", nargs="+", choices=bench.OPS + ("all",), default=["all"])
+    p.add_argument("--dirs", nargs="+", choices=bench.DIRECTIONS, default=list(bench.DIRECTIONS))
+    p.add_argument("--dtypes", nargs="+", choices=list(bench.DTYPES), default=["float32", "bfloat16"])
+    p.add_argument("--cols", nargs="+", type=int, help="row lengths C (default: the grid of each op)")
+    p.add_argument("--elements", type=int,
+                   help="elements per tensor, rows = elements // C (default 2^26 on a GPU, 2^16 elsewhere)")
+    p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                   help="what to run: the op sweep, the softmax ladder, the transformer block")
+    p.add_argument("--softmax-ladder", action="store_true",
+                   help="only the seed's softmax story: every algorithm vs XLA and the copy")
+    p.add_argument("--iters", type=int, help="back-to-back calls per timing (default 20 GPU, 3 CPU)")
+    p.add_argument("--reps", type=int, help="timings per function, the median is kept (default 7 GPU, 3 CPU)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="bench-out", help="folder for results.json, results.md and the plots")
+    p.set_defaults(func=cmd_bench)
     args = parser.parse_args(argv)
     return args.func(args)
 

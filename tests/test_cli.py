@@ -1,4 +1,5 @@
-"""The `jax-memops` command: info, and bench --quick (checks each op against XLA, then times both)."""
+"""The `jax-memops` command: info, and bench --quick (checks each op against XLA, then times it beside
+XLA and a copy, and writes the table, the JSON and the plots)."""
 
 import json
 
@@ -6,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+import jax_memops as jm
 from jax_memops import bench, cli
 
 
@@ -15,29 +17,52 @@ def test_info(capsys):
     assert "CUDA kernels compiled:" in out and jax.__version__ in out
 
 
-def test_bench_quick_table_and_json(tmp_path, capsys):
-    path = tmp_path / "bench.json"
-    rc = cli.main(["bench", "--quick", "--ops", "softmax", "gelu", "--dirs", "fwd", "bwd",
-                   "--dtypes", "bfloat16", "--json", str(path)])
+def test_bench_quick_writes_table_json_and_plots(tmp_path, capsys):
+    rc = cli.main(["bench", "--quick", "--ops", "softmax", "layer_norm", "--dtypes", "bfloat16",
+                   "--out", str(tmp_path)])
     assert rc == 0
-    lines = capsys.readouterr().out.splitlines()
-    rows = [line for line in lines if line.startswith(("softmax", "gelu"))]
-    assert len(rows) == 8  # 2 ops x 2 directions x 2 shapes
-    data = json.loads(path.read_text())
-    assert data["info"]["jax_memops"]["version"]
-    assert len(data["results"]) == 8
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith(("softmax", "layer_norm"))]
+    sweep = 2 * 3 * 2  # ops x directions x quick shapes
+    ladder = len(bench.LADDER_COLS) * len(jm.SOFTMAX_ALGORITHMS)
+    assert len(rows) == sweep + ladder
+    assert "GPT-2-style block" in out
+    data = json.loads((tmp_path / "results.json").read_text())
+    env = data["environment"]
+    assert env["jax"] == jax.__version__ and env["jax_memops"]["version"] and "timing" in env
+    assert len(data["results"]) == sweep + ladder
     for r in data["results"]:
-        assert r["ours_ms"] > 0 and r["xla_ms"] > 0
-        assert r["max_rel_diff"] <= bench.TOLERANCE["bfloat16"]
+        assert r["ours_ms"] > 0 and r["xla_ms"] > 0 and r["copy_ms"] > 0
+        assert r["max_rel_diff"] <= bench.TOLERANCE[r["dtype"]]
+        assert r["pct_of_copy"] == pytest.approx(100 * r["ours_gbps"] / r["copy_gbps"])
+    assert data["model"]["jm_ms"] > 0 and data["model"]["xla_ms"] > 0
+    md = (tmp_path / "results.md").read_text()
+    assert md.count("\n") == 2 + sweep + ladder
+    pytest.importorskip("matplotlib")
+    for name in ("bandwidth_softmax.png", "bandwidth_layer_norm.png", "softmax_ladder.png"):
+        png = tmp_path / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000, name
+
+
+def test_softmax_ladder_only(tmp_path, capsys):
+    assert cli.main(["bench", "--quick", "--softmax-ladder", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert {r["algorithm"] for r in data["results"]} == set(jm.SOFTMAX_ALGORITHMS)
+    assert data["model"] is None
 
 
 def test_bench_fails_loudly_on_disagreement(monkeypatch):
     """A kernel that disagrees with XLA must stop the run, not be timed."""
     ours, xla = bench._functions("softmax")
-    monkeypatch.setattr(bench, "_functions", lambda op: ((lambda x, s, b: ours(x, s, b) * 1.01), xla))
+    monkeypatch.setattr(bench, "_functions", lambda op, alg="auto": ((lambda x, s, b: ours(x, s, b) * 1.01), xla))
     case = bench.Case("softmax", "fwd", "float32", (8, 33))
     with pytest.raises(AssertionError, match="disagree"):
         bench.run_case(case, jax.random.key(0), iters=1, reps=1)
+
+
+def test_bytes_moved_counts_passes():
+    case = bench.Case("layer_norm", "fwd+bwd", "bfloat16", (4, 8))
+    assert case.bytes_moved == 4 * 8 * 2 * 5
 
 
 def test_max_rel_diff_sees_nan():

@@ -1,0 +1,84 @@
+"""A model-level number: forward + backward of one GPT-2-style transformer block in bfloat16, with the
+jm ops (layer_norm, attention softmax, bias + GELU) against the same block on XLA's formulations.
+
+Same parameters, inputs and dtypes on both sides; only the three memory-bound ops differ. Inside a model
+a custom call is a fusion barrier (XLA cannot fuse it into the neighbouring matmul epilogues), so this
+number can be lower than the per-op speedups suggest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+import jax_memops as jm
+
+from . import reference
+from .bench import max_rel_diff, time_interleaved
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    batch: int = 8
+    seq: int = 1024
+    width: int = 768  # GPT-2 small
+    heads: int = 12
+
+
+QUICK_CONFIG = BlockConfig(batch=2, seq=32, width=64, heads=4)
+
+_OPS = {
+    "jm": (jm.layer_norm, jm.softmax, jm.scale_bias_gelu),
+    "xla": (reference.layer_norm, reference.softmax, reference.scale_bias_gelu),
+}
+
+
+def init_params(cfg: BlockConfig, key) -> dict:
+    d, bf16 = cfg.width, jnp.bfloat16
+    ks = jax.random.split(key, 8)
+
+    def dense(k, n_in, n_out):
+        return (jax.random.normal(k, (n_in, n_out), jnp.float32) / n_in ** 0.5).astype(bf16)
+
+    return {
+        "ln1_scale": 1 + 0.1 * jax.random.normal(ks[0], (d,)), "ln1_bias": 0.1 * jax.random.normal(ks[1], (d,)),
+        "ln2_scale": 1 + 0.1 * jax.random.normal(ks[2], (d,)), "ln2_bias": 0.1 * jax.random.normal(ks[3], (d,)),
+        "w_qkv": dense(ks[4], d, 3 * d), "w_out": dense(ks[5], d, d),
+        "w_fc": dense(ks[6], d, 4 * d), "b_fc": 0.1 * jax.random.normal(ks[7], (4 * d,)),
+        "w_proj": dense(jax.random.fold_in(key, 9), 4 * d, d),
+    }
+
+
+def block(params: dict, x, cfg: BlockConfig, ops: str):
+    layer_norm, softmax, scale_bias_gelu = _OPS[ops]
+    b, t, d, h = x.shape[0], x.shape[1], cfg.width, cfg.heads
+    y = layer_norm(x, params["ln1_scale"], params["ln1_bias"])
+    q, k, v = jnp.split(y @ params["w_qkv"], 3, axis=-1)
+    q, k, v = (z.reshape(b, t, h, d // h).transpose(0, 2, 1, 3) for z in (q, k, v))
+    logits = (q @ k.transpose(0, 1, 3, 2)) * jnp.asarray((d // h) ** -0.5, x.dtype)
+    causal = jnp.tril(jnp.ones((t, t), bool))
+    attn = softmax(jnp.where(causal, logits, -jnp.inf), axis=-1)
+    x = x + (attn @ v).transpose(0, 2, 1, 3).reshape(b, t, d) @ params["w_out"]
+    y = layer_norm(x, params["ln2_scale"], params["ln2_bias"])
+    y = scale_bias_gelu(y @ params["w_fc"], 1.0, params["b_fc"])
+    return x + y @ params["w_proj"]
+
+
+def run(cfg: BlockConfig, key, iters: int, reps: int) -> dict:
+    params = init_params(cfg, key)
+    x = jax.random.normal(jax.random.fold_in(key, 1), (cfg.batch, cfg.seq, cfg.width)).astype(jnp.bfloat16)
+
+    def step(ops):
+        def loss(p, x):
+            return jnp.mean(jnp.square(block(p, x, cfg, ops).astype(jnp.float32)))
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+
+    ours, xla = step("jm"), step("xla")
+    diff = max_rel_diff(ours(params, x), xla(params, x))
+    if not diff <= 5e-2:  # bf16 activations through a whole block
+        raise AssertionError(f"transformer block: jm and XLA disagree, max relative difference {diff:.3g}")
+    ours_ms, xla_ms = time_interleaved([lambda: ours(params, x), lambda: xla(params, x)], iters, reps)
+    return {"config": cfg.__dict__, "dtype": "bfloat16", "max_rel_diff": diff, "jm_ms": ours_ms,
+            "xla_ms": xla_ms, "speedup": xla_ms / ours_ms}
