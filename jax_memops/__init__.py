@@ -10,12 +10,23 @@ Each is a JAX primitive lowered to an XLA FFI custom call (C++ on CPU, CUDA on N
 dedicated backward kernel, and works under jit, grad, vmap, scan and checkpoint.
 """
 
+import importlib
+
 from ._ext import build_info
 from .gelu import scale_bias_gelu
 from .norms import layer_norm, rms_norm
 from .softmax import SOFTMAX_ALGORITHMS, softmax
 
 __version__ = build_info()["version"]
+
+
+def __getattr__(name):
+    # jm.nnx / jm.linen (drop-in Flax layers) are imported on first access, so that `import jax_memops`
+    # never imports Flax: it is an optional dependency (`pip install "jax_memops[flax]"`).
+    if name in ("nnx", "linen"):
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "SOFTMAX_ALGORITHMS",

@@ -1,0 +1,106 @@
+"""Flax Linen LayerNorm and RMSNorm on jax_memops' fused kernels: `jm.linen.LayerNorm` for `nn.LayerNorm`.
+
+Subclasses of `flax.linen.LayerNorm` / `RMSNorm` that override only `__call__`: the same fields, defaults,
+parameter names (`scale`, `bias`), shapes, dtypes and initializers, so parameter dicts are interchangeable
+with Flax's. The kernel runs when Flax would normalize the last axis only, in float32 statistics, with no
+`mask` or `axis_name`; anything else runs Flax's own `__call__`. The kernel's variance is exact, so
+`use_fast_variance` changes nothing here.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+
+import jax.numpy as jnp
+from flax import linen as nn
+from flax.linen import dtypes
+
+from ._validate import SUPPORTED_DTYPES
+from .norms import layer_norm, rms_norm
+
+__all__ = ["LayerNorm", "RMSNorm"]
+
+
+def _is_last_axis(axes, ndim):
+    """Whether Flax's canonical form of `axes` is exactly (ndim - 1,)."""
+    axes = axes if isinstance(axes, Iterable) else (axes,)
+    return ndim >= 1 and {ndim + a if a < 0 else a for a in axes} == {ndim - 1}
+
+
+def kernel_applies(module, x, mask, stats_dtype):
+    """Whether the kernel reproduces Flax's normalization of x for this module (its config, not params)."""
+    return (mask is None and module.axis_name is None
+            and _is_last_axis(module.reduction_axes, x.ndim) and _is_last_axis(module.feature_axes, x.ndim)
+            # The kernel takes a static Python epsilon (it rejects what would give NaN in Flax) and
+            # always reduces in float32.
+            and isinstance(module.epsilon, numbers.Real) and not isinstance(module.epsilon, bool)
+            and 0 <= module.epsilon < float("inf")
+            and jnp.dtype(stats_dtype) == jnp.float32)
+
+
+def kernel_dtypes(x, *params, dtype):
+    """(kernel input dtype, output dtype) of Flax's normalization, or None where the kernel cannot produce
+    it. Flax's output dtype comes from x, the params and `dtype`; the kernel computes in float32 and returns
+    its input's dtype, so x goes in widened to the output dtype where that is wider (a bfloat16 x with
+    float32 params gives float32 in Flax: y is never rounded to bfloat16) and is narrowed afterwards."""
+    out = dtypes.canonicalize_dtype(x, *params, dtype=dtype)
+    wide = jnp.promote_types(x.dtype, out)
+    return (wide, out) if wide in SUPPORTED_DTYPES else None
+
+
+def normalize(x, scale, bias, *, dtypes_, epsilon, rms):
+    """The kernel's normalization of x over its last axis with `dtypes_` from `kernel_dtypes`."""
+    wide, out = dtypes_
+    x = x.astype(wide)
+    y = rms_norm(x, scale, epsilon=epsilon) if rms else layer_norm(x, scale, bias, epsilon=epsilon)
+    return y.astype(out)
+
+
+def _stats_dtype(module, x):
+    """The dtype of Flax Linen's statistics (see flax.linen.normalization._compute_stats)."""
+    dtype = x.dtype if module.dtype is None else module.dtype
+    return jnp.promote_types(dtype, jnp.float32) if module.force_float32_reductions else dtype
+
+
+def _param_dtype(module, name):
+    """The dtype `module.param(name)` will return: a stored value's own (a checkpoint may hold another
+    dtype than param_dtype), else param_dtype (what the initializer is asked for)."""
+    stored = module.get_variable("params", name)
+    return module.param_dtype if stored is None else stored.dtype
+
+
+def _fused_call(module, x, mask, names, rms):
+    """The kernel path, or None (and no params created) where Flax's own __call__ must run: linen forbids
+    creating a param twice, so the decision is made before `module.param`."""
+    x = jnp.asarray(x)
+    if not kernel_applies(module, x, mask, _stats_dtype(module, x)):
+        return None
+    probes = [jnp.zeros((), _param_dtype(module, n)) for n in names]
+    kd = kernel_dtypes(x, *probes, dtype=module.dtype)
+    if kd is None:
+        return None
+    inits = {"scale": module.scale_init, "bias": getattr(module, "bias_init", None)}
+    # A list shape, as Flax passes it, so custom initializers see the same arguments.
+    params = {n: module.param(n, inits[n], [x.shape[-1]], module.param_dtype) for n in names}
+    return normalize(x, params.get("scale"), params.get("bias"), dtypes_=kd, epsilon=module.epsilon,
+                     rms=rms)
+
+
+class LayerNorm(nn.LayerNorm):
+    """`flax.linen.LayerNorm` computed by `jax_memops.layer_norm` where it applies (see the module doc)."""
+
+    @nn.compact
+    def __call__(self, x, *, mask=None):
+        names = [n for n, on in (("scale", self.use_scale), ("bias", self.use_bias)) if on]
+        y = _fused_call(self, x, mask, names, rms=False)
+        return super().__call__(x, mask=mask) if y is None else y
+
+
+class RMSNorm(nn.RMSNorm):
+    """`flax.linen.RMSNorm` computed by `jax_memops.rms_norm` where it applies (see the module doc)."""
+
+    @nn.compact
+    def __call__(self, x, *, mask=None):
+        y = _fused_call(self, x, mask, ["scale"] if self.use_scale else [], rms=True)
+        return super().__call__(x, mask=mask) if y is None else y

@@ -1,0 +1,99 @@
+"""Flax NNX layers on jax_memops' fused kernels: `jm.nnx.LayerNorm` for `nnx.LayerNorm`, and so on.
+
+`LayerNorm` and `RMSNorm` subclass `flax.nnx.LayerNorm` / `RMSNorm` and override only `__call__`: the same
+constructor, defaults, parameter names, shapes, dtypes and initializers, so `nnx.state` trees are
+identical and checkpoints load either way. The kernel runs when Flax would normalize the last axis only,
+in float32 statistics, with no `mask` or `axis_name` (the rules are in `jax_memops.linen`); anything else
+runs Flax's own `__call__`.
+
+`dot_product_attention` is an `attention_fn` for `nnx.MultiHeadAttention` with the signature of
+`flax.nnx.dot_product_attention`, whose softmax is `jax_memops.softmax`.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import nnx
+from flax.nnx.nn import dtypes
+
+from ._validate import SUPPORTED_DTYPES
+from .linen import kernel_applies, kernel_dtypes, normalize
+from .softmax import softmax
+
+__all__ = ["LayerNorm", "RMSNorm", "dot_product_attention"]
+
+
+def _fused_call(module, x, mask, scale, bias, rms):
+    """The kernel's result, or None where Flax's own __call__ must run."""
+    scale = None if scale is None else scale[...]
+    bias = None if bias is None else bias[...]
+    # NNX promotes x and the params to one dtype first (module.promote_dtype, which may be the user's).
+    x, scale, bias = module.promote_dtype((x, scale, bias), dtype=module.dtype)
+    stats_dtype = jnp.promote_types(x.dtype if module.dtype is None else module.dtype, jnp.float32)
+    if not kernel_applies(module, x, mask, stats_dtype):
+        return None
+    dts = kernel_dtypes(x, scale, bias, dtype=module.dtype)
+    if dts is None:
+        return None
+    return normalize(x, scale, bias, dtypes_=dts, epsilon=module.epsilon, rms=rms)
+
+
+class LayerNorm(nnx.LayerNorm):
+    """`flax.nnx.LayerNorm` computed by `jax_memops.layer_norm` where it applies (see the module doc)."""
+
+    def __call__(self, x, *, mask=None):
+        y = _fused_call(self, x, mask, self.scale, self.bias, rms=False)
+        return super().__call__(x, mask=mask) if y is None else y
+
+
+class RMSNorm(nnx.RMSNorm):
+    """`flax.nnx.RMSNorm` computed by `jax_memops.rms_norm` where it applies (see the module doc)."""
+
+    def __call__(self, x, mask=None):  # mask is positional here, as in Flax
+        y = _fused_call(self, x, mask, self.scale, None, rms=True)
+        return super().__call__(x, mask=mask) if y is None else y
+
+
+def _plain_heads(q, k, v):
+    """Shapes [..., L, H, D] with equal batch dims and heads (no grouped-query attention)."""
+    return (q.ndim == k.ndim == v.ndim >= 3 and q.shape[:-3] == k.shape[:-3] == v.shape[:-3]
+            and q.shape[-2] == k.shape[-2] == v.shape[-2] and q.shape[-1] == k.shape[-1]
+            and k.shape[-3] == v.shape[-3])
+
+
+def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dropout=True, dropout_rng=None,
+                          dropout_rate=0.0, deterministic=False, dtype=None, precision=None, module=None,
+                          promote_dtype=dtypes.promote_dtype, is_causal=False):
+    """`flax.nnx.dot_product_attention` with the attention softmax computed by `jax_memops.softmax`.
+
+    Use as `nnx.MultiHeadAttention(..., attention_fn=jm.nnx.dot_product_attention)`. The computation is
+    that of Flax's explicit path (`nnx.dot_product_attention_weights`, then the weighted sum of values):
+    logits in the promoted input dtype, then bias, masking with the dtype's lowest value, softmax (here
+    in float32 inside the kernel), weights cast to the input dtype, and sown into `module` when given.
+    Attention dropout that is active (rate > 0 and not deterministic) and grouped-query attention run
+    Flax's own function.
+    """
+    args = dict(query=query, key=key, value=value, bias=bias, mask=mask, broadcast_dropout=broadcast_dropout,
+                dropout_rng=dropout_rng, dropout_rate=dropout_rate, deterministic=deterministic, dtype=dtype,
+                precision=precision, module=module, promote_dtype=promote_dtype, is_causal=is_causal)
+    query, key, value = promote_dtype((query, key, value), dtype=dtype)
+    dtype = query.dtype
+    logits_dtype = dtype if bias is None else jnp.result_type(dtype, bias)
+    if (dropout_rate > 0.0 and not deterministic) or logits_dtype not in SUPPORTED_DTYPES \
+            or dtype not in SUPPORTED_DTYPES or not _plain_heads(query, key, value):
+        return nnx.dot_product_attention(**args)
+
+    query = query / jnp.sqrt(query.shape[-1]).astype(dtype)
+    logits = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision)
+    if bias is not None:
+        logits = logits + bias
+    if mask is not None or is_causal:
+        keep = True if mask is None else jnp.asarray(mask).astype(bool)
+        if is_causal:
+            keep = jnp.logical_and(keep, jnp.tril(jnp.ones(logits.shape[-2:], bool)))
+        # The lowest finite value, not -inf: a fully masked row gets uniform weights, as in Flax.
+        logits = jnp.where(keep, logits, jnp.finfo(dtype).min)
+    weights = softmax(logits, axis=-1).astype(dtype)
+    if module is not None:
+        module.sow(nnx.Intermediate, "attention_weights", weights)
+    return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)

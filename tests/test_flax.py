@@ -1,0 +1,306 @@
+"""jm.nnx / jm.linen against Flax's own layers: outputs, gradients, dtypes, parameter trees, checkpoints,
+which configurations run the kernels and which fall back, and a few training steps of examples/gpt.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import inspect
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flax", minversion="0.12.2", reason="needs flax>=0.12.2: pip install 'jax_memops[flax]'")
+pytest.importorskip("optax", reason="examples/gpt.py needs optax: pip install 'jax_memops[flax]'")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from flax import linen as nn  # noqa: E402
+from flax import nnx, serialization  # noqa: E402
+
+import jax_memops as jm  # noqa: E402
+
+f32, bf16 = jnp.float32, jnp.bfloat16
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+C = 64
+
+
+def uses_kernel(fn, *args):
+    """Whether tracing fn(*args) reaches a jax_memops custom call (so a silent fallback fails the test)."""
+    return "jax_memops_" in str(jax.make_jaxpr(fn)(*args))
+
+
+def assert_close(a, b, dtype):
+    """Equal dtypes and shapes; values within the tolerance of the less precise of `dtype` (the dtype
+    the computation produced) and a's own dtype (a bfloat16 x has a bfloat16 gradient), relative to b's
+    scale."""
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
+    tol = 1e-5 if jnp.dtype(dtype) == f32 and a.dtype == f32 else 2e-2
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    assert np.max(np.abs(a - b)) <= tol * max(1.0, np.max(np.abs(b))), np.max(np.abs(a - b))
+
+
+def data(shape, dtype, seed=0):
+    # A mean away from zero makes the variance formula matter; a spread makes scale/bias matter.
+    x = np.random.default_rng(seed).normal(0.5, 2.0, shape).astype(np.float32)
+    return jnp.asarray(x, dtype)
+
+
+def randomize(state, seed=1):
+    """Non-trivial parameters (ones and zeros would hide a swapped scale/bias)."""
+    leaves, tree = jax.tree.flatten(state)
+    rng = np.random.default_rng(seed)
+    return jax.tree.unflatten(tree, [jnp.asarray(rng.normal(1.0, 0.5, l.shape), l.dtype) for l in leaves])
+
+
+# -- NNX ------------------------------------------------------------------------------------------------
+NNX_PAIRS = [(jm.nnx.LayerNorm, nnx.LayerNorm), (jm.nnx.RMSNorm, nnx.RMSNorm)]
+OPTIONS = [{}, {"use_scale": False}, {"use_bias": False}, {"use_scale": False, "use_bias": False}]
+
+
+def nnx_pair(ours, theirs, options, seed=0):
+    """Flax's layer with random params and ours loaded from its nnx.state (a checkpoint round trip)."""
+    if theirs is nnx.RMSNorm:
+        options = {k: v for k, v in options.items() if k != "use_bias"}
+    ref = theirs(C, rngs=nnx.Rngs(seed), **options)
+    nnx.update(ref, randomize(nnx.state(ref)))
+    mine = ours(C, rngs=nnx.Rngs(seed + 1), **options)
+    nnx.update(mine, nnx.state(ref))
+    return mine, ref
+
+
+def nnx_grads(layer, x, ct):
+    graphdef, state = nnx.split(layer)
+    return jax.grad(lambda s, x: jnp.sum(nnx.merge(graphdef, s)(x).astype(f32) * ct), (0, 1))(state, x)
+
+
+@pytest.mark.parametrize("pair", NNX_PAIRS, ids=["LayerNorm", "RMSNorm"])
+@pytest.mark.parametrize("options", OPTIONS, ids=["scale+bias", "no-scale", "no-bias", "neither"])
+@pytest.mark.parametrize("x_dtype,param_dtype,dtype", [
+    (f32, f32, None), (bf16, bf16, None), (bf16, f32, None), (f32, f32, bf16)],
+    ids=["f32", "bf16", "bf16-x-f32-params", "f32-x-dtype-bf16"])
+def test_nnx_matches_flax(pair, options, x_dtype, param_dtype, dtype):
+    options = dict(options, param_dtype=param_dtype, dtype=dtype)
+    mine, ref = nnx_pair(*pair, options)
+    assert jax.tree.structure(nnx.state(mine)) == jax.tree.structure(nnx.state(ref))
+    x = data((3, 5, C), x_dtype)
+    y, y_ref = mine(x), ref(x)
+    assert uses_kernel(mine, x)
+    out = y_ref.dtype  # Flax's promotion: bf16 x with f32 params gives f32, dtype=bf16 gives bf16
+    assert_close(y, y_ref, out)
+    ct = data(y.shape, f32, seed=2)
+    for g, g_ref in zip(jax.tree.leaves(nnx_grads(mine, x, ct)), jax.tree.leaves(nnx_grads(ref, x, ct))):
+        assert_close(g, g_ref, out)
+
+
+@pytest.mark.parametrize("pair", NNX_PAIRS, ids=["LayerNorm", "RMSNorm"])
+@pytest.mark.parametrize("case", ["reduce-2-axes", "feature-axis-not-last", "mask", "eps-array"])
+def test_nnx_fallback_is_flax(pair, case):
+    ours, theirs = pair
+    x, kwargs, options, n = data((3, 4, C), f32), {}, {}, C
+    if case == "reduce-2-axes":
+        options = {"reduction_axes": (-2, -1)}
+    elif case == "feature-axis-not-last":
+        options, n = {"reduction_axes": -2, "feature_axes": -2}, 4
+    elif case == "mask":
+        kwargs = {"mask": jnp.asarray(np.random.default_rng(0).random((3, 4, C)) > 0.3)}
+    else:
+        options = {"epsilon": jnp.float32(1e-3)}  # not a Python float: the kernel takes a static one
+    ref = theirs(n, rngs=nnx.Rngs(0), **options)
+    nnx.update(ref, randomize(nnx.state(ref)))
+    mine = ours(n, rngs=nnx.Rngs(0), **options)
+    nnx.update(mine, nnx.state(ref))
+    assert not uses_kernel(lambda x: mine(x, **kwargs), x)
+    np.testing.assert_array_equal(mine(x, **kwargs), ref(x, **kwargs))
+
+
+def test_nnx_state_and_checkpoint_round_trip():
+    """Same constructor defaults and state; a serialized checkpoint of either loads into the other."""
+    for ours, theirs in NNX_PAIRS:
+        a, b = ours(C, rngs=nnx.Rngs(3)), theirs(C, rngs=nnx.Rngs(3))
+        assert inspect.signature(ours.__init__) == inspect.signature(theirs.__init__)
+        assert a.epsilon == b.epsilon == 1e-6
+        sa, sb = nnx.state(a), nnx.state(b)
+        assert jax.tree.structure(sa) == jax.tree.structure(sb)
+        jax.tree.map(np.testing.assert_array_equal, sa, sb)
+        for src, dst in ((b, ours(C, rngs=nnx.Rngs(9))), (a, theirs(C, rngs=nnx.Rngs(9)))):
+            nnx.update(src, randomize(nnx.state(src)))
+            blob = serialization.to_bytes(nnx.to_pure_dict(nnx.state(src)))
+            state = nnx.state(dst)
+            nnx.replace_by_pure_dict(state, serialization.from_bytes(nnx.to_pure_dict(state), blob))
+            nnx.update(dst, state)
+            x = data((2, C), f32)
+            assert_close(dst(x), src(x), f32)
+
+
+# -- Linen ----------------------------------------------------------------------------------------------
+LINEN_PAIRS = [(jm.linen.LayerNorm, nn.LayerNorm), (jm.linen.RMSNorm, nn.RMSNorm)]
+
+
+@pytest.mark.parametrize("pair", LINEN_PAIRS, ids=["LayerNorm", "RMSNorm"])
+@pytest.mark.parametrize("options", OPTIONS, ids=["scale+bias", "no-scale", "no-bias", "neither"])
+@pytest.mark.parametrize("x_dtype,param_dtype,dtype", [
+    (f32, f32, None), (bf16, bf16, None), (bf16, f32, None), (f32, f32, bf16)],
+    ids=["f32", "bf16", "bf16-x-f32-params", "f32-x-dtype-bf16"])
+def test_linen_matches_flax(pair, options, x_dtype, param_dtype, dtype):
+    ours, theirs = pair
+    if theirs is nn.RMSNorm:
+        options = {k: v for k, v in options.items() if k != "use_bias"}
+    mine, ref = ours(param_dtype=param_dtype, dtype=dtype, **options), theirs(
+        param_dtype=param_dtype, dtype=dtype, **options)
+    x = data((3, 5, C), x_dtype)
+    init_mine, init_ref = mine.init(jax.random.key(0), x), ref.init(jax.random.key(0), x)
+    assert jax.tree.structure(init_mine) == jax.tree.structure(init_ref)  # same names, same collections
+    jax.tree.map(lambda a, b: assert_close(a, b, f32), init_mine, init_ref)  # same shapes, dtypes, inits
+    params = randomize(init_ref)  # Flax's params, used as they are by ours
+    y, y_ref = mine.apply(params, x), ref.apply(params, x)
+    assert uses_kernel(lambda x: mine.apply(params, x), x)
+    assert_close(y, y_ref, y_ref.dtype)
+    ct = data(y.shape, f32, seed=2)
+
+    def grads(m):
+        return jax.grad(lambda p, x: jnp.sum(m.apply(p, x).astype(f32) * ct), (0, 1))(params, x)
+
+    for g, g_ref in zip(jax.tree.leaves(grads(mine)), jax.tree.leaves(grads(ref))):
+        assert_close(g, g_ref, y_ref.dtype)
+
+
+@pytest.mark.parametrize("pair", LINEN_PAIRS, ids=["LayerNorm", "RMSNorm"])
+@pytest.mark.parametrize("case", ["feature-axis-not-last", "mask", "bf16-reductions", "axis_name"])
+def test_linen_fallback_is_flax(pair, case):
+    ours, theirs = pair
+    x, kwargs, options = data((3, 4, C), f32), {}, {}
+    if case == "feature-axis-not-last":
+        options = {"reduction_axes": -2, "feature_axes": -2}
+    elif case == "mask":
+        kwargs = {"mask": jnp.asarray(np.random.default_rng(0).random((3, 4, C)) > 0.3)}
+    elif case == "bf16-reductions":  # statistics in bfloat16: not what the kernel computes
+        x, options = x.astype(bf16), {"force_float32_reductions": False}
+    else:
+        options = {"axis_name": "batch"}
+    mine, ref = ours(**options), theirs(**options)
+    # axis_name binds only under a transform; the params do not depend on it.
+    plain = {k: v for k, v in options.items() if k != "axis_name"}
+    params = randomize(theirs(**plain).init(jax.random.key(0), x, **kwargs))
+    assert jax.tree.structure(ours(**plain).init(jax.random.key(0), x, **kwargs)) == jax.tree.structure(params)
+
+    def run(m):
+        f = lambda x: m.apply(params, x, **kwargs)  # noqa: E731
+        return jax.vmap(f, axis_name="batch") if case == "axis_name" else f
+
+    assert not uses_kernel(run(mine), x)
+    np.testing.assert_array_equal(run(mine)(x), run(ref)(x))
+
+
+# -- attention --------------------------------------------------------------------------------------------
+def qkv(dtype, heads=4, kv_heads=4, seed=0):
+    return (data((2, 12, heads, 16), dtype, seed) * 0.5, data((2, 12, kv_heads, 16), dtype, seed + 1) * 0.5,
+            data((2, 12, kv_heads, 16), dtype, seed + 2))
+
+
+def test_attention_signature_is_flax():
+    def params(fn):  # names, kinds and defaults (annotations aside)
+        return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    assert params(jm.nnx.dot_product_attention) == params(nnx.dot_product_attention)
+
+
+@pytest.mark.parametrize("dtype,case", [(f32, "plain"), (f32, "causal"), (f32, "mask"), (f32, "mask+causal+bias"),
+                                        (f32, "deterministic-dropout"), (bf16, "causal"), (bf16, "mask+causal+bias")])
+def test_attention_matches_flax(dtype, case):
+    q, k, v = qkv(dtype)
+    rng = np.random.default_rng(5)
+    kw = {"plain": {}, "causal": {"is_causal": True},
+          "mask": {"mask": jnp.asarray(rng.random((2, 1, 12, 12)) > 0.3)},
+          "mask+causal+bias": {"is_causal": True, "mask": jnp.asarray(rng.random((2, 4, 12, 12)) > 0.3),
+                               "bias": jnp.asarray(rng.normal(size=(1, 4, 12, 12)), dtype)},
+          "deterministic-dropout": {"dropout_rate": 0.5, "deterministic": True}}[case]
+    assert uses_kernel(lambda q: jm.nnx.dot_product_attention(q, k, v, **kw), q)
+    ct = data(q.shape, f32, seed=7)
+
+    def value_and_grads(fn):
+        loss = lambda q, k, v: jnp.sum(fn(q, k, v, **kw).astype(f32) * ct)  # noqa: E731
+        return jax.jit(lambda q, k, v: (fn(q, k, v, **kw), jax.grad(loss, (0, 1, 2))(q, k, v)))(q, k, v)
+
+    (y, g), (y_ref, g_ref) = value_and_grads(jm.nnx.dot_product_attention), value_and_grads(
+        nnx.dot_product_attention)
+    assert_close(y, y_ref, dtype)
+    for a, b in zip(g, g_ref):
+        assert_close(a, b, dtype)
+
+
+@pytest.mark.parametrize("case", ["dropout", "grouped-query"])
+def test_attention_fallback_is_flax(case):
+    q, k, v = qkv(f32, kv_heads=2 if case == "grouped-query" else 4)
+    kw = {"dropout_rate": 0.3, "dropout_rng": jax.random.key(1)} if case == "dropout" else {}
+    try:
+        expected = nnx.dot_product_attention(q, k, v, **kw)
+    except Exception as e:  # Flax < 0.12.4 has no grouped-query attention: then ours raises as Flax does
+        with pytest.raises(type(e)):
+            jm.nnx.dot_product_attention(q, k, v, **kw)
+        return
+    assert not uses_kernel(lambda q: jm.nnx.dot_product_attention(q, k, v, **kw), q)
+    np.testing.assert_array_equal(jm.nnx.dot_product_attention(q, k, v, **kw), expected)
+
+
+@pytest.mark.filterwarnings("ignore:Using 'Module.sow\\(\\)' outside")  # Flax's own sow warns alike
+def test_attention_in_multi_head_attention():
+    """attention_fn=jm.nnx.dot_product_attention: same params, outputs, gradients and sown weights."""
+    x = data((2, 12, 32), f32) * 0.5
+    ref = nnx.MultiHeadAttention(4, 32, decode=False, rngs=nnx.Rngs(0))
+    mine = nnx.MultiHeadAttention(4, 32, decode=False, attention_fn=jm.nnx.dot_product_attention,
+                                  rngs=nnx.Rngs(1))
+    nnx.update(mine, nnx.state(ref, nnx.Param))
+    ct = data(x.shape, f32, seed=3)
+    mask = nnx.make_causal_mask(x[:, :, 0], dtype=bool)  # (MultiHeadAttention's is_causal needs Flax 0.12.8)
+    outs = []
+    for m in (mine, ref):
+        graphdef, state = nnx.split(m)
+        def f(s, x):
+            y = nnx.merge(graphdef, s)(x, mask=mask)
+            return jnp.sum(y * ct), y
+
+        outs.append(jax.jit(jax.value_and_grad(f, (0, 1), has_aux=True))(state, x))  # ((loss, y), grads)
+    for a, b in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1])):
+        assert_close(a, b, f32)
+    mine(x, mask=mask, sow_weights=True)
+    ref(x, mask=mask, sow_weights=True)
+    w, w_ref = (nnx.pop(m, nnx.Intermediate)["attention_weights"][0] for m in (mine, ref))
+    assert_close(w, w_ref, f32)
+
+
+# -- packaging and the example ----------------------------------------------------------------------------
+def test_import_does_not_import_flax():
+    code = "import sys, jax_memops as jm; assert 'flax' not in sys.modules; jm.linen; assert 'flax' in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd="/")
+    import jax_memops.linen
+    import jax_memops.nnx
+
+    assert jm.nnx is jax_memops.nnx and jm.linen is jax_memops.linen
+    with pytest.raises(AttributeError):
+        jm.not_a_submodule  # noqa: B018
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    spec = importlib.util.spec_from_file_location("gpt_example", os.path.join(ROOT, "examples", "gpt.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpt_example_trains_and_modes_agree(gpt, tmp_path):
+    cfg = dataclasses.replace(gpt.TINY, layers=1, block=16)
+    text = gpt.load_text()
+    s_jm, s_flax = (nnx.state(gpt.GPT(cfg, text[1], ops, rngs=nnx.Rngs(0))) for ops in ("jm", "flax"))
+    assert jax.tree.structure(s_jm) == jax.tree.structure(s_flax)
+    runs, summary = gpt.compare(cfg, steps=20)
+    for run in runs.values():
+        assert np.mean(run["loss"][-5:]) < run["loss"][0] - 0.5, run["loss"]
+    assert summary["max_loss_diff"] < 1e-3, summary
+    gpt.write(str(tmp_path), runs["jm"])
+    assert (tmp_path / "loss_jm.csv").read_text().count("\n") == 21
