@@ -6,6 +6,7 @@ computes garbage fails even where the sanitizer sees nothing.
 (no preallocation: memcheck only sees out-of-bounds accesses that leave a real allocation.)
 """
 
+import functools
 import sys
 
 import jax
@@ -38,6 +39,8 @@ def main():
         "gelu_scalars": (lambda x, s, b: jm.scale_bias_gelu(x, 1.5, 0.25),
                          lambda x, s, b: reference.scale_bias_gelu(x, 1.5, 0.25)),
     }
+    softmax_algorithms = {a: jax.jit(functools.partial(jm.softmax, algorithm=a)) for a in jm.SOFTMAX_ALGORITHMS}
+    softmax_ref = jax.jit(reference.softmax)
     n = 0
     for shape in SHAPES:
         for dtype, tol in TOL.items():
@@ -56,6 +59,14 @@ def main():
                 check(label + " vmap", jax.jit(jax.vmap(jax.grad(loss(ours), 1)))(xs, ss, jnp.stack([b, b])),
                       jax.jit(jax.vmap(jax.grad(loss(ref), 1)))(xs, ss, jnp.stack([b, b])), 10 * tol)
                 n += 3
+            # Every softmax algorithm (the seed's ladder v1..v7 besides "auto"; they share the backward
+            # kernel checked above), forward only, plain and with -inf masks (every third column from
+            # the second, so no row is all -inf and the reference stays finite).
+            for masked, xi in (("", x), (" masked", x.at[..., 1::3].set(-jnp.inf))):
+                want = softmax_ref(xi)
+                for alg, fn in softmax_algorithms.items():
+                    check(f"softmax[{alg}]{masked} {jnp.dtype(dtype).name} {shape} fwd", fn(xi), want, tol)
+                    n += 1
     print(f"sanitize workload: {n} checks passed on {jax.devices()[0].device_kind}")
 
 

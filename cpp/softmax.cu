@@ -2,6 +2,7 @@
 #include "cuda_common.cuh"
 #include "bindings.h"
 #include "handlers.h"
+#include "softmax_ladder.h"
 
 namespace ffi = xla::ffi;
 
@@ -103,13 +104,16 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
 
 ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
                       int64_t algorithm) {
-  if (algorithm != 0) {
+  if (algorithm < 0 || algorithm > kSoftmaxLadderLast) {
     return ffi::Error::InvalidArgument("softmax_fwd: unknown algorithm " + std::to_string(algorithm) +
-                                       " (only 0, auto, exists)");
+                                       " (0 = auto, 1..7 = the seed's v1..v7)");
   }
   RowShape s;
   if (auto err = first_error({row_shape(x, "x", &s), check_same(x, *y, "y")}); err.failure()) return err;
   if (s.size() == 0) return ffi::Error::Success();
+  if (algorithm != 0) {
+    return launch_softmax_ladder(algorithm, stream, x.element_type(), x.untyped_data(), y->untyped_data(), s);
+  }
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());

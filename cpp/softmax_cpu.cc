@@ -2,6 +2,7 @@
 // algorithm is held to). Every algorithm name is served by this one kernel.
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "cpu_common.h"
@@ -49,7 +50,13 @@ void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s) {
 }
 
 ffi::Error softmax_fwd(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, int64_t algorithm) {
-  if (algorithm < 0) return ffi::Error::InvalidArgument("softmax: unknown algorithm index");
+  // Indices of jm.SOFTMAX_ALGORITHMS: 0 = auto, 1..7 = the seed's v1..v7 (cpp/softmax_ladder.cu on CUDA);
+  // on the CPU all of them are this one exact kernel.
+  constexpr int64_t kLastAlgorithm = 7;
+  if (algorithm < 0 || algorithm > kLastAlgorithm) {
+    return ffi::Error::InvalidArgument("softmax: unknown algorithm index " + std::to_string(algorithm) +
+                                       " (0 = auto, 1..7 = the seed's v1..v7)");
+  }
   RowShape s;
   if (auto err = row_shape(x, "x", &s); err.failure()) return err;
   if (auto err = check_same(x, *y, "y"); err.failure()) return err;

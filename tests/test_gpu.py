@@ -1,7 +1,7 @@
 """GPU-only tests (skipped with a reason when JAX sees no GPU or jax_memops has no CUDA kernels):
 
 * tensors of more than 2**31 elements (64-bit indexing) in bfloat16: softmax forward (every
-  algorithm) and backward, layer_norm forward, rms_norm forward, scale_bias_gelu forward. The data
+  algorithm but the one-thread-per-row ones, v1 and v5, too slow there) and backward, layer_norm forward, rms_norm forward, scale_bias_gelu forward. The data
   is generated on the GPU; rows near the start, just before and beyond element 2**31 are checked
   against the float64 NumPy reference of those rows only, and every row is checked on the device
   against XLA's own float32 formulation (max-error reductions, so nothing big comes back).
@@ -72,8 +72,18 @@ def _device_max_err(ours, ref_fn, *args):
     return float(err), bool(finite)
 
 
+# One thread per row (v1, v5) walks its 4096-element row alone, three and two times, uncoalesced: far
+# slower than the others on 524291 rows and no different in indexing (the same int64 row offset).
+_ONE_THREAD_PER_ROW = ("thread_per_row", "online_thread_per_row")
+BIG_ALGORITHMS = [
+    pytest.param(a, marks=pytest.mark.skip(reason=f"{a}: one thread per row is too slow for 2**31 elements"))
+    if a in _ONE_THREAD_PER_ROW else a
+    for a in jm.SOFTMAX_ALGORITHMS
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", jm.SOFTMAX_ALGORITHMS)
+@pytest.mark.parametrize("algorithm", BIG_ALGORITHMS)
 def test_big_softmax_forward(big, algorithm):
     gpu, x = big
     y = jax.jit(lambda t: jm.softmax(t, algorithm=algorithm))(x)

@@ -31,6 +31,15 @@ def softmax_vjp_jit(x, g, axis=-1, algorithm="auto"):
     return y, vjp(g)[0]
 
 
+def _skip_cpu_duplicate(device, algorithm, size=float("inf")):
+    """On the CPU every algorithm name runs the one exact kernel, so repeating a check under the other
+    names only costs time where the input is large (> 2**18 elements) or the check is not about the
+    forward kernel (size left out: axes, gradients). Those repeats are skipped; every name still runs
+    on the CPU in the smaller forward checks, and on a GPU every check runs for every algorithm."""
+    if device.platform == "cpu" and algorithm != "auto" and size > 2**18:
+        pytest.skip("on the CPU every algorithm runs the one kernel; this check runs there with 'auto'")
+
+
 def _check_out(out, x, device):
     assert out.shape == x.shape
     assert out.dtype == x.dtype, f"output dtype {out.dtype} != input dtype {x.dtype}"
@@ -39,6 +48,11 @@ def _check_out(out, x, device):
 
 def test_algorithms_tuple():
     assert isinstance(jm.SOFTMAX_ALGORITHMS, tuple)
+    # index = the kernels' `algorithm` attribute: 0 the tuned kernel, 1..7 the seed's ladder v1..v7
+    assert jm.SOFTMAX_ALGORITHMS == (
+        "auto", "thread_per_row", "block_shared", "warp_shuffle", "warp_block", "online_thread_per_row",
+        "online_warp", "unrolled",
+    )
     assert "auto" in jm.SOFTMAX_ALGORITHMS
     assert all(isinstance(a, str) for a in jm.SOFTMAX_ALGORITHMS)
     assert len(set(jm.SOFTMAX_ALGORITHMS)) == len(jm.SOFTMAX_ALGORITHMS)
@@ -84,6 +98,7 @@ AXIS_IDS = [f"{'x'.join(map(str, s))}-axis{a}" for s, a in AXIS_CASES]
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape,axis", AXIS_CASES, ids=AXIS_IDS)
 def test_forward_axis(device, rng, shape, axis, dtype, algorithm):
+    _skip_cpu_duplicate(device, algorithm)
     x = mt.randn(rng, shape, dtype, scale=2.5)
     out = softmax_jit(jax.device_put(x, device), axis=axis, algorithm=algorithm)
     _check_out(out, x, device)
@@ -110,6 +125,7 @@ def test_masked_neg_inf(device, rng, c, dtype, algorithm):
     n = 6
     x = mt.randn(rng, (n, c), dtype, scale=2.0)
     mask = rng.random((n, c)) < 0.4
+    mask[[0, 4, 5], 0] = False  # the randomly masked rows keep a finite entry (c may be small)
     mask[1, :] = True  # fully masked row -> NaN
     mask[2, :] = True
     mask[2, c // 2] = False  # a single unmasked entry -> one-hot
@@ -200,6 +216,7 @@ GRAD_IDS = [f"{'x'.join(map(str, s))}-axis{a}" for s, a in GRAD_CASES]
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape,axis", GRAD_CASES, ids=GRAD_IDS)
 def test_grad(device, rng, shape, axis, dtype, algorithm):
+    _skip_cpu_duplicate(device, algorithm)
     x = mt.randn(rng, shape, dtype, scale=2.0)
     g = mt.randn(rng, shape, dtype, scale=1.0)
     y, dx = softmax_vjp_jit(jax.device_put(x, device), jax.device_put(g, device), axis=axis, algorithm=algorithm)
@@ -320,3 +337,89 @@ def test_algorithms_agree(device, rng, dtype):
     base = outs["auto"]
     for a, o in outs.items():
         assert mt.rel_err(o, base) < 2 * FWD_TOL[dtype] + 2 * mt.rel_err(mt.round_to(base, dtype), base), a
+
+
+# ----------------------------------------------------------------------------------------------
+# every algorithm (on CUDA: "auto" and the seed's ladder v1..v7) on the edge cases of its geometry
+# ----------------------------------------------------------------------------------------------
+
+# C = 1 and 2 (a row shorter than a warp), 31/33 (around a warp), 1000, 4097 (one past 2**12: a last,
+# nearly empty stride), 50257 (a vocabulary), 131072 (a long row: many strides of every geometry).
+LADDER_COLS = [1, 2, 31, 33, 1000, 4097, 50257, 131072]
+
+
+def _special_rows(rng, c, dtype):
+    """One row per rule of the semantics (as jax.nn.softmax):
+    0 plain; 1 about 40% -inf (masking); 2 all -inf (NaN row); 3 one NaN (NaN row); 4 one +inf (NaN
+    row); 5 logits of magnitude ~1e4; 6 -inf on the first half (online kernels: running max -inf at the
+    start); 7 -inf on the second half; 8 -inf except the last entry (one-hot at C - 1, where v7 clamps);
+    9 -inf at columns with c % 32 < 16 (online_warp: half the lanes hold only -inf partials, merged with
+    each other and then with finite ones)."""
+    x = mt.randn(rng, (10, c), np.float32, scale=3.0)
+    x[1, rng.random(c) < 0.4] = -np.inf
+    x[1, c // 3] = 0.5
+    x[2] = -np.inf
+    x[3, c // 2] = np.nan
+    x[4, (2 * c) // 3] = np.inf
+    x[5] = np.clip(1e4 * rng.standard_normal(c), -6e4, 6e4)
+    x[6, : (c + 1) // 2] = -np.inf
+    x[7, (c + 1) // 2 :] = -np.inf
+    x[8, :-1] = -np.inf
+    x[9, np.arange(c) % 32 < 16] = -np.inf
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("c", LADDER_COLS)
+def test_special_values_every_algorithm(device, rng, c, dtype, algorithm):
+    _skip_cpu_duplicate(device, algorithm, 10 * c)
+    x = _special_rows(rng, c, dtype)
+    out = softmax_jit(jax.device_put(x, device), algorithm=algorithm)
+    _check_out(out, x, device)
+    o = mt.f64(out)
+    ref = mt.ref_softmax(x)
+    nan_rows = np.isnan(ref).all(-1)
+    assert nan_rows[[2, 3, 4]].all() and not nan_rows[[0, 1, 5, 7, 8]].any()
+    assert np.isnan(o[nan_rows]).all(), f"rows {np.nonzero(nan_rows)[0]} must be all NaN"
+    fin = ~nan_rows
+    assert np.isfinite(o[fin]).all(), f"rows {np.nonzero(fin)[0]} must be finite"
+    xf = mt.f64(x)[fin]
+    assert (o[fin][xf == -np.inf] == 0).all(), "-inf entries must give exactly 0"
+    assert o[8, -1] == 1.0, "a single finite entry gives exactly 1"
+    mt.assert_close(o, ref, FWD_TOL[dtype], dtype=dtype)
+    np.testing.assert_allclose(o[fin].sum(-1), 1.0, rtol=0, atol=max(1e-4, 2 * FWD_TOL[dtype]))
+
+
+# Many rows: more rows than the ladder kernels' grids have threads, warps or blocks (at most 32 blocks
+# per SM), so every geometry's grid-stride loop over rows runs, with special rows far into the tensor.
+MANY_ROWS = [(1, 50257), (2**20 + 1, 2), (100003, 33), (9001, 520)]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", MANY_ROWS, ids=["x".join(map(str, s)) for s in MANY_ROWS])
+def test_many_rows_every_algorithm(device, rng, shape, dtype, algorithm):
+    n, c = shape
+    _skip_cpu_duplicate(device, algorithm, n * c)
+    x = mt.randn(rng, shape, np.float32, scale=3.0)
+    if n > 1:
+        x[n // 2] = -np.inf
+        x[n // 3, c // 2] = np.nan
+        x[n - 1, ::2] = -np.inf
+        x[n - 2, 0] = np.inf
+    x = x.astype(dtype)
+    out = softmax_jit(jax.device_put(x, device), algorithm=algorithm)
+    _check_out(out, x, device)
+    mt.assert_close(out, mt.ref_softmax(x), FWD_TOL[dtype], dtype=dtype)
+
+
+@pytest.mark.parametrize("index", [-1, len(ALGORITHMS), 2**32 + 1])
+def test_kernels_reject_unknown_index(device, index):
+    """The handlers themselves (CPU and CUDA) accept indices 0..7 only; jm.softmax never passes others."""
+    import importlib
+
+    sm = importlib.import_module("jax_memops.softmax")  # the module (jax_memops.softmax is the function)
+    x = jax.device_put(np.ones((2, 8), np.float32), device)
+    with pytest.raises(Exception, match="INVALID_ARGUMENT.*algorithm"):
+        jax.block_until_ready(jax.jit(sm._softmax_last, static_argnums=1)(x, index))
