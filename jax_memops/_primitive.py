@@ -1,14 +1,17 @@
-"""One base for every jax_memops custom call: a JAX primitive with abstract eval, a lowering per platform
-(cpu -> the C++ handler, cuda -> the CUDA handler), a batching rule that folds mapped axes into rows,
-and a differentiable `call` whose tangents come from a pure-jnp reference (so the backward primitives can
-be differentiated again: second-order AD works).
+"""One base for every jax_memops custom call: a JAX primitive with abstract eval, a lowering (the FFI
+target of the same name on cpu and cuda, partitioned over a device mesh by _sharding.py), a batching rule
+that folds mapped axes into rows, and a differentiable `call` whose tangents come from a pure-jnp
+reference (so the backward primitives can be differentiated again: second-order AD works).
 
-Operand kinds (the C++ side documents the same conventions in cpp/ffi_common.h):
+Operand kinds (the C++ side documents the same conventions in cpp/ffi_common.h, where a group-shaped
+array is "G*C elements", G = prod(x.shape[:k])):
   ROW    (..., C) tensor of the op's dtype (x, y, dy)       -> result ROW: like operand 0
   STAT   (...,) float32, one value per row (mean, rstd)     -> result STAT
-  PARAM  float32 (C,), or (G, C) row groups, or (0,) absent  (scale, bias)
-  GRAD   result only: float32 sums over G row groups, (C,) for G = 1, (G, C), or (0,) when not wanted;
-         G per GRAD result is the primitive parameter `grad_groups`.
+  PARAM  float32 (C,), or x.shape[:k] + (C,): one row per group of x's first k dims (vmap of batched
+         params), or (0,) absent                             (scale, bias)
+  GRAD   result only: float32 sums over the rows of each group of x's first k dims, shape
+         x.shape[:k] + (C,); k per GRAD result is the primitive parameter `grad_dims` (None: not wanted,
+         shape (0,)). Keeping the group dims (not flattening them to G) lets a mesh shard them like x.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
+
+from . import _sharding
 
 ROW, STAT, PARAM, GRAD = "row", "stat", "param", "grad"
 
@@ -41,22 +46,33 @@ def absent() -> jax.Array:
     return jnp.zeros((0,), jnp.float32)
 
 
-def _grad_shape(groups: int, cols: int) -> tuple[int, ...]:
-    return (0,) if groups == 0 else (cols,) if groups == 1 else (groups, cols)
+def grad_dim(param) -> int | None:
+    """The grad_dims entry for a (C,) parameter: 0 (one sum over all rows), None when it is absent."""
+    return 0 if param.size else None
+
+
+def _grad_shape(k: int | None, x_shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (0,) if k is None else (*x_shape[:k], x_shape[-1])
 
 
 class FfiPrimitive:
-    def __init__(self, spec: Spec, reference: Callable):
+    def __init__(self, spec: Spec, reference: Callable, columns=None):
+        """columns: how the op runs when a mesh shards the last axis (see _sharding.py): None (the
+        last axis is all-gathered), "local" (columns are independent: each device runs the kernel on
+        its columns) or a function (axes, *args, **params) -> results computing on column blocks with
+        collectives over the mesh axes `axes`."""
         self.spec = spec
         self.target = TARGET_PREFIX + spec.name
         self.reference = reference  # pure-jnp function with the primitive's signature and params
+        self.columns = columns
         self.prim = Primitive(self.target)
         self.prim.multiple_results = True
         self.prim.def_impl(self._impl)
         self.prim.def_abstract_eval(self._abstract_eval)
-        lowering = jax.ffi.ffi_lowering(self.target)
+        self._ffi_lowering = jax.ffi.ffi_lowering(self.target)
         for platform in ("cpu", "cuda"):
-            mlir.register_lowering(self.prim, functools.partial(self._lower, lowering), platform=platform)
+            mlir.register_lowering(self.prim, _sharding.lowering(self), platform=platform)
+        _sharding.requires_devices(self.prim)
         batching.primitive_batchers[self.prim] = self._batch
         self.call = self._make_call()
 
@@ -64,52 +80,54 @@ class FfiPrimitive:
     def _impl(self, *args, **params):
         return _jitted_bind(self.prim, tuple(sorted(params.items())))(*args)
 
-    def _abstract_eval(self, *avals, grad_groups=(), **attrs):
-        x = avals[0]
-        cols = x.shape[-1]
-        groups = iter(grad_groups)
-        out = []
-        for kind in self.spec.results:
-            if kind == ROW:
-                out.append(jax.core.ShapedArray(x.shape, x.dtype))
-            elif kind == STAT:
-                out.append(jax.core.ShapedArray(x.shape[:-1], jnp.float32))
-            else:
-                out.append(jax.core.ShapedArray(_grad_shape(next(groups), cols), jnp.float32))
-        return out
+    def _result_shapes(self, x, grad_dims) -> list[jax.ShapeDtypeStruct]:
+        dims = iter(grad_dims)
+        f32 = jnp.dtype(jnp.float32)
+        shape = {ROW: lambda: (x.shape, x.dtype), STAT: lambda: (x.shape[:-1], f32),
+                 GRAD: lambda: (_grad_shape(next(dims), x.shape), f32)}
+        return [jax.ShapeDtypeStruct(*shape[kind]()) for kind in self.spec.results]
 
-    def _lower(self, lowering, ctx, *args, grad_groups=(), **attrs):
-        del grad_groups  # encoded in the result shapes
-        typed = {k: self.spec.attrs[k](v) for k, v in attrs.items()}
-        return lowering(ctx, *args, **typed)
+    def _abstract_eval(self, *avals, grad_dims=(), **attrs):
+        # Each result is typed like x (its sharding under explicit mesh axes, shard_map's varying axes).
+        x = avals[0]
+        return [_sharding.aval_like(x, kind, r.shape, r.dtype)
+                for kind, r in zip(self.spec.results, self._result_shapes(x, grad_dims))]
+
+    def _typed(self, attrs):
+        return {k: self.spec.attrs[k](v) for k, v in attrs.items()}
+
+    def lower_plain(self, ctx, *args, grad_dims=(), **attrs):
+        """The bare custom call (on a mesh, XLA would gather its operands onto every device)."""
+        del grad_dims  # encoded in the result shapes
+        return self._ffi_lowering(ctx, *args, **self._typed(attrs))
+
+    def per_device(self, *args, grad_dims=(), **attrs):
+        """The bare custom call on traced arrays: what each device runs on its shard."""
+        types = self._result_shapes(args[0], grad_dims)
+        return tuple(jax.ffi.ffi_call(self.target, types)(*args, **self._typed(attrs)))
 
     # -- vmap: fold the mapped axis into the rows ----------------------------------------------------
-    def _batch(self, args, dims, grad_groups=(), **attrs):
+    def _batch(self, args, dims, grad_dims=(), **attrs):
         size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-        cols = args[0].shape[-1 if dims[0] is None or dims[0] != args[0].ndim - 1 else -2]
         new_args = []
         for kind, a, d in zip(self.spec.operands, args, dims):
             if kind in (ROW, STAT):
                 # Batch axis first, so the rows of one batch element are contiguous (a row group).
                 a = jnp.broadcast_to(a, (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
             elif a.size == 0:
-                a = absent()
+                a = a.reshape(0)  # absent, reshaped rather than recreated: keeps shard_map's varying axes
             elif d is None:
-                # One row group per (batch element, existing group): repeat only when already grouped.
-                a = a if a.ndim == 1 else jnp.tile(a, (size, 1))
+                # Groups of x's leading dims: the new batch dim joins them only when already grouped.
+                a = a if a.ndim == 1 else jnp.broadcast_to(a, (size, *a.shape))
             else:
-                a = jnp.moveaxis(a, d, 0).reshape(-1, cols)
+                a = jnp.moveaxis(a, d, 0)
             new_args.append(a)
         if GRAD in self.spec.results:
-            attrs["grad_groups"] = tuple(g * size for g in grad_groups)
+            attrs["grad_dims"] = tuple(None if k is None else k + 1 for k in grad_dims)
         outs = self.prim.bind(*new_args, **attrs)
-        result = []
-        groups = iter(grad_groups)
-        for kind, o in zip(self.spec.results, outs):
-            if kind == GRAD:
-                g = next(groups)
-                o = jnp.zeros((size, 0), jnp.float32) if g == 0 else o.reshape((size, *_grad_shape(g, cols)))
-            result.append(o)
+        dims_out = iter(grad_dims)
+        result = [o.reshape(size, 0) if kind == GRAD and next(dims_out) is None else o
+                  for kind, o in zip(self.spec.results, outs)]
         return result, [0] * len(result)
 
     # -- differentiable entry point ------------------------------------------------------------------

@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 
 from . import reference
-from ._primitive import GRAD, PARAM, ROW, FfiPrimitive, Spec, absent, np_attr
+from ._primitive import GRAD, PARAM, ROW, FfiPrimitive, Spec, absent, grad_dim, np_attr
+from ._sharding import match_varying
 from ._validate import check_input, check_param
 
 f32 = jnp.float32
@@ -26,18 +27,20 @@ def _fwd_ref(x, scale, bias, scale_value, bias_value):
     return (reference.gelu(_u(x, scale, bias, scale_value, bias_value)).astype(x.dtype),)
 
 
-def _bwd_ref(x, scale, bias, dy, scale_value, bias_value, grad_groups):
+def _bwd_ref(x, scale, bias, dy, scale_value, bias_value, grad_dims):
     u = _u(x, scale, bias, scale_value, bias_value)
     _, vjp = jax.vjp(reference.gelu, u)
     (g,) = vjp(dy.astype(f32))
     rows = tuple(range(x.ndim - 1))
     dx = (g * (scale if scale.size else scale_value)).astype(x.dtype)
     sums = (jnp.sum(g * x.astype(f32), axis=rows), jnp.sum(g, axis=rows))
-    return (dx, *(s if gg else absent() for s, gg in zip(sums, grad_groups)))
+    return (dx, *(absent() if k is None else s for s, k in zip(sums, grad_dims)))
 
 
-_fwd = FfiPrimitive(Spec("gelu_fwd", (ROW, PARAM, PARAM), (ROW,), _AFFINE), _fwd_ref)
-_bwd = FfiPrimitive(Spec("gelu_bwd", (ROW, PARAM, PARAM, ROW), (ROW, GRAD, GRAD), _AFFINE), _bwd_ref)
+# Elementwise along the last axis: on a mesh that splits it, each device runs the kernel on its columns.
+_fwd = FfiPrimitive(Spec("gelu_fwd", (ROW, PARAM, PARAM), (ROW,), _AFFINE), _fwd_ref, columns="local")
+_bwd = FfiPrimitive(Spec("gelu_bwd", (ROW, PARAM, PARAM, ROW), (ROW, GRAD, GRAD), _AFFINE), _bwd_ref,
+                    columns="local")
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
@@ -52,9 +55,8 @@ def _scale_bias_gelu_fwd(x, scale, bias, scale_value, bias_value):
 
 def _scale_bias_gelu_bwd(scale_value, bias_value, res, dy):
     x, scale, bias = res
-    groups = (int(scale.size > 0), int(bias.size > 0))
     return tuple(_bwd.call(x, scale, bias, dy, scale_value=scale_value, bias_value=bias_value,
-                           grad_groups=groups))
+                           grad_dims=(grad_dim(scale), grad_dim(bias))))
 
 
 _scale_bias_gelu.defvjp(_scale_bias_gelu_fwd, _scale_bias_gelu_bwd)
@@ -83,4 +85,4 @@ def scale_bias_gelu(x, scale=1.0, bias=0.0):
     bias_value, bias_arr = _split(bias, cols, "bias")
     if x.size == 0:
         return reference.scale_bias_gelu(x, scale, bias)
-    return _scale_bias_gelu(x, scale_arr, bias_arr, scale_value, bias_value)
+    return _scale_bias_gelu(*match_varying(x, scale_arr, bias_arr), scale_value, bias_value)

@@ -8,7 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from . import reference
-from ._primitive import GRAD, PARAM, ROW, STAT, FfiPrimitive, Spec, absent, np_attr, to_f32_param
+from ._primitive import (GRAD, PARAM, ROW, STAT, FfiPrimitive, Spec, absent, grad_dim, np_attr,
+                         to_f32_param)
+from ._sharding import match_varying
 from ._validate import check_epsilon, check_input, check_param
 
 f32 = jnp.float32
@@ -46,7 +48,7 @@ def _rms_fwd_ref(x, scale, epsilon):
     return _affine(xhat, scale).astype(x.dtype), rstd
 
 
-def _norm_bwd_ref(x, scale, mean, rstd, dy, grad_groups, rms):
+def _norm_bwd_ref(x, scale, mean, rstd, dy, grad_dims, rms):
     x32, dy32 = x.astype(f32), dy.astype(f32)
     xhat = (x32 - _pivot(x32, rms) - (0.0 if rms else mean[..., None])) * rstd[..., None]
     g = dy32 * (scale if scale.size else 1.0)
@@ -55,7 +57,7 @@ def _norm_bwd_ref(x, scale, mean, rstd, dy, grad_groups, rms):
     dx = (rstd[..., None] * (g - mg - xhat * mgx)).astype(x.dtype)
     rows = tuple(range(x.ndim - 1))
     sums = [jnp.sum(dy32 * xhat, axis=rows), jnp.sum(dy32, axis=rows)]
-    grads = [s if gg else absent() for s, gg in zip(sums, grad_groups)]
+    grads = [absent() if k is None else s for s, k in zip(sums, grad_dims)]
     return (dx, *grads)
 
 
@@ -63,11 +65,11 @@ _ln_fwd = FfiPrimitive(
     Spec("layer_norm_fwd", (ROW, PARAM, PARAM), (ROW, STAT, STAT), _EPS), _ln_fwd_ref)
 _ln_bwd = FfiPrimitive(
     Spec("layer_norm_bwd", (ROW, PARAM, STAT, STAT, ROW), (ROW, GRAD, GRAD), {}),
-    lambda x, scale, mean, rstd, dy, grad_groups: _norm_bwd_ref(x, scale, mean, rstd, dy, grad_groups, False))
+    lambda x, scale, mean, rstd, dy, grad_dims: _norm_bwd_ref(x, scale, mean, rstd, dy, grad_dims, False))
 _rms_fwd = FfiPrimitive(Spec("rms_norm_fwd", (ROW, PARAM), (ROW, STAT), _EPS), _rms_fwd_ref)
 _rms_bwd = FfiPrimitive(
     Spec("rms_norm_bwd", (ROW, PARAM, STAT, ROW), (ROW, GRAD), {}),
-    lambda x, scale, rstd, dy, grad_groups: _norm_bwd_ref(x, scale, None, rstd, dy, grad_groups, True))
+    lambda x, scale, rstd, dy, grad_dims: _norm_bwd_ref(x, scale, None, rstd, dy, grad_dims, True))
 
 
 # -- custom VJPs: scale/bias arrive as float32 (C,) or the (0,) placeholder --------------------------
@@ -83,8 +85,7 @@ def _layer_norm_fwd(x, scale, bias, epsilon):
 
 def _layer_norm_bwd(epsilon, res, dy):
     x, scale, bias, mean, rstd = res
-    groups = (int(scale.size > 0), int(bias.size > 0))
-    dx, dscale, dbias = _ln_bwd.call(x, scale, mean, rstd, dy, grad_groups=groups)
+    dx, dscale, dbias = _ln_bwd.call(x, scale, mean, rstd, dy, grad_dims=(grad_dim(scale), grad_dim(bias)))
     return dx, dscale, dbias
 
 
@@ -103,7 +104,7 @@ def _rms_norm_fwd(x, scale, epsilon):
 
 def _rms_norm_bwd(epsilon, res, dy):
     x, scale, rstd = res
-    dx, dscale = _rms_bwd.call(x, scale, rstd, dy, grad_groups=(int(scale.size > 0),))
+    dx, dscale = _rms_bwd.call(x, scale, rstd, dy, grad_dims=(grad_dim(scale),))
     return dx, dscale
 
 
@@ -123,7 +124,7 @@ def layer_norm(x, scale=None, bias=None, *, epsilon=1e-5):
     epsilon = check_epsilon(epsilon, "layer_norm")
     if x.size == 0:
         return reference.layer_norm(x, scale, bias, epsilon)
-    return _layer_norm(x, to_f32_param(scale), to_f32_param(bias), epsilon)
+    return _layer_norm(*match_varying(x, to_f32_param(scale), to_f32_param(bias)), epsilon)
 
 
 def rms_norm(x, scale=None, *, epsilon=1e-6):
@@ -133,4 +134,4 @@ def rms_norm(x, scale=None, *, epsilon=1e-6):
     epsilon = check_epsilon(epsilon, "rms_norm")
     if x.size == 0:
         return reference.rms_norm(x, scale, epsilon)
-    return _rms_norm(x, to_f32_param(scale), epsilon)
+    return _rms_norm(*match_varying(x, to_f32_param(scale)), epsilon)

@@ -11,16 +11,48 @@ from . import reference
 from ._primitive import ROW, FfiPrimitive, Spec, np_attr
 from ._validate import check_axis, check_choice, check_input
 
-# Index i of a name is the `algorithm` attribute the kernels receive.
-SOFTMAX_ALGORITHMS = ("auto",)
+# Index i of a name is the `algorithm` attribute the kernels receive. 0: the tuned kernel; 1..7: the
+# seed's teaching ladder v1..v7 (cpp/softmax_ladder.cu), same semantics, on the CPU all the one kernel.
+SOFTMAX_ALGORITHMS = (
+    "auto",
+    "thread_per_row",  # v1: one thread per row, three serial passes (max, sum, normalize)
+    "block_shared",  # v2: one block per row, shared-memory tree reductions
+    "warp_shuffle",  # v3: one warp per row (block of 32), warp-shuffle reductions
+    "warp_block",  # v4: one block per row, shuffles within warps + shared memory across warps
+    "online_thread_per_row",  # v5: online softmax (fused max+sum pass), one thread per row
+    "online_warp",  # v6: online softmax, one warp per row, cg::reduce of (max, sum), streaming stores
+    "unrolled",  # v7: v4 with 8 independent streaming loads in flight per thread (long rows)
+)
+
+f32 = jnp.float32
+
+
+# -- rows whose columns a mesh splits over the axes `axes` (see _sharding.py): a distributed softmax ---
+def _fwd_columns(axes, x, algorithm):
+    """Each device holds a block of columns: row max and row sum of exp are reduced over `axes` (two
+    all-reduces of one float per row) instead of all-gathering x."""
+    del algorithm
+    x32 = x.astype(f32)
+    m = jax.lax.pmax(jnp.max(x32, axis=-1, keepdims=True), axes)
+    e = jnp.exp(x32 - m)
+    return ((e / jax.lax.psum(jnp.sum(e, axis=-1, keepdims=True), axes)).astype(x.dtype),)
+
+
+def _bwd_columns(axes, y, dy):
+    y32, dy32 = y.astype(f32), dy.astype(f32)
+    dot = jax.lax.psum(jnp.sum(y32 * dy32, axis=-1, keepdims=True), axes)
+    return ((y32 * (dy32 - dot)).astype(y.dtype),)
+
 
 _fwd = FfiPrimitive(
     Spec("softmax_fwd", operands=(ROW,), results=(ROW,), attrs={"algorithm": np_attr("i64")}),
     reference=lambda x, algorithm: (reference.softmax(x),),
+    columns=_fwd_columns,
 )
 _bwd = FfiPrimitive(
     Spec("softmax_bwd", operands=(ROW, ROW), results=(ROW,), attrs={}),
     reference=lambda y, dy: (reference.softmax_bwd(y, dy),),
+    columns=_bwd_columns,
 )
 
 
@@ -51,7 +83,10 @@ def softmax(x, axis=-1, *, algorithm="auto"):
     x: float32, bfloat16 or float16 array of rank >= 1 (computed in float32; output dtype = x.dtype).
     axis: the axis to normalize. The kernels work on the last axis: any other axis is moved there and back,
         which costs two transposes (a read and a write of x each).
-    algorithm: one of SOFTMAX_ALGORITHMS.
+    algorithm: one of SOFTMAX_ALGORITHMS: "auto" (the tuned kernel, the default) or a step of the seed's
+        softmax ladder, "thread_per_row" (v1), "block_shared" (v2), "warp_shuffle" (v3), "warp_block"
+        (v4), "online_thread_per_row" (v5), "online_warp" (v6), "unrolled" (v7). All give the same
+        results up to rounding (the same -inf/NaN semantics); on the CPU they are one kernel.
     """
     x = check_input(x, "softmax")
     axis = check_axis(axis, x.ndim, "softmax")

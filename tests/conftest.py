@@ -2,6 +2,8 @@
 
 Every device-parametrized test runs on "cpu" always and on "gpu" when JAX sees a GPU (and
 jax_memops was built with its CUDA kernels); otherwise the gpu case is skipped with a reason.
+The host platform is split into 8 virtual CPU devices (for test_sharding.py's meshes) before anything
+imports JAX; single-device tests are unaffected (jit places on one device).
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ import pytest
 
 # Make `import memops_testing` work whatever pytest's import mode is.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+CPU_DEVICES = 8
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               f" --xla_force_host_platform_device_count={CPU_DEVICES}").strip()
 
 import jax  # noqa: E402
 

@@ -1,0 +1,225 @@
+"""How every jax_memops custom call partitions over a device mesh (jax.jit on sharded inputs).
+
+A bare custom call is opaque to XLA's partitioner, which gathers its operands onto every device first.
+Each primitive is therefore lowered through `jax.experimental.custom_partitioning` (the mechanism JAX's own
+cuDNN attention uses): at compile time XLA's partitioner calls `_partition` with the operand shardings,
+and each device runs the plain custom call on its shard:
+
+  * leading (row) dims sharded: every ROW/STAT operand and result keeps x's sharding; a PARAM keeps x's
+    sharding on its group dims (vmap of batched params) and is replicated otherwise; a GRAD result (the
+    sums behind dscale/dbias) is a partial sum per device, psum-ed over the mesh axes that shard the rows
+    it sums (the only communication: one all-reduce of C floats), and comes out replicated.
+  * last dim sharded: the op's `columns` says what to do (see FfiPrimitive): "local" ops (GELU) run on
+    their column blocks; softmax runs a distributed softmax (pmax/psum of per-row max and sum, see
+    softmax.py); the norms all-gather the last dim (one warning per op): their kernels' saved
+    statistics need whole rows.
+  * a dim whose size the mesh does not divide is replicated (padding would enter the row sums).
+  * Shardy propagates through the `sharding_rule` (factors of x's dims); GSPMD, if switched back on,
+    through `_infer`. Results are also typed with x's sharding (explicit mesh axes) and varying axes.
+
+Why custom_partitioning: `register_ffi_target_as_batch_partitionable` needs every operand and result to
+keep x's leading dims (scale and dscale cannot), and a shard_map inside the op needs the mesh at trace
+time (plain jit on sharded arrays does not provide it). The costs of a Python callback at compile time:
+  * a program on one device (and the per-device body of a shard_map) lowers to the plain custom call:
+    jax.export, `lower(lowering_platforms=("cuda",))` and the persistent cache are unaffected;
+  * a multi-device program carries a `CustomSPMDPartitioning` call whose key changes per process, so it
+    misses the persistent compilation cache (jax_remove_custom_partitioning_ptr_from_cache_key=True
+    restores it: the partitioning depends on shapes and shardings only);
+  * jax.export of a multi-device program gets the plain custom call instead (correct, but XLA gathers
+    the operands; warned once): export a shard_map of the op for communication-free serialized code;
+  * the primitives ask JAX for devices during lowering, so device-free lowering (shardings on an
+    AbstractMesh only) raises JAX's "AbstractMesh cannot be used ..." error.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import jax
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.interpreters import mlir
+from jax.sharding import NamedSharding, PartitionSpec
+
+from . import _primitive as prim  # circular: its names are read at call time only
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, stacklevel=2)
+
+
+def requires_devices(primitive):
+    """custom_partitioning needs the devices during lowering; JAX lowers a jit without them unless a
+    primitive in the program asks (private API, as JAX's cuDNN ops use it: guarded)."""
+    try:
+        from jax._src import dispatch
+
+        dispatch.prim_requires_devices_during_lowering.add(primitive)
+    except (ImportError, AttributeError):  # pragma: no cover - then multi-device programs gather
+        pass
+
+
+def aval_like(x, kind, shape, dtype):
+    """The type of a result: its sharding follows x's (explicit mesh axes): ROW like x, STAT without the
+    last dim, GRAD with x's group dims and last dim. x.update keeps shard_map's varying axes."""
+    sharding = getattr(x, "sharding", None)
+    if not isinstance(sharding, NamedSharding):
+        return jax.core.ShapedArray(shape, dtype)
+    spec = (*sharding.spec, *(None,) * (x.ndim - len(sharding.spec)))
+    if kind == prim.ROW:
+        dims = spec
+    elif kind == prim.STAT:
+        dims = spec[:-1]
+    else:
+        dims = (*spec[:len(shape) - 1], spec[-1]) if math.prod(shape) else (None,)
+    return x.update(shape=shape, dtype=dtype, weak_type=False,
+                    sharding=NamedSharding(sharding.mesh, PartitionSpec(*dims)))
+
+
+def _varying(x) -> frozenset:
+    """shard_map's varying manual axes of x (`.vma` up to jax 0.9, `.mat.varying` since)."""
+    aval = jax.typeof(x)
+    vma = getattr(aval, "vma", None)
+    return frozenset(getattr(getattr(aval, "mat", None), "varying", ()) if vma is None else vma)
+
+
+def match_varying(*arrays):
+    """Inside shard_map: every operand gets the union of their varying axes, as JAX's own binary ops do.
+    A replicated scale then enters through pcast, whose transpose psums dscale over the devices."""
+    union = frozenset().union(*map(_varying, arrays))
+    cast = getattr(jax.lax, "pcast", None)
+    vary = (lambda a, axes: cast(a, axes, to="varying")) if cast else jax.lax.pvary  # pvary: jax < 0.10
+    return tuple(a if _varying(a) == union else vary(a, tuple(sorted(union - _varying(a))))
+                 for a in arrays)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """The static part of one custom call, handed to the partitioning callbacks."""
+    op: object              # the FfiPrimitive
+    params: tuple           # its sorted primitive params
+    avals_in: tuple
+    avals_out: tuple
+
+
+def lowering(op):
+    """The lowering rule of `op`'s primitive: partitioned on a mesh, the plain custom call otherwise."""
+    def rule(ctx, *args, **params):
+        context = ctx.module_context.axis_context
+        if getattr(ctx.module_context.lowering_parameters, "for_export", False):
+            if getattr(context, "num_devices", 1) > 1:
+                _warn_once("export", "jax_memops: jax.export of a multi-device program keeps the plain "
+                           "custom calls (XLA gathers their operands); export a shard_map of the op to "
+                           "serialize communication-free code.")
+            return op.lower_plain(ctx, *args, **params)
+        if getattr(context, "device_assignment", ()) is None:  # lowered without devices: cannot partition
+            return op.lower_plain(ctx, *args, **params)
+        call = _Call(op, tuple(sorted(params.items())), tuple(ctx.avals_in), tuple(ctx.avals_out))
+        return mlir.lower_fun(lambda *a: _partitioned(call, *a), multiple_results=True)(ctx, *args)
+    return rule
+
+
+def _per_device(call, *args):
+    return call.op.per_device(*args, **dict(call.params))
+
+
+class _Plan:
+    """Shardings of one call's operands and results on `mesh`, from the sharding of x."""
+
+    def __init__(self, call: _Call, mesh, x_sharding):
+        self.call, self.mesh = call, mesh
+        x = call.avals_in[0]
+        named = isinstance(x_sharding, NamedSharding)
+        if not (named or x_sharding.is_fully_replicated):
+            # No mesh axis names to psum over (e.g. the automatic axes of a partially manual shard_map).
+            _warn_once("unnamed", "jax_memops: operand sharding is not on a named mesh: gathering it.")
+        spec = tuple(x_sharding.spec) if named else ()
+        spec = [self._axes(a) for a in spec] + [()] * (x.ndim - len(spec))
+        # Uneven shards would be padded, and padding would enter the row sums: replicate such dims.
+        spec = [axes if n % self._size(axes) == 0 else () for axes, n in zip(spec, x.shape)]
+        self.lead, self.cols = spec[:-1], spec[-1]
+        if self.cols and call.op.columns is None:
+            _warn_once(call.op.target, f"jax_memops: {call.op.target} needs whole rows: all-gathering its "
+                       f"last dimension, sharded over mesh axes {self.cols}.")
+            self.cols = ()
+
+    @staticmethod
+    def _axes(entry) -> tuple[str, ...]:
+        return () if entry is None else tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
+
+    def _size(self, axes) -> int:
+        n = 1
+        for a in axes:
+            n *= self.mesh.shape[a]
+        return n
+
+    def _named(self, dims):
+        return NamedSharding(self.mesh, PartitionSpec(*(d if d else None for d in dims)))
+
+    def _dims(self, kind, aval):
+        if kind == prim.ROW:
+            return (*self.lead, self.cols)
+        if kind == prim.STAT:
+            return tuple(self.lead)
+        if aval.size == 0:  # absent PARAM, unwanted GRAD
+            return ((),)
+        return (*self.lead[:aval.ndim - 1], self.cols)  # group dims like x's, then the columns
+
+    def operands(self):
+        return tuple(self._named(self._dims(k, a)) for k, a in zip(self.call.op.spec.operands,
+                                                                   self.call.avals_in))
+
+    def results(self):
+        return tuple(self._named(self._dims(k, a)) for k, a in zip(self.call.op.spec.results,
+                                                                   self.call.avals_out))
+
+    def lower_fn(self, *args):
+        op, params = self.call.op, dict(self.call.params)
+        if self.cols and callable(op.columns):
+            outs = op.columns(self.cols, *args, **params)
+        else:
+            outs = _per_device(self.call, *args)
+        # A GRAD result sums rows: add the partial sums of the devices holding its other rows.
+        return tuple(jax.lax.psum(o, sum(self.lead[o.ndim - 1:], ())) if kind == prim.GRAD and o.size
+                     and any(self.lead[o.ndim - 1:]) else o for kind, o in zip(op.spec.results, outs))
+
+
+def _partition(call, mesh, arg_shapes, result_shape):
+    del result_shape
+    plan = _Plan(call, mesh, arg_shapes[0].sharding)
+    return mesh, plan.lower_fn, plan.results(), plan.operands()
+
+
+def _infer(call, mesh, arg_shapes, result_shape):
+    """GSPMD propagation (when Shardy is switched off): results follow x."""
+    del result_shape
+    return _Plan(call, mesh, arg_shapes[0].sharding).results()
+
+
+def _sharding_rule(call, mesh, operand_types, result_types):
+    """Shardy propagation: factor b<i> per leading dim of x, c for its last dim, z<j> for empty arrays."""
+    del mesh, operand_types, result_types
+    ndim = call.avals_in[0].ndim
+    lead = [f"b{i}" for i in range(ndim - 1)]
+    empty = iter(range(len(call.avals_in) + len(call.avals_out)))
+
+    def dims(kind, aval):
+        if kind == prim.ROW:
+            return [*lead, "c"]
+        if kind == prim.STAT:
+            return lead
+        return [f"z{next(empty)}"] if aval.size == 0 else [*lead[:aval.ndim - 1], "c"]
+
+    side = lambda kinds, avals: ", ".join(" ".join(dims(k, a)) for k, a in zip(kinds, avals))  # noqa: E731
+    spec = call.op.spec
+    return f"{side(spec.operands, call.avals_in)} -> {side(spec.results, call.avals_out)}"
+
+
+_partitioned = custom_partitioning(_per_device, static_argnums=(0,))
+_partitioned.def_partition(partition=_partition, infer_sharding_from_operands=_infer,
+                           sharding_rule=_sharding_rule)
