@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_memops as jm
-from jax_memops import reference
+from jax_memops import reference, unfused
 
 SHAPES = [(1, 1), (5, 33), (3, 4097), (2, 3, 31)]
 TOL = {jnp.float32: 2e-5, jnp.bfloat16: 2e-2, jnp.float16: 4e-3}
@@ -36,6 +36,8 @@ def main():
         "layer_norm_noparams": (lambda x, s, b: jm.layer_norm(x), lambda x, s, b: reference.layer_norm(x)),
         "rms_norm": (lambda x, s, b: jm.rms_norm(x, s), lambda x, s, b: reference.rms_norm(x, s)),
         "gelu_arrays": (jm.scale_bias_gelu, reference.scale_bias_gelu),
+        "gelu_3_kernels": (lambda x, s, b: unfused.three_kernels(x, 1.5, 0.25),
+                           lambda x, s, b: reference.scale_bias_gelu(x, 1.5, 0.25)),
         "gelu_scalars": (lambda x, s, b: jm.scale_bias_gelu(x, 1.5, 0.25),
                          lambda x, s, b: reference.scale_bias_gelu(x, 1.5, 0.25)),
     }

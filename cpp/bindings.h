@@ -74,4 +74,10 @@ auto gelu_bwd(B&& b) {
   return rets<3>(args<4>(std::move(b))).template Attr<float>("scale_value").template Attr<float>("bias_value");
 }
 
+// x -> y; value (the fusion experiment's unfused pieces: scale, bias, gelu; gelu ignores value)
+template <class B>
+auto elementwise(B&& b) {
+  return rets<1>(args<1>(std::move(b))).template Attr<float>("value");
+}
+
 }  // namespace jm::bind

@@ -10,6 +10,9 @@
 //   jax_memops_rms_norm_bwd   x, scale, rstd, dy                 dx, dscale
 //   jax_memops_gelu_fwd       x, scale, bias                     y                         scale_value:f32, bias_value:f32
 //   jax_memops_gelu_bwd       x, scale, bias, dy                 dx, dscale, dbias         scale_value:f32, bias_value:f32
+//   jax_memops_scale          x                                  y = x * value             value:f32
+//   jax_memops_bias           x                                  y = x + value             value:f32
+//   jax_memops_gelu           x                                  y = gelu(x)               value:f32 (unused)
 //
 // x, y, dy, dx: row tensors (..., C) of one dtype (f32, bf16 or f16). scale/bias: params, dscale/dbias:
 // param gradients, mean/rstd: row statistics — see ffi_common.h. For gelu, an absent scale/bias array
@@ -28,6 +31,9 @@ JM_DECLARE_HANDLER(JmRmsNormFwdCpu);
 JM_DECLARE_HANDLER(JmRmsNormBwdCpu);
 JM_DECLARE_HANDLER(JmGeluFwdCpu);
 JM_DECLARE_HANDLER(JmGeluBwdCpu);
+JM_DECLARE_HANDLER(JmScaleCpu);
+JM_DECLARE_HANDLER(JmBiasCpu);
+JM_DECLARE_HANDLER(JmGeluOnlyCpu);
 
 #ifdef JAX_MEMOPS_WITH_CUDA
 JM_DECLARE_HANDLER(JmSoftmaxFwdCuda);
@@ -38,4 +44,7 @@ JM_DECLARE_HANDLER(JmRmsNormFwdCuda);
 JM_DECLARE_HANDLER(JmRmsNormBwdCuda);
 JM_DECLARE_HANDLER(JmGeluFwdCuda);
 JM_DECLARE_HANDLER(JmGeluBwdCuda);
+JM_DECLARE_HANDLER(JmScaleCuda);
+JM_DECLARE_HANDLER(JmBiasCuda);
+JM_DECLARE_HANDLER(JmGeluOnlyCuda);
 #endif

@@ -37,6 +37,9 @@ const Entry kEntries[] = {
     JM_ENTRY("jax_memops_rms_norm_bwd", JmRmsNormBwd),
     JM_ENTRY("jax_memops_gelu_fwd", JmGeluFwd),
     JM_ENTRY("jax_memops_gelu_bwd", JmGeluBwd),
+    JM_ENTRY("jax_memops_scale", JmScale),
+    JM_ENTRY("jax_memops_bias", JmBias),
+    JM_ENTRY("jax_memops_gelu", JmGeluOnly),
 };
 
 }  // namespace

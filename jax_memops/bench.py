@@ -202,3 +202,47 @@ def ladder_cases(elements: int, cols=LADDER_COLS) -> list[Case]:
     """The seed's story: every softmax algorithm, forward, f32, at a short and a vocabulary-sized row."""
     return [Case("softmax", "fwd", "float32", (max(1, elements // c), c), alg)
             for c in cols for alg in jm.SOFTMAX_ALGORITHMS]
+
+
+# -- the fusion experiment -----------------------------------------------------------------------------
+FUSION_SCALE, FUSION_BIAS = 1.5, 0.25
+FUSION_ELEMENTS = (1 << 25, 1 << 28)  # the seeds' n, and one far past any cache
+
+
+def fusion_case(n: int, dtype: str, key, iters: int, reps: int) -> dict:
+    """gelu(x * 1.5 + 0.25) four ways: our fused kernel, our three kernels (three custom calls), XLA's
+    fused jit, and XLA as three separately jitted calls; with the copy of x as the ceiling."""
+    from . import unfused
+
+    s, b = FUSION_SCALE, FUSION_BIAS
+    x = (2.0 * jax.random.normal(key, (n,), jnp.float32)).astype(DTYPES[dtype])
+    xla_pieces = [jax.jit(lambda v: v * jnp.asarray(s, v.dtype)), jax.jit(lambda v: v + jnp.asarray(b, v.dtype)),
+                  jax.jit(lambda v: reference.gelu(v))]
+    ways = {
+        "ours_fused": jax.jit(lambda v: jm.scale_bias_gelu(v, s, b)),
+        "ours_3_kernels": jax.jit(lambda v: unfused.three_kernels(v, s, b)),
+        "xla_fused": jax.jit(lambda v: reference.scale_bias_gelu(v, s, b)),
+        "xla_3_jits": lambda v: xla_pieces[2](xla_pieces[1](xla_pieces[0](v))),
+    }
+    want = ways["xla_fused"](x)
+    for name, f in ways.items():  # the chains round twice more in 16-bit dtypes: 2x the tolerance
+        diff = max_rel_diff(f(x), want)
+        if not diff <= 2 * TOLERANCE[dtype]:
+            raise AssertionError(f"fusion {name} {dtype} n={n}: disagrees with XLA by {diff:.3g}")
+    times = time_interleaved([lambda f=f: f(x) for f in ways.values()] + [lambda: _copy(x)], iters, reps)
+    out = {"n": n, "dtype": dtype, **{f"{k}_ms": t for k, t in zip(ways, times)}, "copy_ms": times[-1]}
+    out["fused_vs_3_kernels"] = out["ours_3_kernels_ms"] / out["ours_fused_ms"]
+    out["fused_vs_xla_fused"] = out["xla_fused_ms"] / out["ours_fused_ms"]
+    out["fused_pct_of_copy"] = 100.0 * out["copy_ms"] / out["ours_fused_ms"]
+    return out
+
+
+def fusion_table(rows: list[dict]) -> str:
+    head = (f"{'n':>10s} {'dtype':8s} {'fused':>8s} {'3 kernels':>9s} {'XLA fused':>9s} {'XLA 3 jits':>10s} "
+            f"{'copy':>8s} {'3k/fused':>8s} {'XLA/fused':>9s} {'% copy':>6s}   (ms)")
+    lines = [head]
+    for r in rows:
+        lines.append(f"{r['n']:>10d} {r['dtype']:8s} {r['ours_fused_ms']:8.3f} {r['ours_3_kernels_ms']:9.3f} "
+                     f"{r['xla_fused_ms']:9.3f} {r['xla_3_jits_ms']:10.3f} {r['copy_ms']:8.3f} "
+                     f"{r['fused_vs_3_kernels']:8.2f} {r['fused_vs_xla_fused']:9.2f} {r['fused_pct_of_copy']:6.0f}")
+    return "\n".join(lines)

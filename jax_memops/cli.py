@@ -16,7 +16,7 @@ import jax
 from . import bench
 from ._ext import build_info
 
-PARTS = ("sweep", "ladder", "model")
+PARTS = ("sweep", "ladder", "model", "fusion")
 
 
 def cmd_info(args) -> int:
@@ -69,7 +69,7 @@ def cmd_bench(args) -> int:
     from . import bench_model, bench_report
 
     gpu = jax.default_backend() == "gpu"
-    parts = ("ladder",) if args.softmax_ladder else tuple(args.parts)
+    parts = ("ladder",) if args.softmax_ladder else ("fusion",) if args.fusion else tuple(args.parts)
     sweep, ladder = _cases(args, gpu)
     sweep = sweep if "sweep" in parts else []
     ladder = ladder if "ladder" in parts else []
@@ -79,7 +79,9 @@ def cmd_bench(args) -> int:
     print(f"jax-memops bench on {env['device']} (jax {env['jax']}): {len(sweep)} sweep cases, "
           f"{len(ladder)} ladder cases{', a transformer block' if 'model' in parts else ''}; "
           f"median of {reps} x {iters} calls", flush=True)
-    progress = Progress(len(sweep) + len(ladder) + ("model" in parts))
+    fusion_sizes = [(n, dt) for n in (bench.FUSION_ELEMENTS if gpu and not args.quick else (1 << 16,))
+                    for dt in args.dtypes] if "fusion" in parts else []
+    progress = Progress(len(sweep) + len(ladder) + ("model" in parts) + len(fusion_sizes))
     key = jax.random.key(args.seed)
     results: dict[str, list] = {"sweep": [], "ladder": []}
     print(bench_report.table_header(), flush=True)
@@ -94,14 +96,21 @@ def cmd_bench(args) -> int:
         progress.step("transformer block fwd+bwd")
         cfg = bench_model.QUICK_CONFIG if args.quick or not gpu else bench_model.BlockConfig()
         model = bench_model.run(cfg, key, iters, reps)
+    fusion = []
+    for n, dtype in fusion_sizes:
+        key, sub = jax.random.split(key)
+        progress.step(f"fusion n={n} {dtype}")
+        fusion.append(bench.fusion_case(n, dtype, sub, iters, reps))
     progress.close()
+    if fusion:
+        print("\nscale -> bias -> GELU, fused kernel vs three kernels vs XLA:\n" + bench.fusion_table(fusion))
     if model:
         print(f"\nGPT-2-style block {model['config']} bf16 fwd+bwd: jm {model['jm_ms']:.3f} ms, "
               f"XLA {model['xla_ms']:.3f} ms, speedup {model['speedup']:.2f}")
 
     everything = results["sweep"] + results["ladder"]
     bench_report.write_json(os.path.join(args.out, "results.json"), everything,
-                            {"model": model, "parts": list(parts)})
+                            {"model": model, "fusion": fusion, "parts": list(parts)})
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(bench_report.markdown_table(everything) + "\n")
     plots = bench_report.plot_bandwidth(results["sweep"], args.out) + bench_report.plot_ladder(
@@ -126,9 +135,12 @@ def main(argv=None) -> int:
     p.add_argument("--elements", type=int,
                    help="elements per tensor, rows = elements // C (default 2^26 on a GPU, 2^16 elsewhere)")
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
-                   help="what to run: the op sweep, the softmax ladder, the transformer block")
+                   help="what to run: the op sweep, the softmax ladder, the transformer block, the fusion "
+                        "experiment")
     p.add_argument("--softmax-ladder", action="store_true",
                    help="only the seed's softmax story: every algorithm vs XLA and the copy")
+    p.add_argument("--fusion", action="store_true",
+                   help="only the fusion experiment: fused scale-bias-GELU vs three kernels vs XLA")
     p.add_argument("--iters", type=int, help="back-to-back calls per timing (default 20 GPU, 3 CPU)")
     p.add_argument("--reps", type=int, help="timings per function, the median is kept (default 7 GPU, 3 CPU)")
     p.add_argument("--seed", type=int, default=0)

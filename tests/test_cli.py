@@ -36,6 +36,10 @@ def test_bench_quick_writes_table_json_and_plots(tmp_path, capsys):
         assert r["max_rel_diff"] <= bench.TOLERANCE[r["dtype"]]
         assert r["pct_of_copy"] == pytest.approx(100 * r["ours_gbps"] / r["copy_gbps"])
     assert data["model"]["jm_ms"] > 0 and data["model"]["xla_ms"] > 0
+    assert [f["dtype"] for f in data["fusion"]] == ["bfloat16"]
+    assert all(data["fusion"][0][f"{k}_ms"] > 0 for k in ("ours_fused", "ours_3_kernels", "xla_fused",
+                                                          "xla_3_jits", "copy"))
+    assert "fused kernel vs three kernels" in out
     md = (tmp_path / "results.md").read_text()
     assert md.count("\n") == 2 + sweep + ladder
     pytest.importorskip("matplotlib")
@@ -48,7 +52,15 @@ def test_softmax_ladder_only(tmp_path, capsys):
     assert cli.main(["bench", "--quick", "--softmax-ladder", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "results.json").read_text())
     assert {r["algorithm"] for r in data["results"]} == set(jm.SOFTMAX_ALGORITHMS)
-    assert data["model"] is None
+    assert data["model"] is None and data["fusion"] == []
+
+
+def test_fusion_only(tmp_path, capsys):
+    assert cli.main(["bench", "--quick", "--fusion", "--dtypes", "float32", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["results"] == [] and data["model"] is None and len(data["fusion"]) == 1
+    row = data["fusion"][0]
+    assert row["fused_vs_3_kernels"] == pytest.approx(row["ours_3_kernels_ms"] / row["ours_fused_ms"])
 
 
 def test_bench_fails_loudly_on_disagreement(monkeypatch):

@@ -1,0 +1,42 @@
+// The fusion experiment's unfused pieces on the CPU: y = x * value, y = x + value, y = gelu(x).
+#include "bindings.h"
+#include "cpu_common.h"
+#include "gelu_math.h"
+#include "handlers.h"
+
+namespace jm::cpu {
+namespace {
+
+template <class F>
+ffi::Error map(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, F f) {
+  if (auto err = check_same(x, *y, "y"); err.failure()) return err;
+  const int64_t n = static_cast<int64_t>(x.element_count());
+  return dispatch_float(x.element_type(), [&](auto tag) {
+    using T = elem_t<decltype(tag)>;
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    T* yp = static_cast<T*>(y->untyped_data());
+    for (int64_t i = 0; i < n; ++i) yp[i] = from_float<T>(f(to_float(xp[i])));
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error scale_op(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float value) {
+  return map(x, y, [value](float v) { return v * value; });
+}
+ffi::Error bias_op(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float value) {
+  return map(x, y, [value](float v) { return v + value; });
+}
+ffi::Error gelu_op(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float) {
+  return map(x, y, [](float v) { return gelu(v); });
+}
+
+}  // namespace
+}  // namespace jm::cpu
+
+namespace ffi = xla::ffi;
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmScaleCpu, jm::cpu::scale_op, jm::bind::elementwise(ffi::Ffi::Bind()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmBiasCpu, jm::cpu::bias_op, jm::bind::elementwise(ffi::Ffi::Bind()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluOnlyCpu, jm::cpu::gelu_op, jm::bind::elementwise(ffi::Ffi::Bind()));
