@@ -5,9 +5,13 @@
 #   build     pip install --no-build-isolation --no-deps . (sm_90 only, to save time)
 #   test      the pytest suite (CPU and GPU cases)
 #   sanitize  compute-sanitizer memcheck and racecheck over benchmarks/sanitize.py
-#   bench     jax-memops bench (default: sweep, softmax ladder, transformer block) into gpu-out/bench
-# Environment: TESTS_K (pytest -k expression, e.g. gpu), BENCH_ARGS (extra bench options),
-# T_TEST / T_SAN / T_BENCH (seconds each stage may take; a stage past its limit is stopped and noted).
+#   bench     jax-memops bench (default: every part) into gpu-out/bench
+#   gpt       examples/gpt.py --compare (jm ops vs plain Flax, same init and data) into gpu-out/gpt
+#   multi     benchmarks/multi_gpu.py (row-sharded ops on every GPU vs one; needs 2 or more GPUs)
+# Environment: TESTS_K (pytest -k expression, e.g. gpu), PYTEST_N (pytest-xdist workers; they share the GPU,
+# so preallocation is turned off for the test stage), BENCH_ARGS (extra bench options), GPT_STEPS,
+# T_TEST / T_SAN / T_BENCH / T_GPT / T_MULTI (seconds each stage may take; a stage past its limit is
+# stopped and noted).
 set -uo pipefail
 out=gpu-out
 rm -rf "$out" && mkdir -p "$out"
@@ -28,7 +32,8 @@ for stage in $stages; do
       [ $rc -eq 0 ] || { tail -40 "$out/build.log"; break; }
       python3 -P -m jax_memops.cli info | tee "$out/info.txt" ;;
     test)
-      timeout ${T_TEST:-1200} python3 -P -m pytest -q -rs ${TESTS_K:+-k "$TESTS_K"} tests > "$out/pytest.log" 2>&1
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${T_TEST:-1200} python3 -P -m pytest -q -rs \
+        ${PYTEST_N:+-n $PYTEST_N} ${TESTS_K:+-k "$TESTS_K"} tests > "$out/pytest.log" 2>&1
       rc=$?; note test "rc=$rc $((SECONDS - start))s $(tail -1 "$out/pytest.log")"
       [ $rc -eq 0 ] || grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -30 ;;
     sanitize)
@@ -46,6 +51,15 @@ for stage in $stages; do
       timeout ${T_BENCH:-1200} python3 -P -m jax_memops.cli bench ${BENCH_ARGS:-} --out "$out/bench" > "$out/bench.txt" 2> "$out/bench.err"
       rc=$?; note bench "rc=$rc $((SECONDS - start))s"
       cat "$out/bench.txt"; [ $rc -eq 0 ] || tail -20 "$out/bench.err" ;;
+    gpt)
+      timeout ${T_GPT:-600} python3 -P examples/gpt.py --compare --steps ${GPT_STEPS:-300} --out "$out/gpt" \
+        > "$out/gpt.log" 2>&1
+      rc=$?; note gpt "rc=$rc $((SECONDS - start))s $(tail -1 "$out/gpt.log")"
+      [ $rc -eq 0 ] || tail -20 "$out/gpt.log" ;;
+    multi)
+      timeout ${T_MULTI:-600} python3 -P benchmarks/multi_gpu.py --out "$out/multi" > "$out/multi.log" 2>&1
+      rc=$?; note multi "rc=$rc $((SECONDS - start))s"
+      tail -12 "$out/multi.log" ;;
   esac
 done
 echo; echo "== summary"; printf '%s\n' "${summary[@]}"

@@ -82,3 +82,51 @@ def run(cfg: BlockConfig, key, iters: int, reps: int) -> dict:
     ours_ms, xla_ms = time_interleaved([lambda: ours(params, x), lambda: xla(params, x)], iters, reps)
     return {"config": cfg.__dict__, "dtype": "bfloat16", "max_rel_diff": diff, "jm_ms": ours_ms,
             "xla_ms": xla_ms, "speedup": xla_ms / ours_ms}
+
+
+# -- the MLP block: where a custom call meets XLA's matmul epilogue fusion (issue 6) -------------------
+@dataclass(frozen=True)
+class MlpConfig:
+    tokens: int = 8 * 1024
+    width: int = 768  # hidden = 4 * width: GPT-2 small; 4096 for a wide layer
+
+
+MLP_CONFIGS = (MlpConfig(8 * 1024, 768), MlpConfig(4 * 1024, 4096))
+QUICK_MLP_CONFIGS = (MlpConfig(64, 32),)
+
+
+def mlp(params: dict, x, ops: str):
+    """Dense -> bias + GELU (tanh form) -> Dense in bfloat16, f32 bias. With "jm" the bias + GELU is one
+    custom call; with "xla" it is jax.nn.gelu(h + b), which XLA may fuse into the first matmul's
+    epilogue (then the activation never makes a round trip through HBM on its own)."""
+    h = x @ params["w_fc"]
+    if ops == "jm":
+        h = jm.scale_bias_gelu(h, 1.0, params["b_fc"])
+    else:
+        h = jax.nn.gelu(h + params["b_fc"].astype(h.dtype), approximate=True)
+    return h @ params["w_proj"]
+
+
+def run_mlp(cfg: MlpConfig, key, iters: int, reps: int) -> dict:
+    """Forward + backward (grads of params and x) of the MLP block, jm vs XLA, same bf16 numerics."""
+    d, bf16 = cfg.width, jnp.bfloat16
+    k = jax.random.split(key, 4)
+    params = {"w_fc": (jax.random.normal(k[0], (d, 4 * d)) / d ** 0.5).astype(bf16),
+              "b_fc": 0.1 * jax.random.normal(k[1], (4 * d,)),
+              "w_proj": (jax.random.normal(k[2], (4 * d, d)) / (4 * d) ** 0.5).astype(bf16)}
+    x = jax.random.normal(k[3], (cfg.tokens, d)).astype(bf16)
+
+    def step(ops):
+        def loss(p, x):
+            return jnp.mean(jnp.square(mlp(p, x, ops).astype(jnp.float32)))
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+
+    ours, xla = step("jm"), step("xla")
+    diff = max_rel_diff(ours(params, x), xla(params, x))
+    if not diff <= 5e-2:
+        raise AssertionError(f"MLP block {cfg}: jm and XLA disagree, max relative difference {diff:.3g}")
+    ours_ms, xla_ms = time_interleaved([lambda: ours(params, x), lambda: xla(params, x)], iters, reps)
+    flops = 3 * 2 * 2 * cfg.tokens * d * 4 * d  # two matmuls, forward + two backward products each
+    return {"config": cfg.__dict__, "dtype": "bfloat16", "max_rel_diff": diff, "jm_ms": ours_ms,
+            "xla_ms": xla_ms, "speedup": xla_ms / ours_ms, "matmul_tflops_jm": flops / ours_ms / 1e9,
+            "matmul_tflops_xla": flops / xla_ms / 1e9}

@@ -16,7 +16,7 @@ import jax
 from . import bench
 from ._ext import build_info
 
-PARTS = ("sweep", "ladder", "model", "fusion")
+PARTS = ("sweep", "ladder", "model", "mlp", "fusion")
 
 
 def cmd_info(args) -> int:
@@ -81,7 +81,9 @@ def cmd_bench(args) -> int:
           f"median of {reps} x {iters} calls", flush=True)
     fusion_sizes = [(n, dt) for n in (bench.FUSION_ELEMENTS if gpu and not args.quick else (1 << 16,))
                     for dt in args.dtypes] if "fusion" in parts else []
-    progress = Progress(len(sweep) + len(ladder) + ("model" in parts) + len(fusion_sizes))
+    mlp_configs = ((bench_model.QUICK_MLP_CONFIGS if args.quick or not gpu else bench_model.MLP_CONFIGS)
+                   if "mlp" in parts else ())
+    progress = Progress(len(sweep) + len(ladder) + ("model" in parts) + len(mlp_configs) + len(fusion_sizes))
     key = jax.random.key(args.seed)
     results: dict[str, list] = {"sweep": [], "ladder": []}
     print(bench_report.table_header(), flush=True)
@@ -96,6 +98,10 @@ def cmd_bench(args) -> int:
         progress.step("transformer block fwd+bwd")
         cfg = bench_model.QUICK_CONFIG if args.quick or not gpu else bench_model.BlockConfig()
         model = bench_model.run(cfg, key, iters, reps)
+    mlps = []
+    for cfg in mlp_configs:
+        progress.step(f"MLP block {cfg.tokens}x{cfg.width} fwd+bwd")
+        mlps.append(bench_model.run_mlp(cfg, key, iters, reps))
     fusion = []
     for n, dtype in fusion_sizes:
         key, sub = jax.random.split(key)
@@ -108,9 +114,13 @@ def cmd_bench(args) -> int:
         print(f"\nGPT-2-style block {model['config']} bf16 fwd+bwd: jm {model['jm_ms']:.3f} ms, "
               f"XLA {model['xla_ms']:.3f} ms, speedup {model['speedup']:.2f}")
 
+    for m in mlps:
+        print(f"MLP block (Dense -> bias+GELU -> Dense) tokens={m['config']['tokens']} width={m['config']['width']} "
+              f"bf16 fwd+bwd: jm {m['jm_ms']:.3f} ms, XLA {m['xla_ms']:.3f} ms, speedup {m['speedup']:.2f}")
+
     everything = results["sweep"] + results["ladder"]
     bench_report.write_json(os.path.join(args.out, "results.json"), everything,
-                            {"model": model, "fusion": fusion, "parts": list(parts)})
+                            {"model": model, "mlp": mlps, "fusion": fusion, "parts": list(parts)})
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(bench_report.markdown_table(everything) + "\n")
     plots = bench_report.plot_bandwidth(results["sweep"], args.out) + bench_report.plot_ladder(
@@ -135,8 +145,8 @@ def main(argv=None) -> int:
     p.add_argument("--elements", type=int,
                    help="elements per tensor, rows = elements // C (default 2^26 on a GPU, 2^16 elsewhere)")
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
-                   help="what to run: the op sweep, the softmax ladder, the transformer block, the fusion "
-                        "experiment")
+                   help="what to run: the op sweep, the softmax ladder, the transformer block, the MLP block "
+                        "(fused bias+GELU custom call vs XLA's matmul epilogue), the fusion experiment")
     p.add_argument("--softmax-ladder", action="store_true",
                    help="only the seed's softmax story: every algorithm vs XLA and the copy")
     p.add_argument("--fusion", action="store_true",

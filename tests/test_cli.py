@@ -36,6 +36,8 @@ def test_bench_quick_writes_table_json_and_plots(tmp_path, capsys):
         assert r["max_rel_diff"] <= bench.TOLERANCE[r["dtype"]]
         assert r["pct_of_copy"] == pytest.approx(100 * r["ours_gbps"] / r["copy_gbps"])
     assert data["model"]["jm_ms"] > 0 and data["model"]["xla_ms"] > 0
+    assert [m["config"]["width"] for m in data["mlp"]] == [32] and data["mlp"][0]["jm_ms"] > 0
+    assert "MLP block (Dense -> bias+GELU -> Dense)" in out
     assert [f["dtype"] for f in data["fusion"]] == ["bfloat16"]
     assert all(data["fusion"][0][f"{k}_ms"] > 0 for k in ("ours_fused", "ours_3_kernels", "xla_fused",
                                                           "xla_3_jits", "copy"))
@@ -52,7 +54,7 @@ def test_softmax_ladder_only(tmp_path, capsys):
     assert cli.main(["bench", "--quick", "--softmax-ladder", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "results.json").read_text())
     assert {r["algorithm"] for r in data["results"]} == set(jm.SOFTMAX_ALGORITHMS)
-    assert data["model"] is None and data["fusion"] == []
+    assert data["model"] is None and data["fusion"] == [] and data["mlp"] == []
 
 
 def test_fusion_only(tmp_path, capsys):
