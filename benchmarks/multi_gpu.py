@@ -104,7 +104,7 @@ def main(argv=None) -> int:
                 sharded = jax.jit(fn)
                 text = sharded.lower(*on_all).compile().as_text()
                 found = collectives(text)
-                diff = max_rel_diff(sharded(*on_all), single(*on_one))
+                diff = max_rel_diff(jax.device_put(sharded(*on_all), one), single(*on_one))
                 t1, tn = time_interleaved([lambda: single(*on_one), lambda: sharded(*on_all)],
                                           args.iters, args.reps)
                 gbytes = rows * cols * dtype.itemsize * passes / 1e9
