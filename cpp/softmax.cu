@@ -2,32 +2,34 @@
 // kernel for algorithm "auto" (0); algorithms 1..7 run the seed's teaching ladder (softmax_ladder.cu).
 //
 // "auto" keeps every row on chip whenever it can, so x (y, dy) is read from HBM once and y (dx)
-// written once: 2 tensor passes forward, 3 backward. A thread holds e = 16 row elements in registers
-// (forward: as float; backward: raw packs of y and of dy), so a row needs rt = max(4, next power of
-// two of C / 16) threads. Size classes by rt (same limits forward and backward, every dtype):
+// written once: 2 tensor passes forward, 3 backward. A thread holds 4 packs of 16 bytes of each input
+// in registers (forward: x, f32 kept as float exps, bf16/f16 raw; backward: y and dy raw), i.e.
+// e = 16 f32 or 32 bf16/f16 row elements, so a row needs rt = max(4, next power of two of C / e)
+// threads. Size classes by rt (C limits, forward and backward: f32 | bf16/f16):
 //
 //  class      rt          CTA                            where the row lives             C
-//  sub-warp   4..32       256 threads, 256/rt rows       registers; xor shuffles         <= 512
-//  block      64..512     rt threads, one row            registers; smem warp partials   <= 8192
-//  cluster    1024..8192  k <= 8 CTAs of 512 threads     registers of k CTAs; the        <= 131072
-//                         (k <= 16 where the device      row's (max, sum) or dot via     (65536 with
-//                         allows it, else 8 of 1024),    DSMEM                           8 x 512)
+//  sub-warp   4..32       256 threads, 256/rt rows       registers; xor shuffles         <= 512 | 1024
+//  block      64..512     rt threads, one row            registers; smem warp partials   <= 8192 | 16384
+//  cluster    1024..8192  k <= 8 CTAs of 512 threads     registers of k CTAs; the        <= 131072 | 262144
+//                         (k <= 16 where the device      row's (max, sum) or dot via     (8 x 512: 65536
+//                         allows it, else 8 of 1024),    DSMEM                           | 131072)
 //                         one row
 //  stream     any         up to 1024 threads, one row    HBM: two passes (3 fwd, 5 bwd   longer
 //                                                        tensor passes)
-// Why: every kernel is __launch_bounds__(1024, 1), <= 64 registers (ptxas -v: 53-64, no spills), so
-// an SM holds 1024 threads = 16K row elements (64 KB f32). 16 elements per thread is what fits: 32
-// needs 80-108 registers (bf16 converts its packs to float eagerly) and spills. Sub-warp rows put
-// several rows in a warp so short rows still give each thread 4 (f32) or 2 (16-bit) independent
-// 16-byte loads; 512-thread CTAs (2 per SM) let one CTA's loads overlap another's reduction and
-// stores; a cluster spreads a long row over up to 8-16 SMs' registers (one cluster barrier per row). The
-// grid is persistent (CTAs or clusters resident at once, from the occupancy API) with a row loop, so
-// there is no partial last wave beyond one row (group) per CTA.
+// Why: every kernel is __launch_bounds__(1024, 1), <= 64 registers (ptxas -v: 48-64, no spills), so
+// an SM holds 1024 threads. More elements per thread spill (ptxas converts 16-bit packs to float
+// eagerly: the forward's fresh_floats stops that). Sub-warp rows put several rows in a warp so short
+// rows still give each thread 4 (forward) or 2 x 4 (backward) independent 16-byte loads, 64 (128) KB
+// in flight per SM; 512-thread CTAs (2 per SM) let one CTA's loads overlap another's reduction and
+// stores; a cluster spreads a long row over up to 8-16 SMs' registers (one cluster barrier per row).
+// The grid is persistent (CTAs or clusters resident at once, from the occupancy API) with a row loop,
+// so there is no partial last wave beyond one row (group) per CTA.
 // Clusters need sm_90: elsewhere, or when the occupancy query says no such cluster can be resident,
-// or the launch fails, a row of rt <= 1024 (C <= 16384) takes one 1024-thread CTA, longer rows the
+// or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
-// scalar accesses. Forward: one exp per element (each thread keeps exp(x - its max) and rescales by
-// exp(its max - row max) / sum at the end; ex2 with a log2(e) pre-scale), f32 accumulation.
+// scalar accesses. Forward: f32 takes one exp per element (each thread keeps exp(x - its max) and
+// rescales by exp(its max - row max) / sum at the end), bf16/f16 two (sum, then output); ex2 with a
+// log2(e) pre-scale of x - max; f32 accumulation everywhere.
 #include "cuda_common.cuh"
 #include "bindings.h"
 #include "handlers.h"

@@ -34,19 +34,21 @@ constexpr int kMinTpr = 4;          // fewest threads per row (a 16-byte sector 
 constexpr int kSubWarpBlock = 256;  // block size of the sub-warp class (tpr <= 32)
 constexpr int kMaxCluster = 8;      // portable cluster size
 constexpr int kMaxClusterNonPortable = 16;  // Hopper's limit, after an opt-in per kernel
-// Elements of a row one thread holds: 16, as float (forward) or as raw y and dy packs (backward). 32
-// would halve the CTAs a long row needs, but ptxas then needs 80-108 registers (bf16 converts eagerly)
-// and spills under the 64-register bound.
-constexpr int kRowElems = 16;
+// Packs (16 bytes) of each input a thread holds: 4, i.e. 16 f32 or 32 bf16/f16 row elements (the
+// forward keeps f32 as float exps, 16-bit raw; the backward keeps y and dy raw). 64 bytes per input in
+// flight per thread. More would spill under the 64-register bound; ptxas converts 16-bit packs to
+// float eagerly (2x the registers), which fresh_floats below prevents.
+constexpr int kFwdPacks = 4;
+constexpr int kBwdPacks = 4;
 
 // Row elements one thread of a register kernel holds (its capacity is rt times this).
 template <typename T>
 constexpr int fwd_elems_per_thread() {
-  return kRowElems;
+  return kFwdPacks * kVec<T>;
 }
 template <typename T>
 constexpr int bwd_elems_per_thread() {
-  return kRowElems;
+  return kBwdPacks * kVec<T>;
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -238,9 +240,55 @@ struct RowSpan {
 
 // ---- Forward ------------------------------------------------------------------------------------------
 
-// y = softmax(x) per row, the row in registers. Each thread takes the max m of its elements, keeps
-// e = exp(x - m) in place of x and sums them: one partial (m, s). The row's (M, S) is the merge of the
-// partials (one reduction), and y = e * exp(m - M) / S: one exp per element plus one per thread.
+// The floats of a 16-bit pack, converted anew at each call: volatile asm is neither merged with an
+// earlier identical conversion nor hoisted, so the raw pack (half the registers) is what stays live
+// between the passes, not 2x as many floats.
+template <typename T, int V>
+__device__ __forceinline__ void fresh_floats(const Pack<T, V>& p, float (&out)[V]) {
+  static_assert(sizeof(T) == 2 && V % 2 == 0);
+  uint32_t w[V / 2];
+  memcpy(w, &p, sizeof(w));
+#pragma unroll
+  for (int i = 0; i < V / 2; ++i) {  // element 2i is the low half of word i
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // a bf16 is the top half of its float
+      uint32_t lo, hi;
+      asm volatile("shl.b32 %0, %1, 16;" : "=r"(lo) : "r"(w[i]));
+      asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(hi) : "r"(w[i]));
+      out[2 * i] = __uint_as_float(lo);
+      out[2 * i + 1] = __uint_as_float(hi);
+    } else {
+      asm volatile("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
+                   : "=f"(out[2 * i]), "=f"(out[2 * i + 1])
+                   : "r"(w[i]));
+    }
+  }
+}
+
+// Edges are not kept in registers: each joins the thread's partial as a partial of its own, and the
+// output re-reads it (a few bytes per row, from L1/L2).
+template <typename T, int V, bool kCluster>
+__device__ __forceinline__ MaxSum with_edges(MaxSum part, const T* xr, const RowSpan<T, V, int>& sp, int cols,
+                                             const RowIter<kCluster>& it) {
+  for (int e = it.lane; e < sp.edges(); e += it.rt) {
+    const float ve = to_float(xr[sp.edge_col(e, cols)]);
+    part = MergeOp()(part, MaxSum{ve, exp_e(ve - safe_max(ve))});
+  }
+  return part;
+}
+template <typename T, int V, bool kCluster>
+__device__ __forceinline__ void write_edges(MaxSum row_ms, float inv_s, const T* xr, T* yr,
+                                            const RowSpan<T, V, int>& sp, int cols, const RowIter<kCluster>& it) {
+  for (int e = it.lane; e < sp.edges(); e += it.rt) {
+    const int c = sp.edge_col(e, cols);
+    yr[c] = from_float<T>(exp_e(to_float(xr[c]) - row_ms.m) * inv_s);
+  }
+}
+
+// y = softmax(x) per row, the row in registers. Each thread takes the max m of its elements and the
+// sum s of exp(x - m): one partial (m, s). The row's (M, S) is the merge of the partials (one
+// reduction). f32 keeps e = exp(x - m) in place of x and writes y = e * exp(m - M) / S: one exp per
+// element plus one per thread. 16-bit types keep the raw packs (twice the elements per thread for the
+// same registers, so twice the bytes in flight) and write y = exp(x - M) / S: two exps per element.
 // Rules (as jax.nn.softmax): a NaN makes M NaN, a +inf makes S NaN (exp(inf - inf)), an all -inf
 // row has M = -inf and exp(m - M) = exp(-inf + inf) = NaN: the whole row NaN in each case. A -inf
 // entry of any other row gives e = 0 (or a thread of only -inf entries has exp(m - M) = 0): exactly 0.
@@ -248,7 +296,7 @@ template <typename T, bool kCluster>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_fwd_rows(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int tpr) {
   constexpr int V = kVec<T>;
-  constexpr int N = kRowElems / V;
+  constexpr int N = kFwdPacks;
   using P = Pack<T, V>;
   const RowIter<kCluster> it(tpr);
   int parity = 0;
@@ -264,56 +312,89 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
     for (int k = 0; k < N; ++k) {
       if (it.lane + k * it.rt < sp.body) raw[k] = load_stream<V>(xb, it.lane + k * it.rt);
     }
-    float v[N][V];
-    float m = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const bool ok = it.lane + k * it.rt < sp.body;
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        v[k][j] = ok ? to_float(raw[k].v[j]) : -INFINITY;
-        m = MaxOp()(m, v[k][j]);
-      }
-    }
-
-    const float mm = safe_max(m);
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      if (it.lane + k * it.rt < sp.body) {  // warp-uniform except in one warp per k
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          v[k][j] = exp_e(v[k][j] - mm);
-          s += v[k][j];
-        }
-      }
-    }
-    // Edges are not kept: each joins the thread's partial as a partial of its own, and the output
-    // re-reads it (a few bytes per row, from L1/L2).
-    MaxSum part{m, s};
-    for (int e = it.lane; e < sp.edges(); e += it.rt) {
-      const float ve = to_float(xr[sp.edge_col(e, cols)]);
-      part = MergeOp()(part, MaxSum{ve, exp_e(ve - safe_max(ve))});
-    }
-
-    const MaxSum row_ms = row_reduce<MergeOp, kCluster>(part, tpr, parity);
-    const float inv_s = 1.0f / row_ms.s;
-    const float f = exp_e(m - row_ms.m) * inv_s;
-
     T* yr = y + (valid ? row : 0) * int64_t{cols};
     T* yb = yr + sp.head;
+
+    if constexpr (sizeof(T) == 4) {
+      // f32: e = exp(x - m) replaces x in registers (one exp per element).
+      float v[N][V];
+      float m = -INFINITY;
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      if (it.lane + k * it.rt < sp.body) {
-        P out;
+      for (int k = 0; k < N; ++k) {
+        if (it.lane + k * it.rt < sp.body) {
+          unpack(raw[k], v[k]);
+        } else {
 #pragma unroll
-        for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(v[k][j] * f);
-        store_stream<V>(yb, it.lane + k * it.rt, out);
+          for (int j = 0; j < V; ++j) v[k][j] = -INFINITY;  // empty slots: exp gives 0, max unchanged
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) m = MaxOp()(m, v[k][j]);
       }
-    }
-    for (int e = it.lane; e < sp.edges(); e += it.rt) {
-      const int c = sp.edge_col(e, cols);
-      yr[c] = from_float<T>(exp_e(to_float(xr[c]) - row_ms.m) * inv_s);
+      const float mm = safe_max(m);
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        if (it.lane + k * it.rt < sp.body) {  // warp-uniform except in one warp per k
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            v[k][j] = exp_e(v[k][j] - mm);
+            s += v[k][j];
+          }
+        }
+      }
+      const MaxSum row_ms =
+          row_reduce<MergeOp, kCluster>(with_edges(MaxSum{m, s}, xr, sp, cols, it), tpr, parity);
+      const float inv_s = 1.0f / row_ms.s;
+      const float f = exp_e(m - row_ms.m) * inv_s;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        if (it.lane + k * it.rt < sp.body) {
+          P out;
+#pragma unroll
+          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(v[k][j] * f);
+          store_stream<V>(yb, it.lane + k * it.rt, out);
+        }
+      }
+      write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
+    } else {
+      // 16-bit: the raw packs stay; max, sum and output each convert again (the output's exp is
+      // taken relative to the row max directly).
+      float m = -INFINITY;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        if (it.lane + k * it.rt < sp.body) {
+          float v[V];
+          fresh_floats(raw[k], v);
+#pragma unroll
+          for (int j = 0; j < V; ++j) m = MaxOp()(m, v[j]);
+        }
+      }
+      const float mm = safe_max(m);
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        if (it.lane + k * it.rt < sp.body) {
+          float v[V];
+          fresh_floats(raw[k], v);
+#pragma unroll
+          for (int j = 0; j < V; ++j) s += exp_e(v[j] - mm);
+        }
+      }
+      const MaxSum row_ms =
+          row_reduce<MergeOp, kCluster>(with_edges(MaxSum{m, s}, xr, sp, cols, it), tpr, parity);
+      const float inv_s = 1.0f / row_ms.s;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        if (it.lane + k * it.rt < sp.body) {
+          float v[V];
+          fresh_floats(raw[k], v);
+          P out;
+#pragma unroll
+          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(exp_e(v[j] - row_ms.m) * inv_s);
+          store_stream<V>(yb, it.lane + k * it.rt, out);
+        }
+      }
+      write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
     }
   }
   if constexpr (kCluster) cluster_sync();  // keep this CTA's shared memory alive for the others' reads
@@ -321,13 +402,23 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
 
 // ---- Backward -----------------------------------------------------------------------------------------
 
-// dx = y * (dy - sum(dy * y)) per row, y and dy in registers (raw packs).
+// The floats of a pack: fresh_floats for 16-bit types, a plain conversion for f32.
+template <typename T, int V>
+__device__ __forceinline__ void floats_of(const Pack<T, V>& p, float (&out)[V]) {
+  if constexpr (sizeof(T) == 2) {
+    fresh_floats(p, out);
+  } else {
+    unpack(p, out);
+  }
+}
+
+// dx = y * (dy - sum(dy * y)) per row, y and dy in registers (raw packs, converted at each use).
 template <typename T, bool kCluster>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_bwd_rows(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
                      int cols, int tpr) {
   constexpr int V = kVec<T>;
-  constexpr int N = kRowElems / V;
+  constexpr int N = kBwdPacks;
   using P = Pack<T, V>;
   const RowIter<kCluster> it(tpr);
   int parity = 0;
@@ -352,8 +443,11 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       if (it.lane + k * it.rt < sp.body) {
+        float yv[V], dv[V];
+        floats_of(ry[k], yv);
+        floats_of(rd[k], dv);
 #pragma unroll
-        for (int j = 0; j < V; ++j) dot += to_float(ry[k].v[j]) * to_float(rd[k].v[j]);
+        for (int j = 0; j < V; ++j) dot += yv[j] * dv[j];
       }
     }
     for (int e = it.lane; e < sp.edges(); e += it.rt) {  // edges: re-read at the output, not kept
@@ -367,9 +461,12 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
     for (int k = 0; k < N; ++k) {
       const int i = it.lane + k * it.rt;
       if (i < sp.body) {
+        float yv[V], dv[V];
+        floats_of(ry[k], yv);
+        floats_of(rd[k], dv);
         P out;
 #pragma unroll
-        for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(to_float(ry[k].v[j]) * (to_float(rd[k].v[j]) - dot));
+        for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(yv[j] * (dv[j] - dot));
         store_stream<V>(dxr + sp.head, i, out);
       }
     }

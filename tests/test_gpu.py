@@ -2,7 +2,8 @@
 
 * tensors of more than 2**31 elements (64-bit indexing) in bfloat16: softmax forward (every
   algorithm but the one-thread-per-row ones, v1 and v5, too slow there) and backward, layer_norm forward, rms_norm forward, scale_bias_gelu forward. The data
-  is generated on the GPU; rows near the start, just before and beyond element 2**31 are checked
+  is generated on the GPU (softmax "auto" also in its cluster class: 16385 rows of 131072, forward
+  and backward); rows near the start, just before and beyond element 2**31 are checked
   against the float64 NumPy reference of those rows only, and every row is checked on the device
   against XLA's own float32 formulation (max-error reductions, so nothing big comes back).
 * bitwise determinism of the backward kernels (layer_norm, rms_norm, gelu with array params).

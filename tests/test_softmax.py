@@ -429,12 +429,13 @@ def test_kernels_reject_unknown_index(device, index):
 # "auto" (cpp/softmax.cu): every size class and its boundaries, forward and backward
 # ----------------------------------------------------------------------------------------------
 
-# A thread holds 16 row elements: sub-warp rows (4..32 threads) up to C = 512, one block per row up to
-# 8192, a cluster of CTAs up to 131072 (512-thread CTAs up to 65536), the two-pass stream class beyond.
-# Values on both sides of each limit; C not a multiple of 4 (f32) or 8 (16-bit) starts rows at
-# misaligned addresses (scalar head, vector body, scalar tail); 1 and 2 are shorter than one pack.
+# A thread holds 16 f32 / 32 bf16-f16 row elements: sub-warp rows (4..32 threads) up to C = 512 / 1024,
+# one block per row up to 8192 / 16384, a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512
+# threads: 65536 / 131072), the two-pass stream class beyond. Values on both sides of each limit; C
+# not a multiple of 4 (f32) or 8 (16-bit) starts rows at misaligned addresses (scalar head, vector
+# body, scalar tail); 1 and 2 are shorter than one pack.
 CLASS_COLS = [1, 2, 7, 31, 33, 127, 128, 129, 512, 513, 1000, 1023, 1024, 1025, 2047, 4096, 4097, 8191,
-              8192, 8193, 12289, 16385, 32768, 50257, 65536, 65537, 131072, 131073, 262147]
+              8192, 8193, 12289, 16384, 16385, 32768, 50257, 65536, 65537, 131072, 131073, 262144, 262147]
 
 
 def _class_rows(c):
