@@ -17,6 +17,10 @@ import jax_memops as jm
 from jax_memops import reference, unfused
 
 SHAPES = [(1, 1), (5, 33), (3, 4097), (2, 3, 31)]
+# One small shape per size class of softmax "auto" (cpp/softmax.cu): sub-warp rows, a warp, block rows
+# (misaligned rows), clusters (7 CTAs; 8 x 512 or 16 x 512 / 8 x 1024; 16-bit: 8 x 1024 or 16 x 512),
+# the two-pass stream class.
+SOFTMAX_CLASS_SHAPES = [(67, 100), (9, 1000), (3, 4097), (3, 50257), (2, 131072), (2, 262144), (2, 262147)]
 TOL = {jnp.float32: 2e-5, jnp.bfloat16: 2e-2, jnp.float16: 4e-3}
 
 
@@ -69,6 +73,19 @@ def main():
                 for alg, fn in softmax_algorithms.items():
                     check(f"softmax[{alg}]{masked} {jnp.dtype(dtype).name} {shape} fwd", fn(xi), want, tol)
                     n += 1
+    # softmax "auto" forward and backward in every size class, plain and masked (no row all -inf).
+    softmax_vjp = jax.jit(lambda x, g: jax.vjp(jm.softmax, x)[1](g)[0])
+    softmax_vjp_ref = jax.jit(lambda x, g: jax.vjp(reference.softmax, x)[1](g)[0])
+    for shape in SOFTMAX_CLASS_SHAPES:
+        for dtype, tol in TOL.items():
+            key, kx, kg = jax.random.split(key, 3)
+            x = (2 * jax.random.normal(kx, shape)).astype(dtype)
+            g = jax.random.normal(kg, shape).astype(dtype)
+            for masked, xi in (("", x), (" masked", x.at[..., 1::3].set(-jnp.inf))):
+                label = f"softmax[auto]{masked} {jnp.dtype(dtype).name} {shape}"
+                check(label + " fwd", softmax_algorithms["auto"](xi), softmax_ref(xi), tol)
+                check(label + " bwd", softmax_vjp(xi, g), softmax_vjp_ref(xi, g), 10 * tol)
+                n += 2
     print(f"sanitize workload: {n} checks passed on {jax.devices()[0].device_kind}")
 
 

@@ -12,6 +12,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <type_traits>
@@ -116,6 +117,33 @@ __device__ __forceinline__ void store_pack(T* base, int64_t pack, const float (&
 #pragma unroll
   for (int j = 0; j < V; ++j) p.v[j] = from_float<T>(in[j]);
   store_raw<V>(base, pack, p);
+}
+
+// Streaming (evict-first) 16-byte accesses for data read or written once (__ldcs / __stcs); packs
+// smaller than 16 bytes (V = 1) fall back to plain accesses.
+template <int V, typename T>
+__device__ __forceinline__ Pack<T, V> load_stream(const T* base, int64_t pack) {
+  const Pack<T, V>* p = reinterpret_cast<const Pack<T, V>*>(base) + pack;
+  if constexpr (sizeof(Pack<T, V>) == 16) {
+    const uint4 u = __ldcs(reinterpret_cast<const uint4*>(p));
+    Pack<T, V> out;
+    static_assert(sizeof(out) == sizeof(u));
+    memcpy(&out, &u, sizeof(u));
+    return out;
+  } else {
+    return *p;
+  }
+}
+template <int V, typename T>
+__device__ __forceinline__ void store_stream(T* base, int64_t pack, const Pack<T, V>& v) {
+  Pack<T, V>* p = reinterpret_cast<Pack<T, V>*>(base) + pack;
+  if constexpr (sizeof(Pack<T, V>) == 16) {
+    uint4 u;
+    memcpy(&u, &v, sizeof(u));
+    __stcs(reinterpret_cast<uint4*>(p), u);
+  } else {
+    *p = v;
+  }
 }
 
 // Packs each thread loads before using any, K arrays at a time: memory-bound loops need several loads
@@ -291,6 +319,7 @@ inline ffi::Error first_error(std::initializer_list<ffi::Error> errors) {
 struct DeviceInfo {
   int sm_count = 0;
   int max_smem_optin = 0;  // bytes of shared memory a block may use after opting in
+  int cc_major = 0;        // compute capability (9: Hopper, thread-block clusters)
 };
 
 // Properties of the current device, queried once per device (host-side only, no stream work).
@@ -298,26 +327,31 @@ inline ffi::Error device_info(DeviceInfo* out) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> sm_counts[kMaxDevices];
   static std::atomic<int> smem_sizes[kMaxDevices];
+  static std::atomic<int> cc_majors[kMaxDevices];
   int dev = 0;
   if (auto err = check_cuda(cudaGetDevice(&dev), "cudaGetDevice"); err.failure()) return err;
   const bool cacheable = dev >= 0 && dev < kMaxDevices;
   if (cacheable) {
     out->sm_count = sm_counts[dev].load(std::memory_order_relaxed);
     out->max_smem_optin = smem_sizes[dev].load(std::memory_order_relaxed);
-    if (out->sm_count > 0 && out->max_smem_optin > 0) return ffi::Error::Success();
+    out->cc_major = cc_majors[dev].load(std::memory_order_relaxed);
+    if (out->sm_count > 0 && out->max_smem_optin > 0 && out->cc_major > 0) return ffi::Error::Success();
   }
   if (auto err = first_error(
           {check_cuda(cudaDeviceGetAttribute(&out->sm_count, cudaDevAttrMultiProcessorCount, dev),
                       "cudaDeviceGetAttribute(MultiProcessorCount)"),
            check_cuda(cudaDeviceGetAttribute(&out->max_smem_optin,
                                              cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
-                      "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)")});
+                      "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)"),
+           check_cuda(cudaDeviceGetAttribute(&out->cc_major, cudaDevAttrComputeCapabilityMajor, dev),
+                      "cudaDeviceGetAttribute(ComputeCapabilityMajor)")});
       err.failure()) {
     return err;
   }
   if (cacheable) {
     sm_counts[dev].store(out->sm_count, std::memory_order_relaxed);
     smem_sizes[dev].store(out->max_smem_optin, std::memory_order_relaxed);
+    cc_majors[dev].store(out->cc_major, std::memory_order_relaxed);
   }
   return ffi::Error::Success();
 }

@@ -1,105 +1,196 @@
-// Softmax over the last axis: CUDA kernels and XLA FFI handlers (JmSoftmaxFwdCuda, JmSoftmaxBwdCuda).
+// Softmax over the last axis: XLA FFI handlers (JmSoftmaxFwdCuda, JmSoftmaxBwdCuda) and the choice of
+// kernel for algorithm "auto" (0); algorithms 1..7 run the seed's teaching ladder (softmax_ladder.cu).
+//
+// "auto" keeps every row on chip whenever it can, so x (y, dy) is read from HBM once and y (dx)
+// written once: 2 tensor passes forward, 3 backward. A thread holds 4 packs of 16 bytes of each input
+// in registers (forward: x, f32 kept as float exps, bf16/f16 raw; backward: y and dy raw), i.e.
+// e = 16 f32 or 32 bf16/f16 row elements, so a row needs rt = max(4, next power of two of C / e)
+// threads. Size classes by rt (C limits, forward and backward: f32 | bf16/f16):
+//
+//  class      rt          CTA                            where the row lives             C
+//  sub-warp   4..32       256 threads, 256/rt rows       registers; xor shuffles         <= 512 | 1024
+//  block      64..512     rt threads, one row            registers; smem warp partials   <= 8192 | 16384
+//  cluster    1024..8192  k <= 8 CTAs of 512 threads     registers of k CTAs; the        <= 131072 | 262144
+//                         (k <= 16 where the device      row's (max, sum) or dot via     (8 x 512: 65536
+//                         allows it, else 8 of 1024),    DSMEM                           | 131072)
+//                         one row
+//  stream     any         up to 1024 threads, one row    HBM: two passes (3 fwd, 5 bwd   longer
+//                                                        tensor passes)
+// Why: every kernel is __launch_bounds__(1024, 1), <= 64 registers (ptxas -v: 48-64, no spills), so
+// an SM holds 1024 threads. More elements per thread spill (ptxas converts 16-bit packs to float
+// eagerly: the forward's fresh_floats stops that). Sub-warp rows put several rows in a warp so short
+// rows still give each thread 4 (forward) or 2 x 4 (backward) independent 16-byte loads, 64 (128) KB
+// in flight per SM; 512-thread CTAs (2 per SM) let one CTA's loads overlap another's reduction and
+// stores; a cluster spreads a long row over up to 8-16 SMs' registers (one cluster barrier per row).
+// The grid is persistent (CTAs or clusters resident at once, from the occupancy API) with a row loop,
+// so there is no partial last wave beyond one row (group) per CTA.
+// Clusters need sm_90: elsewhere, or when the occupancy query says no such cluster can be resident,
+// or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
+// stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
+// scalar accesses. Forward: f32 takes one exp per element (each thread keeps exp(x - its max) and
+// rescales by exp(its max - row max) / sum at the end), bf16/f16 two (sum, then output); ex2 with a
+// log2(e) pre-scale of x - max; f32 accumulation everywhere.
 #include "cuda_common.cuh"
 #include "bindings.h"
 #include "handlers.h"
 #include "softmax_ladder.h"
+#include "softmax_rows.cuh"
+#include "softmax_stream.cuh"
 
 namespace ffi = xla::ffi;
 
 namespace jm::cuda {
 namespace {
 
-// softmax_fwd: `tpr` threads per row (see RowPlan), grid-stride over rows, batched loads. Pass 1 takes
-// the row max (NaN-propagating) and copies the row to shared memory when it fits (else passes 2-3
-// re-read it from global/L2), pass 2 sums exp(x - max), pass 3 writes exp(x - max) / sum. A NaN or +inf
-// in a row, or an all -inf row, makes the max or the sum NaN and so the whole row NaN.
-template <typename T, int V>
-__global__ void __launch_bounds__(kMaxRowThreads, 2)
-    softmax_fwd_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
-                       RowPlan plan) {
-  const RowSlot slot(plan);
-  T* cache = slot.cache<T>(plan, cols);
-  const int64_t packs = cols / V;
-  for (int64_t base = int64_t{blockIdx.x} * slot.rows_per_block; base < rows;
-       base += int64_t{gridDim.x} * slot.rows_per_block) {
-    const int64_t row = base + slot.group;
-    const int64_t n = row < rows ? packs : 0;  // groups past the last row only join the reductions
-    const T* xr = x + row * cols;
+using smx::kMaxBlock;
+using smx::kMaxCluster;
+using smx::kMaxClusterNonPortable;
 
-    float m = -INFINITY;
-    for_row_packs<V>({xr}, n, slot.lane, plan.tpr, [&](int64_t i, const auto& p) {
-      if (cache != nullptr) store_raw<V>(cache, i, p[0]);
-      float v[V];
-      unpack(p[0], v);
-#pragma unroll
-      for (int j = 0; j < V; ++j) m = MaxOp()(m, v[j]);
-    });
-    m = row_max(m, plan.tpr);
-
-    const T* src = cache != nullptr ? cache : xr;
-    float sum = 0.0f;
-    for_row_packs<V>({src}, n, slot.lane, plan.tpr, [&](int64_t, const auto& p) {
-      float v[V];
-      unpack(p[0], v);
-#pragma unroll
-      for (int j = 0; j < V; ++j) sum += expf(v[j] - m);
-    });
-    const float inv_sum = 1.0f / row_sum(sum, plan.tpr);
-
-    T* yr = y + row * cols;
-    for_row_packs<V>({src}, n, slot.lane, plan.tpr, [&](int64_t i, const auto& p) {
-      float v[V];
-      unpack(p[0], v);
-#pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = expf(v[j] - m) * inv_sum;
-      store_pack<V>(yr, i, v);
-    });
-  }
+int64_t next_pow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
 }
 
-// softmax_bwd: same geometry. Pass 1 sums dy*y over the row (caching y and dy in shared memory when
-// they fit), pass 2 writes dx = y * (dy - sum).
-template <typename T, int V>
-__global__ void __launch_bounds__(kMaxRowThreads, 2)
-    softmax_bwd_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
-                       int64_t rows, int64_t cols, RowPlan plan) {
-  const RowSlot slot(plan);
-  T* cache_y = slot.cache<T>(plan, 2 * cols);
-  T* cache_dy = cache_y != nullptr ? cache_y + cols : nullptr;
-  const int64_t packs = cols / V;
-  for (int64_t base = int64_t{blockIdx.x} * slot.rows_per_block; base < rows;
-       base += int64_t{gridDim.x} * slot.rows_per_block) {
-    const int64_t row = base + slot.group;
-    const int64_t n = row < rows ? packs : 0;
-    const T* yr = y + row * cols;
-    const T* dyr = dy + row * cols;
+int log2_of(int v) {
+  int l = 0;
+  while ((1 << l) < v) ++l;
+  return l;
+}
 
-    float dot = 0.0f;
-    for_row_packs<V>({yr, dyr}, n, slot.lane, plan.tpr, [&](int64_t i, const auto& p) {
-      if (cache_y != nullptr) {
-        store_raw<V>(cache_y, i, p[0]);
-        store_raw<V>(cache_dy, i, p[1]);
-      }
-      float yv[V], dv[V];
-      unpack(p[0], yv);
-      unpack(p[1], dv);
-#pragma unroll
-      for (int j = 0; j < V; ++j) dot += dv[j] * yv[j];
-    });
-    dot = row_sum(dot, plan.tpr);
-
-    const T* ys = cache_y != nullptr ? cache_y : yr;
-    const T* dys = cache_y != nullptr ? cache_dy : dyr;
-    T* dxr = dx + row * cols;
-    for_row_packs<V>({ys, dys}, n, slot.lane, plan.tpr, [&](int64_t i, const auto& p) {
-      float yv[V], dv[V];
-      unpack(p[0], yv);
-      unpack(p[1], dv);
-#pragma unroll
-      for (int j = 0; j < V; ++j) yv[j] *= dv[j] - dot;
-      store_pack<V>(dxr, i, yv);
-    });
+// Whether every buffer has the same address modulo 16: then one head/body/tail split per row serves
+// them all (softmax_rows.cuh).
+bool same_alignment(std::initializer_list<const void*> buffers) {
+  const std::uintptr_t first = reinterpret_cast<std::uintptr_t>(*buffers.begin()) % 16;
+  for (const void* p : buffers) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != first) return false;
   }
+  return true;
+}
+
+// Blocks of `block` threads of Kernel resident per SM. Cached per kernel and block size (not per
+// device: a process mixing GPU models gets another model's figure, which only sizes the grid).
+template <auto Kernel>
+ffi::Error blocks_per_sm(int block, int* out) {
+  static std::atomic<int> cache[11];
+  std::atomic<int>& slot = cache[log2_of(block)];
+  *out = slot.load(std::memory_order_relaxed);
+  if (*out > 0) return ffi::Error::Success();
+  if (auto err = check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(out, Kernel, block, 0),
+                            "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+      err.failure()) {
+    return err;
+  }
+  *out = std::max(*out, 1);
+  slot.store(*out, std::memory_order_relaxed);
+  return ffi::Error::Success();
+}
+
+cudaLaunchConfig_t cluster_config(dim3 grid, int block, int k, cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(static_cast<unsigned>(block));
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  *attr = cudaLaunchAttribute{};
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = static_cast<unsigned>(k);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// Clusters of k CTAs of `block` threads of Kernel that can be resident at once; 0 when such a cluster
+// cannot launch (the query fails or finds none). k > 8 opts the kernel in to non-portable cluster
+// sizes first. Cached like blocks_per_sm.
+template <auto Kernel>
+int active_clusters(const DeviceInfo& dev, int block, int k) {
+  static std::atomic<int> cache[2][kMaxClusterNonPortable + 1];  // 0: not asked yet; -1: cannot launch
+  std::atomic<int>& slot = cache[block == kMaxBlock ? 1 : 0][k];
+  int n = slot.load(std::memory_order_relaxed);
+  if (n != 0) return std::max(n, 0);
+  if (k > kMaxCluster &&
+      cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    (void)cudaGetLastError();
+    slot.store(-1, std::memory_order_relaxed);
+    return 0;
+  }
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg =
+      cluster_config(dim3(static_cast<unsigned>(k * dev.sm_count)), block, k, nullptr, &attr);
+  if (cudaOccupancyMaxActiveClusters(&n, Kernel, &cfg) != cudaSuccess || n <= 0) {
+    (void)cudaGetLastError();  // not sticky; the caller falls back to another class
+    n = -1;
+  }
+  slot.store(n, std::memory_order_relaxed);
+  return std::max(n, 0);
+}
+
+// A persistent launch of a block-level kernel: `groups` units of work (rows or row groups), at most as
+// many CTAs as are resident at once.
+template <auto Kernel, typename... A>
+ffi::Error launch_persistent(const DeviceInfo& dev, cudaStream_t stream, int64_t groups, int block,
+                             const char* what, A... args) {
+  int per_sm = 0;
+  if (auto err = blocks_per_sm<Kernel>(block, &per_sm); err.failure()) return err;
+  const int64_t grid = std::max<int64_t>(1, std::min(groups, int64_t{dev.sm_count} * per_sm));
+  return launch(Kernel, dim3(static_cast<unsigned>(grid)), dim3(static_cast<unsigned>(block)), 0, stream, what,
+                args...);
+}
+
+// Launches the "auto" size class for shape s (see the table above). RowsK / ClusterK take
+// (args..., rows, int cols, tpr), StreamK / ScalarK (args..., rows, int64 cols); `elems` is what one
+// thread of RowsK / ClusterK holds; `vec`: the buffers share their address modulo 16 (then the
+// kernels use packs of `vec_width` elements, else ScalarK runs).
+template <auto RowsK, auto ClusterK, auto StreamK, auto ScalarK, typename... A>
+ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width, bool vec, const char* what,
+                       A... args) {
+  DeviceInfo dev;
+  if (auto err = device_info(&dev); err.failure()) return err;
+  if (vec && s.cols <= int64_t{elems} * kMaxBlock * kMaxCluster) {
+    const int64_t rt = std::max<int64_t>(smx::kMinTpr, next_pow2(ceil_div(s.cols, elems)));
+    const int cols = static_cast<int>(s.cols);
+    if (rt <= kMaxBlock / 2) {  // sub-warp and block classes
+      const int tpr = static_cast<int>(rt);
+      const int block = tpr <= 32 ? smx::kSubWarpBlock : tpr;
+      return launch_persistent<RowsK>(dev, stream, ceil_div(s.rows, block / tpr), block, what, args..., s.rows,
+                                      cols, tpr);
+    }
+    if (dev.cc_major >= 9) {
+      // Cluster class: 512-thread CTAs (2 per SM) when up to 8 of them hold the row, else up to 16 (a
+      // non-portable size), else 8 CTAs of 1024 threads (1 per SM: no overlap of one CTA's loads with
+      // another's reduction within an SM).
+      struct Shape {
+        int block, max_k;
+      };
+      for (const Shape c : {Shape{kMaxBlock / 2, kMaxCluster}, Shape{kMaxBlock / 2, kMaxClusterNonPortable},
+                            Shape{kMaxBlock, kMaxCluster}}) {
+        const int64_t k = ceil_div(s.cols, int64_t{elems} * c.block);
+        if (k > c.max_k || (c.max_k > kMaxCluster && k <= kMaxCluster)) continue;  // too few, or tried
+        const int active = active_clusters<ClusterK>(dev, c.block, static_cast<int>(k));
+        if (active == 0) continue;
+        const int64_t clusters = std::min<int64_t>(s.rows, active);
+        cudaLaunchAttribute attr;
+        const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * k)), c.block,
+                                                      static_cast<int>(k), stream, &attr);
+        if (cudaLaunchKernelEx(&cfg, ClusterK, args..., s.rows, cols, c.block) == cudaSuccess) {
+          return check_launch(what);
+        }
+        (void)cudaGetLastError();  // a configuration error: fall back to the next shape or class
+      }
+    }
+    if (rt <= kMaxBlock) {  // no cluster: one 1024-thread CTA per row
+      return launch_persistent<RowsK>(dev, stream, s.rows, kMaxBlock, what, args..., s.rows, cols, kMaxBlock);
+    }
+  }
+  // Stream class: one CTA per row, up to 1024 threads (fewer for short rows: scalar path only).
+  const int64_t packs = ceil_div(s.cols, vec ? vec_width : 1);
+  const int block = static_cast<int>(
+      std::clamp<int64_t>(next_pow2(ceil_div(packs, smx::kStreamBatch)), 32, kMaxBlock));
+  if (vec) return launch_persistent<StreamK>(dev, stream, s.rows, block, what, args..., s.rows, s.cols);
+  return launch_persistent<ScalarK>(dev, stream, s.rows, block, what, args..., s.rows, s.cols);
 }
 
 ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
@@ -118,11 +209,9 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(y->untyped_data());
-    return with_vec<T>(vectorizable<T>(s.cols, {xp, yp}), [&](auto vec) {
-      constexpr int V = decltype(vec)::value;
-      return launch_rows(softmax_fwd_kernel<T, V>, stream, s, V, s.cols * int64_t{sizeof(T)},
-                         "softmax_fwd", xp, yp, s.rows, s.cols);
-    });
+    return launch_auto<smx::softmax_fwd_rows<T, false>, smx::softmax_fwd_rows<T, true>,
+                       smx::softmax_fwd_stream<T, kVec<T>>, smx::softmax_fwd_stream<T, 1>>(
+        stream, s, smx::fwd_elems_per_thread<T>(), kVec<T>, same_alignment({xp, yp}), "softmax_fwd", xp, yp);
   });
 }
 
@@ -139,11 +228,10 @@ ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
     const T* yp = static_cast<const T*>(y.untyped_data());
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx->untyped_data());
-    return with_vec<T>(vectorizable<T>(s.cols, {yp, dyp, dxp}), [&](auto vec) {
-      constexpr int V = decltype(vec)::value;
-      return launch_rows(softmax_bwd_kernel<T, V>, stream, s, V, 2 * s.cols * int64_t{sizeof(T)},
-                         "softmax_bwd", yp, dyp, dxp, s.rows, s.cols);
-    });
+    return launch_auto<smx::softmax_bwd_rows<T, false>, smx::softmax_bwd_rows<T, true>,
+                       smx::softmax_bwd_stream<T, kVec<T>>, smx::softmax_bwd_stream<T, 1>>(
+        stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, same_alignment({yp, dyp, dxp}), "softmax_bwd", yp, dyp,
+        dxp);
   });
 }
 

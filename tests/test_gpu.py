@@ -2,7 +2,8 @@
 
 * tensors of more than 2**31 elements (64-bit indexing) in bfloat16: softmax forward (every
   algorithm but the one-thread-per-row ones, v1 and v5, too slow there) and backward, layer_norm forward, rms_norm forward, scale_bias_gelu forward. The data
-  is generated on the GPU; rows near the start, just before and beyond element 2**31 are checked
+  is generated on the GPU (softmax "auto" also in its cluster class: 16385 rows of 131072, forward
+  and backward); rows near the start, just before and beyond element 2**31 are checked
   against the float64 NumPy reference of those rows only, and every row is checked on the device
   against XLA's own float32 formulation (max-error reductions, so nothing big comes back).
 * bitwise determinism of the backward kernels (layer_norm, rms_norm, gelu with array params).
@@ -124,6 +125,36 @@ def test_big_softmax_backward(big):
     assert float(err) <= 1e-6, f"some row of dx deviates from XLA's float32 formula: {float(err)}"
     dx.delete()
     dy.delete()
+
+
+# The cluster class of "auto" (a row over 8 CTAs of 1024 threads) past element 2**31: 16385 rows of
+# 131072 bf16 elements (4 GiB per tensor).
+CLUSTER_C = 131072
+CLUSTER_N = 2**31 // CLUSTER_C + 1
+CLUSTER_ROWS = np.array([0, 1, CLUSTER_N - 2, CLUSTER_N - 1])
+
+
+@pytest.mark.slow
+def test_big_softmax_cluster_class(gpu):
+    key = jax.device_put(jax.random.key(11), gpu)
+    kx, kg = jax.random.split(key)
+    x = jax.jit(lambda k: (2.0 * jax.random.normal(k, (CLUSTER_N, CLUSTER_C), jnp.float32)).astype(jnp.bfloat16))(kx)
+    dy = jax.jit(lambda k: jax.random.normal(k, (CLUSTER_N, CLUSTER_C), jnp.float32).astype(jnp.bfloat16))(kg)
+    assert x.size > 2**31
+    y, dx = jax.jit(lambda t, g: (lambda yv: (yv[0], yv[1](g)[0]))(jax.vjp(jm.softmax, t)))(x, dy)
+    rows = jnp.asarray(CLUSTER_ROWS)
+    xr, gr = np.asarray(x[rows]), np.asarray(dy[rows])
+    mt.assert_close(np.asarray(y[rows]), mt.ref_softmax(xr), mt.FWD_TOL[mt.BF16], dtype=mt.BF16, what="rows of y")
+    mt.assert_close(
+        np.asarray(dx[rows]), mt.ref_softmax_vjp(xr, gr), mt.GRAD_TOL[mt.BF16], dtype=mt.BF16, what="rows of dx",
+        mag=mt.ref_softmax_vjp_mag(xr, gr),
+    )
+    err, finite = _device_max_err(y, lambda t: jax.nn.softmax(t.astype(jnp.float32), axis=-1), x)
+    assert finite, "non-finite entries in y"
+    assert err <= 1e-6, f"some row of y deviates from XLA's float32 softmax: {err}"
+    for a in (x, dy, y, dx):
+        a.delete()
+    gc.collect()
 
 
 @pytest.mark.slow

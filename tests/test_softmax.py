@@ -433,3 +433,90 @@ def test_kernels_reject_unknown_index(device, index):
     x = jax.device_put(np.ones((2, 8), np.float32), device)
     with pytest.raises(Exception, match="INVALID_ARGUMENT.*algorithm"):
         jax.block_until_ready(jax.jit(sm._softmax_last, static_argnums=1)(x, index))
+
+
+# ----------------------------------------------------------------------------------------------
+# "auto" (cpp/softmax.cu): every size class and its boundaries, forward and backward
+# ----------------------------------------------------------------------------------------------
+
+# A thread holds 16 f32 / 32 bf16-f16 row elements: sub-warp rows (4..32 threads) up to C = 512 / 1024,
+# one block per row up to 8192 / 16384, a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512
+# threads: 65536 / 131072), the two-pass stream class beyond. Values on both sides of each limit; C
+# not a multiple of 4 (f32) or 8 (16-bit) starts rows at misaligned addresses (scalar head, vector
+# body, scalar tail); 1 and 2 are shorter than one pack.
+CLASS_COLS = [1, 2, 7, 31, 33, 127, 128, 129, 512, 513, 1000, 1023, 1024, 1025, 2047, 4096, 4097, 8191,
+              8192, 8193, 12289, 16384, 16385, 32768, 50257, 65536, 65537, 131072, 131073, 262144, 262147]
+
+
+def _class_rows(c):
+    """Enough rows that short rows fill several row groups (256-thread blocks hold up to 64 rows)."""
+    return max(12, min(150, 2**16 // c))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("c", CLASS_COLS)
+def test_auto_size_classes_forward(device, rng, c, dtype):
+    """Random rows, then the special rows of _special_rows (NaN, +inf, all -inf, masked, one-hot, huge
+    logits) as the last rows: the last row group of the grid, often a partial one."""
+    n = _class_rows(c)
+    x = np.concatenate([mt.randn(rng, (n - 10, c), np.float32, scale=3.0), _special_rows(rng, c, np.float32)])
+    x = x.astype(dtype)
+    out = softmax_jit(jax.device_put(x, device))
+    _check_out(out, x, device)
+    o = mt.f64(out)
+    ref = mt.ref_softmax(x)
+    nan_rows = np.isnan(ref).all(-1)
+    assert np.isnan(o[nan_rows]).all(), f"rows {np.nonzero(nan_rows)[0]} must be all NaN"
+    fin = ~nan_rows
+    assert np.isfinite(o[fin]).all(), f"rows {np.nonzero(fin)[0]} must be finite"
+    assert (o[fin][mt.f64(x)[fin] == -np.inf] == 0).all(), "-inf entries must give exactly 0"
+    assert o[-2, -1] == 1.0, "a single finite entry gives exactly 1"
+    mt.assert_close(o, ref, FWD_TOL[dtype], dtype=dtype)
+    np.testing.assert_allclose(o[fin].sum(-1), 1.0, rtol=0, atol=max(1e-4, 2 * FWD_TOL[dtype]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("c", CLASS_COLS)
+def test_auto_size_classes_backward(device, rng, c, dtype):
+    """dx of every size class; some rows masked (-inf: y = 0 there, so dx = 0)."""
+    n = _class_rows(c)
+    x = mt.randn(rng, (n, c), np.float32, scale=2.0)
+    mask = rng.random((n, c)) < 0.3
+    mask[:, -1] = False  # every row keeps a finite entry
+    mask[: n // 2] = False
+    x[mask] = -np.inf
+    x = x.astype(dtype)
+    g = mt.randn(rng, (n, c), dtype, scale=1.0)
+    y, dx = softmax_vjp_jit(jax.device_put(x, device), jax.device_put(g, device))
+    _check_out(dx, x, device)
+    d = mt.f64(dx)
+    mt.assert_finite(d, "dx")
+    assert (d[mask] == 0).all(), "the gradient at masked (-inf) entries must be 0"
+    mt.assert_close(y, mt.ref_softmax(x), FWD_TOL[dtype], dtype=dtype, what="y")
+    mt.assert_close(d, mt.ref_softmax_vjp(x, g), GRAD_TOL[dtype], dtype=dtype, what="dx", mag=mt.ref_softmax_vjp_mag(x, g))
+
+
+# More rows than the persistent grids have row slots (CTAs x rows per CTA, or clusters), in each class.
+AUTO_MANY_ROWS = [(40000, 129), (20000, 1000), (3000, 4097), (300, 50257), (70, 131072), (20, 262147)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", AUTO_MANY_ROWS, ids=["x".join(map(str, s)) for s in AUTO_MANY_ROWS])
+def test_auto_many_rows(device, rng, shape, dtype):
+    if device.platform == "cpu":
+        pytest.skip("about the CUDA kernels' row loops; the CPU kernel is covered by the size-class tests")
+    n, c = shape
+    x = mt.randn(rng, shape, np.float32, scale=3.0)
+    x[n // 2] = -np.inf
+    x[n // 3, c // 2] = np.nan
+    x[n - 1, ::2] = -np.inf
+    x = x.astype(dtype)
+    g = mt.randn(rng, shape, dtype, scale=1.0)
+    y, dx = softmax_vjp_jit(jax.device_put(x, device), jax.device_put(g, device))
+    mt.assert_close(y, mt.ref_softmax(x), FWD_TOL[dtype], dtype=dtype, what="y")
+    fin = np.ones(n, bool)
+    fin[[n // 2, n // 3]] = False  # NaN rows: dx is NaN there too
+    d = mt.f64(dx)
+    assert np.isnan(d[~fin]).all()
+    mt.assert_close(d[fin], mt.ref_softmax_vjp(x[fin], g[fin]), GRAD_TOL[dtype], dtype=dtype, what="dx",
+                    mag=mt.ref_softmax_vjp_mag(x[fin], g[fin]))
