@@ -40,12 +40,16 @@ for stage in $stages; do
       # Seen on the H200 with jax 0.11.2: compute-sanitizer crashes (SIGSEGV) when XLA records kernels
       # into CUDA graphs (command buffers), so they are turned off; racecheck also crashes while
       # instrumenting XLA's own kernels, so it is limited to ours (every name ends in _kernel).
+      # The two tools run side by side (one GPU is plenty for these small shapes).
       for tool in memcheck racecheck; do
         filter=(); [ $tool = racecheck ] && filter=(--kernel-name kns=_kernel)
-        XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
-          timeout ${T_SAN:-600} compute-sanitizer --tool $tool "${filter[@]}" --error-exitcode 3 \
-          python3 benchmarks/sanitize.py > "$out/$tool.log" 2>&1
-        rc=$?; note $tool "rc=$rc $((SECONDS - start))s $(grep -E 'SUMMARY|passed|FAIL' "$out/$tool.log" | tail -2 | tr '\n' ' ')"
+        ( XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
+            timeout ${T_SAN:-600} compute-sanitizer --tool $tool "${filter[@]}" --error-exitcode 3 \
+            python3 benchmarks/sanitize.py > "$out/$tool.log" 2>&1; echo $? > "$out/$tool.rc" ) &
+      done
+      wait
+      for tool in memcheck racecheck; do
+        note $tool "rc=$(cat "$out/$tool.rc") $((SECONDS - start))s $(grep -E 'SUMMARY|passed|FAIL' "$out/$tool.log" | tail -2 | tr '\n' ' ')"
       done ;;
     bench)
       timeout ${T_BENCH:-1200} python3 -P -m jax_memops.cli bench ${BENCH_ARGS:-} --out "$out/bench" > "$out/bench.txt" 2> "$out/bench.err"
