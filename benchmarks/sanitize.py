@@ -16,7 +16,11 @@ import numpy as np
 import jax_memops as jm
 from jax_memops import reference, unfused
 
-SHAPES = [(1, 1), (5, 33), (3, 4097), (2, 3, 31)]
+# (5, 33), (300, 64): several teams per warp in the one-pass backward kernels (norms, gelu partials),
+# (300, 64) also several rows per partial; (4, 1024): teams of 64-256 threads (shared-memory team sums);
+# (3, 4095): unvectorized rows in the fused norm backward; (3, 4097): its fallback, gelu's 2 column
+# tiles; (2, 12288): one 512-thread team per row (norms), 2 tiles (gelu f32); (1, 1), (2, 3, 31): tiny.
+SHAPES = [(1, 1), (5, 33), (300, 64), (4, 1024), (3, 4095), (3, 4097), (2, 12288), (2, 3, 31)]
 TOL = {jnp.float32: 2e-5, jnp.bfloat16: 2e-2, jnp.float16: 4e-3}
 
 

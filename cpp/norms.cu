@@ -2,6 +2,7 @@
 // JmLayerNormBwdCuda, JmRmsNormFwdCuda, JmRmsNormBwdCuda). One kernel template per direction serves
 // both norms (kRms drops the mean).
 #include "cuda_common.cuh"
+#include "partials.cuh"
 #include "bindings.h"
 #include "handlers.h"
 
@@ -155,6 +156,108 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
 }
 
+// Elements per thread of the fused backward (norm_bwd_fused_kernel): the row's x and dy live in
+// registers, K = kFusedPacks<V> packs per thread, the dscale/dbias partials in shared memory
+// (2 x 48 KiB at 24 elements). 24 elements let 512-thread teams cover C <= 12288 (the largest target
+// shape).
+// Unvectorized rows (V = 1: C not a multiple of the vector width, or a misaligned buffer) spill at
+// 24 scalar packs; they get 8, so C <= 4096 (longer rows take the two-kernel path).
+template <int V>
+inline constexpr int kFusedPacks = V == 1 ? 8 : 24 / V;
+
+// norm_bwd_fused: ONE pass over x and dy (see partials.cuh for the geometry). Each team loads its row's
+// x and dy into registers (K packs per thread, all loads in flight at once), sums g = dy*scale and
+// g*xhat over the row (xhat = (x - x[0] - mean)*rstd, x*rstd for RMS), writes
+// dx = rstd*(g - mean(g) - xhat*mean(g*xhat)) (no mean(g) for RMS) and adds dy*xhat (dscale) and dy
+// (dbias) to its shared-memory partials. At the end the block's teams combine their partials into its
+// workspace row (slab_a: dscale, slab_b: dbias; nullptr when not wanted, both nullptr: dx only). g is rounded
+// (__fmul_rn, no FMA contraction) so that the sums and dx see the same g: with C == 1, dx is exactly 0.
+template <typename T, int V, bool kRms>
+__global__ void __launch_bounds__(kTeamThreads, 1)
+    norm_bwd_fused_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
+                          const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
+                          int64_t rows, int64_t cols, int tpr, int64_t groups, int64_t per_group,
+                          float* __restrict__ slab_a, float* __restrict__ slab_b) {
+  constexpr int K = kFusedPacks<V>;
+  __shared__ float red[2][kTeamThreads / 32];
+  const PartialBlock blk = partial_block(rows, groups, per_group, 1);
+  const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
+  const int team = static_cast<int>(threadIdx.x) / tpr;
+  const int teams = kTeamThreads / tpr;
+  const int packs = static_cast<int>(cols / V);  // <= tpr * K (the host checks)
+  const float fcols = static_cast<float>(cols);
+  float* const acc_a = slab_a != nullptr ? reinterpret_cast<float*>(dynamic_smem()) : nullptr;
+  float* const acc_b = slab_b == nullptr  ? nullptr
+                       : acc_a != nullptr ? acc_a + partial_slab_floats<V, K>()
+                                          : reinterpret_cast<float*>(dynamic_smem());
+  zero_partials<V, K>(acc_a, tpr);
+  zero_partials<V, K>(acc_b, tpr);
+  for (int64_t base = blk.begin; base < blk.end; base += teams) {  // uniform over the block
+    const int64_t row = base + team;
+    const bool active = row < blk.end;
+    const T* xr = x + row * cols;
+    const T* dyr = dy + row * cols;
+    Pack<T, V> px[K], pd[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = lane + k * tpr;  // < tpr * K <= 12288: 32-bit
+      if (active && i < packs) {
+        px[k] = load_raw<V>(xr, i);
+        pd[k] = load_raw<V>(dyr, i);
+      }
+    }
+    const float x0 = kRms || !active ? 0.0f : to_float(xr[0]);
+    const float mu = kRms || !active ? 0.0f : mean[row];
+    const float rs = active ? rstd[row] : 0.0f;
+    const float* scale_row = active ? param_row(scale, row, cols) : nullptr;
+
+    float sums[2] = {0.0f, 0.0f};  // Σg, Σg*xhat
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = lane + k * tpr;  // < tpr * K <= 12288: 32-bit
+      if (active && i < packs) {
+        float xv[V], dv[V], sc[V];
+        unpack(px[k], xv);
+        unpack(pd[k], dv);
+        load_param<V>(scale_row, i, 1.0f, sc);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float g = __fmul_rn(dv[j], sc[j]);
+          if constexpr (!kRms) sums[0] += g;
+          sums[1] += g * (((xv[j] - x0) - mu) * rs);
+        }
+      }
+    }
+    team_sum2(sums, tpr, red);
+    const float mean_g = sums[0] / fcols;
+    const float mean_gx = sums[1] / fcols;
+
+    T* dxr = dx + row * cols;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = lane + k * tpr;  // < tpr * K <= 12288: 32-bit
+      if (active && i < packs) {
+        float xv[V], dv[V], sc[V], out[V];
+        unpack(px[k], xv);
+        unpack(pd[k], dv);
+        load_param<V>(scale_row, i, 1.0f, sc);
+        float* pa = acc_a != nullptr ? partial_slot<V, K>(acc_a, tpr, k) : nullptr;
+        float* pb = acc_b != nullptr ? partial_slot<V, K>(acc_b, tpr, k) : nullptr;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float xhat = ((xv[j] - x0) - mu) * rs;
+          out[j] = rs * (__fmul_rn(dv[j], sc[j]) - mean_g - xhat * mean_gx);
+          if (pa != nullptr) pa[j] += dv[j] * xhat;
+          if (pb != nullptr) pb[j] += dv[j];
+        }
+        store_pack<V>(dxr, i, out);
+      }
+    }
+  }
+  if (acc_a != nullptr) finish_partials<V, K>(acc_a, tpr, 0, cols, slab_a, blk.row_out);
+  if (acc_b != nullptr) finish_partials<V, K>(acc_b, tpr, 0, cols, slab_b, blk.row_out);
+}
+
 // Element (r, c) of the parameter gradients: dscale += dy*xhat, dbias += dy.
 template <typename T, bool kRms>
 struct NormGradElem {
@@ -197,27 +300,53 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
 template <bool kRms>
 ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi::AnyBuffer& x,
                     ParamView scale, const float* mean, const float* rstd, const ffi::AnyBuffer& dy,
-                    ffi::AnyBuffer& dx, const GradView& dscale, const GradView& dbias) {
+                    ffi::AnyBuffer& dx, const GradView& dscale, const GradView& dbias,
+                    const PartialsView& ws) {
   if (s.rows == 0) {
     return first_error({zero_grad(stream, dscale, s.cols, what), zero_grad(stream, dbias, s.cols, what)});
   }
   if (s.cols == 0) return ffi::Error::Success();
+  DeviceInfo dev;
+  if (auto err = device_info(&dev); err.failure()) return err;
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx.untyped_data());
     const bool vec = vectorizable<T>(s.cols, {xp, dyp, dxp, scale.data});
-    if (auto err = with_vec<T>(vec, [&](auto v) {
-          constexpr int V = decltype(v)::value;
-          return launch_rows(norm_bwd_kernel<T, V, kRms>, stream, s, V, 2 * s.cols * int64_t{sizeof(T)},
-                             what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols);
-        });
-        err.failure()) {
-      return err;
-    }
-    return launch_column_sums(stream, NormGradElem<T, kRms>{xp, dyp, mean, rstd, s.cols}, s.cols, dscale,
-                              dbias, what);
+    const bool want = dscale.data != nullptr || dbias.data != nullptr;
+    return with_vec<T>(vec, [&](auto v) -> ffi::Error {
+      constexpr int V = decltype(v)::value;
+      const int tpr = team_size(s.cols / V, kFusedPacks<V>);
+      if (tpr <= kTeamThreads && (!want || ws.data != nullptr)) {
+        // One pass: dx and, through the workspace, the parameter gradients. Without gradients the rows
+        // are split into 4 runs per SM (no workspace to pay for).
+        const bool partials = want;
+        const int64_t groups = partials ? ws.groups : 1;
+        const int64_t per_group = partials ? ws.per_group : std::min<int64_t>(s.rows, 4 * int64_t{dev.sm_count});
+        float *a = nullptr, *b = nullptr;
+        if (partials) partial_slabs(ws, dscale, dbias, &a, &b);
+        const size_t smem = static_cast<size_t>((a != nullptr) + (b != nullptr)) *
+                            partial_slab_floats<V, kFusedPacks<V>>() * sizeof(float);
+        if (auto err = launch(norm_bwd_fused_kernel<T, V, kRms>, dim3(static_cast<unsigned>(groups * per_group)),
+                              dim3(kTeamThreads), smem, stream, what, xp, scale, mean, rstd, dyp, dxp, s.rows,
+                              s.cols, tpr, groups, per_group, a, b);
+            err.failure()) {
+          return err;
+        }
+        if (!partials) return ffi::Error::Success();
+        return sum_partials(stream, ws, s.cols, dscale, dbias, what);
+      }
+      // Rows longer than the registers hold (or no usable workspace): the row kernel for dx, then the
+      // column sums re-read x and dy.
+      if (auto err = launch_rows(norm_bwd_kernel<T, V, kRms>, stream, s, V, 2 * s.cols * int64_t{sizeof(T)},
+                                 what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols);
+          err.failure()) {
+        return err;
+      }
+      return launch_column_sums(stream, NormGradElem<T, kRms>{xp, dyp, mean, rstd, s.cols}, s.cols, dscale,
+                                dbias, what);
+    });
   });
 }
 
@@ -240,7 +369,8 @@ ffi::Error LayerNormFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer sc
 
 ffi::Error LayerNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer mean,
                         ffi::AnyBuffer rstd, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
-                        ffi::Result<ffi::AnyBuffer> dscale, ffi::Result<ffi::AnyBuffer> dbias) {
+                        ffi::Result<ffi::AnyBuffer> dscale, ffi::Result<ffi::AnyBuffer> dbias,
+                        ffi::Result<ffi::AnyBuffer> workspace) {
   RowShape s;
   ParamView sv;
   GradView gs, gb;
@@ -253,7 +383,8 @@ ffi::Error LayerNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer sc
     return err;
   }
   return norm_bwd<false>(stream, "layer_norm_bwd", s, x, sv, static_cast<const float*>(mean.untyped_data()),
-                         static_cast<const float*>(rstd.untyped_data()), dy, *dx, gs, gb);
+                         static_cast<const float*>(rstd.untyped_data()), dy, *dx, gs, gb,
+                         partials_view(*workspace, s, gs, gb));
 }
 
 ffi::Error RmsNormFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale,
@@ -272,7 +403,7 @@ ffi::Error RmsNormFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scal
 
 ffi::Error RmsNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer rstd,
                       ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
-                      ffi::Result<ffi::AnyBuffer> dscale) {
+                      ffi::Result<ffi::AnyBuffer> dscale, ffi::Result<ffi::AnyBuffer> workspace) {
   RowShape s;
   ParamView sv;
   GradView gs;
@@ -284,7 +415,8 @@ ffi::Error RmsNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scal
     return err;
   }
   return norm_bwd<true>(stream, "rms_norm_bwd", s, x, sv, nullptr,
-                        static_cast<const float*>(rstd.untyped_data()), dy, *dx, gs, GradView{});
+                        static_cast<const float*>(rstd.untyped_data()), dy, *dx, gs, GradView{},
+                        partials_view(*workspace, s, gs, GradView{}));
 }
 
 }  // namespace

@@ -236,3 +236,97 @@ def test_gpu_and_cpu_agree(gpu):
         on_cpu = jax.jit(fn)(*(jax.device_put(a, cpu) for a in (x, s, b)))
         assert on_gpu.devices() == {gpu} and on_cpu.devices() == {cpu}
         assert mt.rel_err(on_gpu, mt.f64(on_cpu)) < 1e-2
+
+
+# ----------------------------------------------------------------------------------------------
+# one-pass backward kernels with [P x C] partials (norms: norm_bwd_fused_kernel, gelu:
+# gelu_bwd_partials_kernel) and their fallbacks: every size class, rows < P, row groups (vmap)
+# ----------------------------------------------------------------------------------------------
+
+# (rows, C): rows < P; short rows with several teams per warp (C = 33 also unvectorized); vectorized
+# mid sizes; C = 4095 unvectorized, the longest row the V = 1 fused kernel holds (4096); 4097 just
+# beyond (norms: two-kernel fallback); 12288 = one 512-thread team per row (f32 K = 6, bf16 K = 3),
+# gelu's two column tiles; 16384 beyond the norms' registers (fallback), 12289 odd (gelu: 4 tiles).
+PARTIAL_SHAPES = [(37, 1024), (3, 7), (20001, 33), (6007, 1000), (4099, 4095), (999, 4097),
+                  (1501, 12288), (333, 16384), (333, 12289)]
+
+
+def _bwd_fns():
+    return {
+        "layer_norm": (lambda x, s, b, g: jax.vjp(jm.layer_norm, x, s, b)[1](g),
+                       lambda x, s, b, g: mt.ref_layer_norm_vjp(x, s, b, 1e-5, g)),
+        "rms_norm": (lambda x, s, b, g: jax.vjp(jm.rms_norm, x, s)[1](g),
+                     lambda x, s, b, g: mt.ref_rms_norm_vjp(x, s, 1e-6, g)),
+        "gelu": (lambda x, s, b, g: jax.vjp(jm.scale_bias_gelu, x, s, b)[1](g),
+                 lambda x, s, b, g: mt.ref_scale_bias_gelu_vjp(x, s, b, g)),
+    }
+
+
+@pytest.mark.parametrize("dtype", [mt.F32, mt.BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("shape", PARTIAL_SHAPES, ids=["x".join(map(str, s)) for s in PARTIAL_SHAPES])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "gelu"])
+def test_backward_partials(gpu, op, shape, dtype):
+    rng = np.random.default_rng(14)
+    c = shape[-1]
+    x, g = mt.randn(rng, shape, dtype), mt.randn(rng, shape, dtype, scale=1.0)
+    s, b = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,))
+    ours, ref = _bwd_fns()[op]
+    fn = jax.jit(ours)
+    args = [jax.device_put(a, gpu) for a in (x, s, b, g)]
+    r1, r2 = _twice(fn, *args)
+    for i, (a, b_) in enumerate(zip(r1, r2)):
+        mt.assert_bitwise_equal(a, b_, f"{op} output {i}")
+    want = [w for w in ref(x, s, b, g) if w is not None]
+    mt.assert_close(r1[0], want[0], mt.GRAD_TOL[dtype], dtype=dtype, what="dx",
+                    mag=mt.ref_scale_bias_gelu_vjp_mag(x, s, b, g) if op == "gelu" else
+                    mt.ref_layer_norm_vjp_mag(x, s, 1e-5, g) if op == "layer_norm" else
+                    mt.ref_rms_norm_vjp_mag(x, s, 1e-6, g))
+    for name, got, w in zip(("dscale", "dbias"), r1[1:], want[1:]):
+        mt.assert_close(got, w, mt.GRAD_TOL[dtype], dtype=mt.F32, what=name)
+
+
+@pytest.mark.parametrize("shape", [(3, 37, 1024), (4, 3, 12288), (2, 999, 33), (5, 1, 64)],
+                         ids=["3x37x1024", "4x3x12288", "2x999x33", "5x1x64"])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "gelu"])
+def test_backward_partials_row_groups(gpu, op, shape):
+    """vmap with batched parameters: G row groups, per-group partials must not mix."""
+    rng = np.random.default_rng(15)
+    n, _, c = shape
+    x, g = mt.randn(rng, shape), mt.randn(rng, shape, scale=1.0)
+    s, b = mt.randn(rng, (n, c), loc=1.0), mt.randn(rng, (n, c))
+    ours, ref = _bwd_fns()[op]
+    fn = jax.jit(jax.vmap(ours))
+    r1, r2 = _twice(fn, *(jax.device_put(a, gpu) for a in (x, s, b, g)))
+    for i, (a, b_) in enumerate(zip(r1, r2)):
+        mt.assert_bitwise_equal(a, b_, f"{op} output {i}")
+    for k in range(n):
+        want = [w for w in ref(x[k], s[k], b[k], g[k]) if w is not None]
+        for name, got, w in zip(("dscale", "dbias"), r1[1:], want[1:]):
+            mt.assert_close(got[k], w, mt.GRAD_TOL[mt.F32], dtype=mt.F32, what=f"{name}[{k}]")
+
+
+@pytest.mark.slow
+def test_big_layer_norm_backward(big):
+    """The fused backward past element 2**31 (64-bit row offsets): dx rows and dscale/dbias."""
+    gpu, x = big
+    s, b, sd, bd = _params(gpu, 4)
+    key = jax.device_put(jax.random.key(8), gpu)
+    dy = jax.jit(lambda k: jax.random.normal(k, x.shape, jnp.float32).astype(jnp.bfloat16))(key)
+    dx, ds, db = jax.jit(lambda t, s_, b_, g: jax.vjp(jm.layer_norm, t, s_, b_)[1](g))(x, sd, bd, dy)
+    xr, gr = _rows(x), _rows(dy)
+    rdx, _, _ = mt.ref_layer_norm_vjp(xr, s, b, 1e-5, gr)
+    mt.assert_close(_rows(dx), rdx, mt.GRAD_TOL[mt.BF16], dtype=mt.BF16, what="rows of dx",
+                    mag=mt.ref_layer_norm_vjp_mag(xr, s, 1e-5, gr))
+
+    @jax.jit
+    def sums(t, g):
+        t32, g32 = t.astype(jnp.float32), g.astype(jnp.float32)
+        mean = jnp.mean(t32, -1, keepdims=True)
+        xhat = (t32 - mean) * jax.lax.rsqrt(jnp.mean(jnp.square(t32 - mean), -1, keepdims=True) + 1e-5)
+        return jnp.sum(g32 * xhat, 0), jnp.sum(g32, 0), jnp.sum(jnp.abs(g32 * xhat), 0), jnp.sum(jnp.abs(g32), 0)
+
+    rds, rdb, mds, mdb = (np.asarray(a, np.float64) for a in sums(x, dy))
+    assert np.max(np.abs(np.asarray(ds) - rds) / (mds + 1)) < 1e-4
+    assert np.max(np.abs(np.asarray(db) - rdb) / (mdb + 1)) < 1e-4
+    for a in (dx, ds, db, dy):
+        a.delete()
