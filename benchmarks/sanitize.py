@@ -20,7 +20,12 @@ from jax_memops import reference, unfused
 # (300, 64) also several rows per partial; (4, 1024): teams of 64-256 threads (shared-memory team sums);
 # (3, 4095): unvectorized rows in the fused norm backward; (3, 4097): its fallback, gelu's 2 column
 # tiles; (2, 12288): one 512-thread team per row (norms), 2 tiles (gelu f32); (1, 1), (2, 3, 31): tiny.
-SHAPES = [(1, 1), (5, 33), (300, 64), (4, 1024), (3, 4095), (3, 4097), (2, 12288), (2, 3, 31)]
+# Norm forward classes (norm_rows.cuh): (1, 1), (5, 33), (300, 64), (3, 1001) team rows, misaligned
+# for 1001; (4, 1024) team; (3, 1028) f32 block rows of 64 (16-bit: team); (2, 2056) block rows
+# (16-bit: 64 threads); (3, 4097) block, misaligned; (2, 12288) block rows of 384 / 192; (1, 24580) the
+# f32 v1 fallback (16-bit: 384-thread block rows, misaligned).
+SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
+          (2, 12288), (1, 24580), (2, 3, 31)]
 TOL = {jnp.float32: 2e-5, jnp.bfloat16: 2e-2, jnp.float16: 4e-3}
 
 

@@ -1,7 +1,14 @@
 // LayerNorm and RMSNorm over the last axis: CUDA kernels and XLA FFI handlers (JmLayerNormFwdCuda,
 // JmLayerNormBwdCuda, JmRmsNormFwdCuda, JmRmsNormBwdCuda). One kernel template per direction serves
 // both norms (kRms drops the mean).
+//
+// Forward: rows of C <= 24579 (f32) / 49159 (16-bit) elements stay in registers (norm_rows.cuh: team
+// rows of 4-32 threads for C <= 1027 / 2055, else block rows of 64-768 threads; one HBM read of x).
+// Longer rows (or x and y at different addresses modulo 16, or C == 0) take norm_fwd_kernel below.
+// Backward: norm_bwd_fused_kernel (x and dy in registers, dscale/dbias partials) for C <= 12288
+// vectorized / 4096 unvectorized, else norm_bwd_kernel plus column sums.
 #include "cuda_common.cuh"
+#include "norm_rows.cuh"
 #include "partials.cuh"
 #include "bindings.h"
 #include "handlers.h"
@@ -14,7 +21,7 @@ namespace {
 // Batched-load budget (registers, see kBatch) where the loop body loads scale/bias too.
 constexpr int kParamBatchRegs = 8;
 
-// norm_fwd: `tpr` threads per row (see RowPlan), grid-stride over rows, batched loads, the row cached in
+// norm_fwd (v1, the fallback beyond norm_rows.cuh's classes): `tpr` threads per row (see RowPlan), grid-stride over rows, batched loads, the row cached in
 // shared memory when it fits. Pass 1 sums x (x² for RMS). LayerNorm pass 2 sums d = x - m1 and d²
 // around the pass-1 mean m1 (corrected two-pass: var = (Σd² - (Σd)²/C) / C; Σd only removes m1's
 // rounding error, so there is no E[x²] - E[x]² cancellation), and y is centred on m1 + Σd/C without
@@ -284,10 +291,24 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
   // rows == 0: nothing to write. cols == 0 (rows > 0) still runs: the statistics of an empty row are
   // NaN (0/0), as jnp.mean gives.
   if (s.rows == 0) return ffi::Error::Success();
-  return dispatch_float(x.element_type(), [&](auto tag) {
+  return dispatch_float(x.element_type(), [&](auto tag) -> ffi::Error {
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(y.untyped_data());
+    // The row in registers (norm_rows.cuh) when it fits and x, y split the same way into 16-byte packs.
+    const RowsPlan plan = plan_norm_rows<T>(s.cols);
+    const auto addr = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+    if (plan.ok && s.cols > 0 && (addr(xp) - addr(yp)) % 16 == 0) {
+      auto run = [&](auto kernel) -> ffi::Error {
+        int64_t grid = 0;
+        if (auto err = resident_blocks(kernel, plan.block, 0, what, &grid); err.failure()) return err;
+        grid = std::min(grid, ceil_div(s.rows, plan.rows_per_block));
+        return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(plan.block), 0, stream, what, xp, scale,
+                      bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon, plan.tpr);
+      };
+      return plan.block_rows ? run(norm_fwd_rows_kernel<T, kRms, true>) : run(norm_fwd_rows_kernel<T, kRms, false>);
+    }
+    // Longer rows: the v1 row kernel (the row cached in shared memory where it fits).
     const bool vec = vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data});
     return with_vec<T>(vec, [&](auto v) {
       constexpr int V = decltype(v)::value;
