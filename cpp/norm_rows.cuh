@@ -18,8 +18,9 @@
 // kernel of norms.cu (row cached in shared memory, batched loads).
 //
 // Rows need not start on a 16-byte boundary (C % V != 0): each row is split into a scalar head, an
-// aligned body of 16-byte packs and a scalar tail (RowSpan). The edges (head + tail, < 2V elements) are
-// not kept in registers: each pass re-reads them (a few bytes per row, L1 hits after the first).
+// aligned body of 16-byte packs and a scalar tail (RowSpan). The edges (head + tail, < 2V elements) go
+// to lanes 0, 1, ...: a thread's first edge is loaded with its body packs and kept (edge0); further
+// ones (only when the row has fewer threads than edges) are re-read by each pass (L1 hits).
 // The parameters (f32) of a misaligned row's pack start at column head + V*i, 16-byte aligned only when
 // head % 4 == 0 (and the parameter row is aligned); otherwise scalar loads (load_param_cols).
 //
@@ -101,11 +102,11 @@ __device__ __forceinline__ void row_sums(float (&v)[M], int tpr, int parity) {
 }
 
 // The row pass over this thread's packs (k < N, pack lane + k*rt of the body) and over its edges
-// (e = lane, lane + rt, ... < edges: re-read from xr): f(v, count) with v the pack's floats (count = V)
-// or an edge's float in v[0] (count = 1).
+// (e = lane, held in edge0, then lane + rt, ... < edges, re-read from xr): f(v, count) with v the pack's
+// floats (count = V) or an edge's float in v[0] (count = 1).
 template <typename T, int V, int N, class F>
-__device__ __forceinline__ void row_pass(const Pack<T, V> (&raw)[N], const T* xr, const RowSpan<T, V>& sp,
-                                         int cols, int lane, int rt, F&& f) {
+__device__ __forceinline__ void row_pass(const Pack<T, V> (&raw)[N], float edge0, const T* xr,
+                                         const RowSpan<T, V>& sp, int cols, int lane, int rt, F&& f) {
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     if (lane + k * rt < sp.body) {
@@ -114,8 +115,12 @@ __device__ __forceinline__ void row_pass(const Pack<T, V> (&raw)[N], const T* xr
       f(v, V);
     }
   }
-  for (int e = lane; e < sp.edges(); e += rt) {
-    float v[V];
+  float v[V];
+  if (lane < sp.edges()) {
+    v[0] = edge0;
+    f(v, 1);
+  }
+  for (int e = lane + rt; e < sp.edges(); e += rt) {  // only when rt < edges (tpr 4 or 8)
     v[0] = to_float(xr[sp.edge_col(e, cols)]);
     f(v, 1);
   }
@@ -145,10 +150,12 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
       const int i = tm.lane + k * tm.rt;
       if (i < sp.body) raw[k] = load_stream<V>(xr + sp.head, i);
     }
+    // This thread's first edge, loaded with the body (no second round trip to memory for it).
+    const float edge0 = tm.lane < sp.edges() ? to_float(xr[sp.edge_col(tm.lane, cols)]) : 0.0f;
 
     // Pass 1: sum(x) (LayerNorm) or sum(x^2) (RMSNorm).
     float s1[1] = {0.0f};
-    row_pass(raw, xr, sp, cols, tm.lane, tm.rt, [&](const float(&v)[V], int count) {
+    row_pass(raw, edge0, xr, sp, cols, tm.lane, tm.rt, [&](const float(&v)[V], int count) {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         if (j < count) s1[0] += kRms ? v[j] * v[j] : v[j];
@@ -162,7 +169,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     } else {
       m1 = s1[0] / fcols;
       float s2[2] = {0.0f, 0.0f};  // sum(d), sum(d^2), d = x - m1
-      row_pass(raw, xr, sp, cols, tm.lane, tm.rt, [&](const float(&v)[V], int count) {
+      row_pass(raw, edge0, xr, sp, cols, tm.lane, tm.rt, [&](const float(&v)[V], int count) {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           if (j < count) {
@@ -179,7 +186,12 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
       rstd = 1.0f / sqrtf(var + epsilon);
     }
     if (valid && tm.lane == 0) {
-      if constexpr (!kRms) mean_out[row] = (m1 - (cols > 0 ? to_float(xr[0]) : 0.0f)) + dmean;
+      // x[row, 0]: lane 0's first body element when the body starts the row, else its edge 0.
+      if constexpr (!kRms) {
+        float first[V];
+        unpack_fresh(raw[0], first);
+        mean_out[row] = (m1 - (sp.head == 0 && sp.body > 0 ? first[0] : edge0)) + dmean;
+      }
       rstd_out[row] = rstd;
     }
 
@@ -211,7 +223,8 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
       const int c = sp.edge_col(e, cols);
       const float s = srow != nullptr ? srow[c] : 1.0f;
       const float b = brow != nullptr ? brow[c] : 0.0f;
-      yr[c] = from_float<T>(((to_float(xr[c]) - m1) - dmean) * rstd * s + b);
+      const float v = e == tm.lane ? edge0 : to_float(xr[c]);
+      yr[c] = from_float<T>(((v - m1) - dmean) * rstd * s + b);
     }
   }
 }
