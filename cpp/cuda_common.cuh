@@ -121,13 +121,14 @@ __device__ __forceinline__ void store_pack(T* base, int64_t pack, const float (&
 
 // The floats of a pack, converted anew at each call: for 16-bit types volatile asm, which the compiler
 // neither merges with an earlier identical conversion nor hoists, so a kernel that keeps packs in
-// registers across several passes keeps them raw (half the registers), not as floats. f32: unpack.
+// registers across several passes keeps them raw (half the registers), not as floats. f32 (or an odd
+// V): unpack.
 template <int V, typename T>
 __device__ __forceinline__ void unpack_fresh(const Pack<T, V>& p, float (&out)[V]) {
-  if constexpr (sizeof(T) == 4) {
+  if constexpr (sizeof(T) == 4 || V % 2 != 0) {
     unpack(p, out);
   } else {
-    static_assert(sizeof(T) == 2 && V % 2 == 0);
+    static_assert(sizeof(T) == 2);
     uint32_t w[V / 2];
     memcpy(w, &p, sizeof(w));
 #pragma unroll

@@ -172,6 +172,13 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
 template <int V>
 inline constexpr int kFusedPacks = V == 1 ? 8 : 24 / V;
 
+// Threads per block of the fused backward: the team (tpr threads) but at least kFusedMinBlock. At ~126
+// registers (the launch bound allows 128) two blocks of 256 fit an SM and run out of phase: one's loads
+// are in flight while the other waits at its barriers (a 512-thread block per SM stalls the whole SM at
+// each team_sum2 barrier when tpr > 32). Only when the grid (the workspace's G*P, up to 264 = 2 per SM)
+// gives (nearly) every SM two blocks; rows of 512-thread teams (C > 4096) keep 1 block per SM.
+constexpr int kFusedMinBlock = 256;
+
 // norm_bwd_fused: ONE pass over x and dy (see partials.cuh for the geometry). Each team loads its row's
 // x and dy into registers (K packs per thread, all loads in flight at once), sums g = dy*scale and
 // g*xhat over the row (xhat = (x - x[0] - mean)*rstd, x*rstd for RMS), writes
@@ -190,12 +197,12 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   const PartialBlock blk = partial_block(rows, groups, per_group, 1);
   const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
   const int team = static_cast<int>(threadIdx.x) / tpr;
-  const int teams = kTeamThreads / tpr;
+  const int teams = static_cast<int>(blockDim.x) / tpr;
   const int packs = static_cast<int>(cols / V);  // <= tpr * K (the host checks)
   const float fcols = static_cast<float>(cols);
   float* const acc_a = slab_a != nullptr ? reinterpret_cast<float*>(dynamic_smem()) : nullptr;
   float* const acc_b = slab_b == nullptr  ? nullptr
-                       : acc_a != nullptr ? acc_a + partial_slab_floats<V, K>()
+                       : acc_a != nullptr ? acc_a + partial_slab_floats<V, K>(static_cast<int>(blockDim.x))
                                           : reinterpret_cast<float*>(dynamic_smem());
   zero_partials<V, K>(acc_a, tpr);
   zero_partials<V, K>(acc_b, tpr);
@@ -347,11 +354,16 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
         const int64_t per_group = partials ? ws.per_group : std::min<int64_t>(s.rows, 4 * int64_t{dev.sm_count});
         float *a = nullptr, *b = nullptr;
         if (partials) partial_slabs(ws, dscale, dbias, &a, &b);
+        // 256-thread blocks only when (nearly) every SM gets two: else one 512-thread block per SM holds
+        // twice the rows in flight.
+        const int64_t grid = groups * per_group;
+        const int64_t sms = dev.sm_count;
+        const int block = std::max(tpr, grid >= 2 * sms - sms / 8 ? kFusedMinBlock : kTeamThreads);
         const size_t smem = static_cast<size_t>((a != nullptr) + (b != nullptr)) *
-                            partial_slab_floats<V, kFusedPacks<V>>() * sizeof(float);
-        if (auto err = launch(norm_bwd_fused_kernel<T, V, kRms>, dim3(static_cast<unsigned>(groups * per_group)),
-                              dim3(kTeamThreads), smem, stream, what, xp, scale, mean, rstd, dyp, dxp, s.rows,
-                              s.cols, tpr, groups, per_group, a, b);
+                            partial_slab_floats<V, kFusedPacks<V>>(block) * sizeof(float);
+        if (auto err = launch(norm_bwd_fused_kernel<T, V, kRms>, dim3(static_cast<unsigned>(grid)), dim3(block),
+                              smem, stream, what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols, tpr, groups,
+                              per_group, a, b);
             err.failure()) {
           return err;
         }

@@ -3,7 +3,8 @@
 // workspace (PartialsView, ffi_common.h); a second small kernel sums the P partials of each group per
 // column in a fixed order. No atomics: gradients are bitwise identical run after run.
 //
-// Geometry shared by these kernels: blocks of kTeamThreads threads, split into teams of `tpr` threads
+// Geometry shared by these kernels: blocks of up to kTeamThreads threads (blockDim.x, a multiple of tpr),
+// split into teams of `tpr` threads
 // (a power of two) that each work on one row at a time; thread `lane` of a team owns the packs
 // first + lane + k*tpr, k < K, of every row it visits, so its partial sums for those columns stay in
 // registers across the rows. Block b works on partial j of group g (rows partial_range) and, for GELU
@@ -65,7 +66,7 @@ __device__ __forceinline__ void team_sum2(float (&v)[2], int tpr, float (*red)[k
 }
 
 // The partial sums live in dynamic shared memory, not registers (registers hold the rows: with both
-// there, the kernels spilled): slab s of `slabs` holds kTeamThreads * K * V floats, thread (team, lane)
+// there, the kernels spilled): slab s of `slabs` holds threads * K * V floats, thread (team, lane)
 // owning the V floats of its pack k at ((team * K + k) * tpr + lane) * V. Only the owner touches them
 // until finish_partials, so accumulating needs no barrier.
 template <int V, int K>
@@ -77,8 +78,8 @@ __device__ __forceinline__ float* partial_slot(float* slab, int tpr, int k) {
 }
 
 template <int V, int K>
-constexpr int64_t partial_slab_floats() {
-  return int64_t{kTeamThreads} * K * V;
+__host__ __device__ constexpr int64_t partial_slab_floats(int threads = kTeamThreads) {
+  return int64_t{threads} * K * V;
 }
 
 // Zeroes this thread's slots of a slab (nullptr: not wanted).
@@ -99,9 +100,10 @@ template <int V, int K>
 __device__ __forceinline__ void finish_partials(const float* slab, int tpr, int64_t col0, int64_t cols,
                                                 float* __restrict__ out, int64_t row_out) {
   __syncthreads();  // every team's last accumulation is visible
-  const int teams = kTeamThreads / tpr;
+  const int block = static_cast<int>(blockDim.x);
+  const int teams = block / tpr;
   const int per_team = K * tpr * V;  // floats of one team's slots
-  for (int p = static_cast<int>(threadIdx.x); p < per_team; p += kTeamThreads) {
+  for (int p = static_cast<int>(threadIdx.x); p < per_team; p += block) {
     const int k = p / (tpr * V);
     const int rem = p - k * (tpr * V);  // lane * V + j
     const int64_t col = col0 + int64_t{k} * tpr * V + rem;

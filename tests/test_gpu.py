@@ -247,8 +247,10 @@ def test_gpu_and_cpu_agree(gpu):
 # mid sizes; C = 4095 unvectorized, the longest row the V = 1 fused kernel holds (4096); 4097 just
 # beyond (norms: two-kernel fallback); 12288 = one 512-thread team per row (f32 K = 6, bf16 K = 3),
 # gelu's two column tiles; 16384 beyond the norms' registers (fallback), 12289 odd (gelu: 4 tiles).
+# (16901, 2048): f32 P = 264, so the norms' fused backward runs 256-thread blocks (two per SM) of two
+# 128-thread teams (shared-memory team sums); bf16 P = 132: 512-thread blocks of four.
 PARTIAL_SHAPES = [(37, 1024), (3, 7), (20001, 33), (6007, 1000), (4099, 4095), (999, 4097),
-                  (1501, 12288), (333, 16384), (333, 12289)]
+                  (1501, 12288), (333, 16384), (333, 12289), (16901, 2048)]
 
 
 def _bwd_fns():
