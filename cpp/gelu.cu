@@ -78,8 +78,8 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   float* const acc_b = slab_b == nullptr  ? nullptr
                        : acc_a != nullptr ? acc_a + partial_slab_floats<V, K>()
                                           : reinterpret_cast<float*>(dynamic_smem());
-  zero_partials<V, K>(acc_a, tpr);
-  zero_partials<V, K>(acc_b, tpr);
+  zero_partials<V, K>(acc_a);
+  zero_partials<V, K>(acc_b);
   for (int64_t row = blk.begin + team; row < blk.end; row += teams) {  // no barriers inside
     const T* xr = x + row * cols;
     const T* dyr = dy + row * cols;
@@ -104,14 +104,14 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
         unpack(pd[k], dv);
         load_param<V>(scale_row, i, scale_value, sc);
         load_param<V>(bias_row, i, bias_value, bs);
-        float* pa = acc_a != nullptr ? partial_slot<V, K>(acc_a, tpr, k) : nullptr;
-        float* pb = acc_b != nullptr ? partial_slot<V, K>(acc_b, tpr, k) : nullptr;
+        const PartialSlot pa = partial_slot<V, K>(acc_a, k);
+        const PartialSlot pb = partial_slot<V, K>(acc_b, k);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float t = dv[j] * gelu_grad(xv[j] * sc[j] + bs[j]);
           out[j] = t * sc[j];
-          if (pa != nullptr) pa[j] += t * xv[j];
-          if (pb != nullptr) pb[j] += t;
+          if (pa) pa[j] += t * xv[j];
+          if (pb) pb[j] += t;
         }
         store_pack<V>(dxr, i, out);
       }

@@ -204,8 +204,8 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   float* const acc_b = slab_b == nullptr  ? nullptr
                        : acc_a != nullptr ? acc_a + partial_slab_floats<V, K>(static_cast<int>(blockDim.x))
                                           : reinterpret_cast<float*>(dynamic_smem());
-  zero_partials<V, K>(acc_a, tpr);
-  zero_partials<V, K>(acc_b, tpr);
+  zero_partials<V, K>(acc_a);
+  zero_partials<V, K>(acc_b);
   for (int64_t base = blk.begin; base < blk.end; base += teams) {  // uniform over the block
     const int64_t row = base + team;
     const bool active = row < blk.end;
@@ -231,8 +231,8 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
       const int i = lane + k * tpr;  // < tpr * K <= 12288: 32-bit
       if (active && i < packs) {
         float xv[V], dv[V], sc[V];
-        unpack(px[k], xv);
-        unpack(pd[k], dv);
+        unpack_fresh(px[k], xv);
+        unpack_fresh(pd[k], dv);
         load_param<V>(scale_row, i, 1.0f, sc);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
@@ -252,17 +252,17 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
       const int i = lane + k * tpr;  // < tpr * K <= 12288: 32-bit
       if (active && i < packs) {
         float xv[V], dv[V], sc[V], out[V];
-        unpack(px[k], xv);
-        unpack(pd[k], dv);
+        unpack_fresh(px[k], xv);
+        unpack_fresh(pd[k], dv);
         load_param<V>(scale_row, i, 1.0f, sc);
-        float* pa = acc_a != nullptr ? partial_slot<V, K>(acc_a, tpr, k) : nullptr;
-        float* pb = acc_b != nullptr ? partial_slot<V, K>(acc_b, tpr, k) : nullptr;
+        const PartialSlot pa = partial_slot<V, K>(acc_a, k);
+        const PartialSlot pb = partial_slot<V, K>(acc_b, k);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float xhat = ((xv[j] - x0) - mu) * rs;
           out[j] = rs * (__fmul_rn(dv[j], sc[j]) - mean_g - xhat * mean_gx);
-          if (pa != nullptr) pa[j] += dv[j] * xhat;
-          if (pb != nullptr) pb[j] += dv[j];
+          if (pa) pa[j] += dv[j] * xhat;
+          if (pb) pb[j] += dv[j];
         }
         store_pack<V>(dxr, i, out);
       }

@@ -66,15 +66,23 @@ __device__ __forceinline__ void team_sum2(float (&v)[2], int tpr, float (*red)[k
 }
 
 // The partial sums live in dynamic shared memory, not registers (registers hold the rows: with both
-// there, the kernels spilled): slab s of `slabs` holds threads * K * V floats, thread (team, lane)
-// owning the V floats of its pack k at ((team * K + k) * tpr + lane) * V. Only the owner touches them
-// until finish_partials, so accumulating needs no barrier.
+// there, the kernels spilled): a slab holds blockDim.x * K * V floats; thread tid's sum for element j
+// of its pack k is at slab[(k * V + j) * blockDim.x + tid]. For a given (k, j) a warp's 32 threads
+// touch 32 consecutive floats: no bank conflicts (a thread-contiguous V-float slot put lanes 16 or 32
+// bytes apart: 4-way conflicts for f32, 8-way for 16-bit packs). Only the owner touches its sums until
+// finish_partials, so accumulating needs no barrier.
+struct PartialSlot {
+  float* p = nullptr;  // nullptr: this gradient is not wanted
+  int stride = 0;
+  __device__ explicit operator bool() const { return p != nullptr; }
+  __device__ float& operator[](int j) const { return p[j * stride]; }
+};
+
 template <int V, int K>
-__device__ __forceinline__ float* partial_slot(float* slab, int tpr, int k) {
-  const int tid = static_cast<int>(threadIdx.x);
-  const int team = tid / tpr;
-  const int lane = tid & (tpr - 1);
-  return slab + ((team * K + k) * tpr + lane) * V;
+__device__ __forceinline__ PartialSlot partial_slot(float* slab, int k) {
+  if (slab == nullptr) return {};
+  const int block = static_cast<int>(blockDim.x);
+  return {slab + k * V * block + static_cast<int>(threadIdx.x), block};
 }
 
 template <int V, int K>
@@ -84,11 +92,11 @@ __host__ __device__ constexpr int64_t partial_slab_floats(int threads = kTeamThr
 
 // Zeroes this thread's slots of a slab (nullptr: not wanted).
 template <int V, int K>
-__device__ __forceinline__ void zero_partials(float* slab, int tpr) {
+__device__ __forceinline__ void zero_partials(float* slab) {
   if (slab == nullptr) return;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
-    float* p = partial_slot<V, K>(slab, tpr, k);
+    const PartialSlot p = partial_slot<V, K>(slab, k);
 #pragma unroll
     for (int j = 0; j < V; ++j) p[j] = 0.0f;
   }
@@ -96,20 +104,24 @@ __device__ __forceinline__ void zero_partials(float* slab, int tpr) {
 
 // Sums the teams' partials of one slab in team order and writes them as row `row_out` of workspace
 // slab `out` (columns col0 + ...; those >= cols are padding). Block-uniform; starts with a barrier.
+// Column col0 + p, p = (k * tpr + lane) * V + j, is element j of pack k of lane `lane` in every team.
 template <int V, int K>
 __device__ __forceinline__ void finish_partials(const float* slab, int tpr, int64_t col0, int64_t cols,
                                                 float* __restrict__ out, int64_t row_out) {
   __syncthreads();  // every team's last accumulation is visible
   const int block = static_cast<int>(blockDim.x);
   const int teams = block / tpr;
-  const int per_team = K * tpr * V;  // floats of one team's slots
+  const int per_team = K * tpr * V;  // columns of one team's slots
   for (int p = static_cast<int>(threadIdx.x); p < per_team; p += block) {
+    const int64_t col = col0 + p;
+    if (col >= cols) continue;
     const int k = p / (tpr * V);
     const int rem = p - k * (tpr * V);  // lane * V + j
-    const int64_t col = col0 + int64_t{k} * tpr * V + rem;
-    if (col >= cols) continue;
-    float sum = slab[p];
-    for (int t = 1; t < teams; ++t) sum += slab[t * per_team + p];
+    const int lane = rem / V;
+    const int j = rem - lane * V;
+    const float* src = slab + (k * V + j) * block + lane;  // team 0's thread `lane`
+    float sum = src[0];
+    for (int t = 1; t < teams; ++t) sum += src[t * tpr];
     out[row_out * cols + col] = sum;
   }
 }
