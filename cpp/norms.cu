@@ -175,7 +175,7 @@ inline constexpr int kFusedPacks = V == 1 ? 8 : 24 / V;
 // Threads per block of the fused backward: the team (tpr threads) but at least kFusedMinBlock. At ~126
 // registers (the launch bound allows 128) two blocks of 256 fit an SM and run out of phase: one's loads
 // are in flight while the other waits at its barriers (a 512-thread block per SM stalls the whole SM at
-// each team_sum2 barrier when tpr > 32). Only when the grid (the workspace's G*P, up to 264 = 2 per SM)
+// each row's team_sum2 barrier when tpr > 32). Only when the grid (the workspace's G*P, up to 264 = 2 per SM)
 // gives (nearly) every SM two blocks; rows of 512-thread teams (C > 4096) keep 1 block per SM.
 constexpr int kFusedMinBlock = 256;
 
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
                           int64_t rows, int64_t cols, int tpr, int64_t groups, int64_t per_group,
                           float* __restrict__ slab_a, float* __restrict__ slab_b) {
   constexpr int K = kFusedPacks<V>;
-  __shared__ float red[2][kTeamThreads / 32];
+  __shared__ TeamRed red;
   const PartialBlock blk = partial_block(rows, groups, per_group, 1);
   const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
   const int team = static_cast<int>(threadIdx.x) / tpr;
@@ -206,7 +206,8 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
                                           : reinterpret_cast<float*>(dynamic_smem());
   zero_partials<V, K>(acc_a);
   zero_partials<V, K>(acc_b);
-  for (int64_t base = blk.begin; base < blk.end; base += teams) {  // uniform over the block
+  int parity = 0;
+  for (int64_t base = blk.begin; base < blk.end; base += teams, parity ^= 1) {  // uniform over the block
     const int64_t row = base + team;
     const bool active = row < blk.end;
     const T* xr = x + row * cols;
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
         }
       }
     }
-    team_sum2(sums, tpr, red);
+    team_sum2(sums, tpr, red, parity);
     const float mean_g = sums[0] / fcols;
     const float mean_gx = sums[1] / fcols;
 

@@ -40,9 +40,14 @@ __device__ __forceinline__ PartialBlock partial_block(int64_t rows, int64_t grou
 }
 
 // Sum over the tpr threads of a team, the same bits in every one of them. tpr <= 32: xor shuffles;
-// else the team's warps meet in shared memory (`red`, 2 x 16 floats), summed in warp order. Every
-// thread of the block calls it (block-uniform), as the callers' row loops are uniform.
-__device__ __forceinline__ void team_sum2(float (&v)[2], int tpr, float (*red)[kTeamThreads / 32]) {
+// else the team's warps meet in shared memory (`red`), summed in warp order. Every thread of the block
+// calls it once per row (block-uniform, as the callers' row loops are), with parity = the row loop's
+// iteration & 1: the two buffers alternate, so one barrier suffices. A warp that runs ahead writes
+// the other buffer, and cannot come back to this one before every thread has passed the next row's
+// barrier, i.e. has read this row's sums.
+using TeamRed = float[2][2][kTeamThreads / 32];
+
+__device__ __forceinline__ void team_sum2(float (&v)[2], int tpr, TeamRed& red, int parity) {
   if (tpr <= 32) {
     warp_reduce(v, SumOp{}, tpr);
     return;
@@ -51,17 +56,16 @@ __device__ __forceinline__ void team_sum2(float (&v)[2], int tpr, float (*red)[k
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int wpt = tpr / 32;
   const int first = warp / wpt * wpt;
-  __syncthreads();  // the previous call's readers are done with `red`
   if (threadIdx.x % 32 == 0) {
-    red[0][warp] = v[0];
-    red[1][warp] = v[1];
+    red[parity][0][warp] = v[0];
+    red[parity][1][warp] = v[1];
   }
   __syncthreads();
   v[0] = 0.0f;
   v[1] = 0.0f;
   for (int w = 0; w < wpt; ++w) {
-    v[0] += red[0][first + w];
-    v[1] += red[1][first + w];
+    v[0] += red[parity][0][first + w];
+    v[1] += red[parity][1][first + w];
   }
 }
 
