@@ -21,8 +21,8 @@ namespace {
 // Batched-load budget (registers, see kBatch) where the loop body loads scale/bias too.
 constexpr int kParamBatchRegs = 8;
 
-// norm_fwd (v1, the fallback beyond norm_rows.cuh's classes): `tpr` threads per row (see RowPlan), grid-stride over rows, batched loads, the row cached in
-// shared memory when it fits. Pass 1 sums x (x² for RMS). LayerNorm pass 2 sums d = x - m1 and d²
+// norm_fwd (v1, the fallback beyond norm_rows.cuh's classes): `tpr` threads per row (see RowPlan),
+// grid-stride over rows, batched loads, the row cached in shared memory when it fits. Pass 1 sums x (x² for RMS). LayerNorm pass 2 sums d = x - m1 and d²
 // around the pass-1 mean m1 (corrected two-pass: var = (Σd² - (Σd)²/C) / C; Σd only removes m1's
 // rounding error, so there is no E[x²] - E[x]² cancellation), and y is centred on m1 + Σd/C without
 // rounding it to f32 first. The last pass writes y. The saved mean is relative to the row's first
@@ -175,8 +175,8 @@ inline constexpr int kFusedPacks = V == 1 ? 8 : 24 / V;
 // Threads per block of the fused backward: the team (tpr threads) but at least kFusedMinBlock. At ~126
 // registers (the launch bound allows 128) two blocks of 256 fit an SM and run out of phase: one's loads
 // are in flight while the other waits at its barriers (a 512-thread block per SM stalls the whole SM at
-// each row's team_sum2 barrier when tpr > 32). Only when the grid (the workspace's G*P, up to 264 = 2 per SM)
-// gives (nearly) every SM two blocks; rows of 512-thread teams (C > 4096) keep 1 block per SM.
+// each row's team_sum2 barrier when tpr > 32). Only when the grid (the workspace's G*P, up to 264 = 2
+// per SM) gives (nearly) every SM two blocks; rows of 512-thread teams (C > 4096) keep 1 block per SM.
 constexpr int kFusedMinBlock = 256;
 
 // norm_bwd_fused: ONE pass over x and dy (see partials.cuh for the geometry). Each team loads its row's

@@ -3,11 +3,10 @@
 // workspace (PartialsView, ffi_common.h); a second small kernel sums the P partials of each group per
 // column in a fixed order. No atomics: gradients are bitwise identical run after run.
 //
-// Geometry shared by these kernels: blocks of up to kTeamThreads threads (blockDim.x, a multiple of tpr),
-// split into teams of `tpr` threads
-// (a power of two) that each work on one row at a time; thread `lane` of a team owns the packs
-// first + lane + k*tpr, k < K, of every row it visits, so its partial sums for those columns stay in
-// registers across the rows. Block b works on partial j of group g (rows partial_range) and, for GELU
+// Geometry shared by these kernels: blocks of up to kTeamThreads threads (blockDim.x, a multiple of
+// tpr), split into teams of `tpr` threads (a power of two) that each work on one row at a time; thread
+// `lane` of a team owns the packs first + lane + k*tpr, k < K, of every row it visits, so its partial
+// sums for those columns stay in its own shared-memory slots (partial_slot) across the rows. Block b works on partial j of group g (rows partial_range) and, for GELU
 // (no row reductions), on column tile `tile` of `tiles`: b = (g * P + j) * tiles + tile.
 #pragma once
 
