@@ -16,7 +16,17 @@ import numpy as np
 import jax_memops as jm
 from jax_memops import reference, unfused
 
-SHAPES = [(1, 1), (5, 33), (3, 4097), (2, 3, 31)]
+# (5, 33), (300, 64): several teams per warp in the one-pass backward kernels (norms, gelu partials),
+# (300, 64) also several rows per partial; (4, 1024): teams of 64-256 threads (shared-memory team sums);
+# (3, 4095): unvectorized rows in the fused norm backward; (3, 4097): its fallback, gelu's 2 column
+# tiles; (2, 12288): one 512-thread team per row (norms), 2 tiles (gelu f32); (1, 1), (2, 3, 31): tiny.
+# Norm forward classes (norm_rows.cuh): (1, 1), (5, 33), (300, 64), (3, 1001) team rows, misaligned
+# for 1001; (4, 1024) team; (3, 1028) f32 block rows of 64 (16-bit: team); (2, 2056) block rows
+# (16-bit: 64 threads); (3, 4097) block, misaligned; (2, 12288) block rows of 384 / 192; (1, 24580) the
+# f32 v1 fallback (16-bit: 384-thread block rows, misaligned). (32003, 33): enough rows for P ~ 2 per
+# SM, so the norms' fused backward runs 256-thread blocks.
+SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
+          (2, 12288), (1, 24580), (32003, 33), (2, 3, 31)]
 # One small shape per size class of softmax "auto" (cpp/softmax.cu): sub-warp rows, a warp, block rows
 # (misaligned rows), clusters (7 CTAs; 8 x 512 or 16 x 512 / 8 x 1024; 16-bit: 8 x 1024 or 16 x 512),
 # the two-pass stream class.

@@ -48,30 +48,30 @@ template <class B>
 auto layer_norm_fwd(B&& b) {
   return rets<3>(args<3>(std::move(b))).template Attr<float>("epsilon");
 }
-// x, scale, mean, rstd, dy -> dx, dscale, dbias
+// x, scale, mean, rstd, dy -> dx, dscale, dbias, workspace
 template <class B>
 auto layer_norm_bwd(B&& b) {
-  return rets<3>(args<5>(std::move(b)));
+  return rets<4>(args<5>(std::move(b)));
 }
 // x, scale -> y, rstd; epsilon
 template <class B>
 auto rms_norm_fwd(B&& b) {
   return rets<2>(args<2>(std::move(b))).template Attr<float>("epsilon");
 }
-// x, scale, rstd, dy -> dx, dscale
+// x, scale, rstd, dy -> dx, dscale, workspace
 template <class B>
 auto rms_norm_bwd(B&& b) {
-  return rets<2>(args<4>(std::move(b)));
+  return rets<3>(args<4>(std::move(b)));
 }
 // x, scale, bias -> y; scale_value, bias_value
 template <class B>
 auto gelu_fwd(B&& b) {
   return rets<1>(args<3>(std::move(b))).template Attr<float>("scale_value").template Attr<float>("bias_value");
 }
-// x, scale, bias, dy -> dx, dscale, dbias; scale_value, bias_value
+// x, scale, bias, dy -> dx, dscale, dbias, workspace; scale_value, bias_value
 template <class B>
 auto gelu_bwd(B&& b) {
-  return rets<3>(args<4>(std::move(b))).template Attr<float>("scale_value").template Attr<float>("bias_value");
+  return rets<4>(args<4>(std::move(b))).template Attr<float>("scale_value").template Attr<float>("bias_value");
 }
 
 // x -> y; value (the fusion experiment's unfused pieces: scale, bias, gelu; gelu ignores value)

@@ -119,6 +119,35 @@ __device__ __forceinline__ void store_pack(T* base, int64_t pack, const float (&
   store_raw<V>(base, pack, p);
 }
 
+// The floats of a pack, converted anew at each call: for 16-bit types volatile asm, which the compiler
+// neither merges with an earlier identical conversion nor hoists, so a kernel that keeps packs in
+// registers across several passes keeps them raw (half the registers), not as floats. f32 (or an odd
+// V): unpack.
+template <int V, typename T>
+__device__ __forceinline__ void unpack_fresh(const Pack<T, V>& p, float (&out)[V]) {
+  if constexpr (sizeof(T) == 4 || V % 2 != 0) {
+    unpack(p, out);
+  } else {
+    static_assert(sizeof(T) == 2);
+    uint32_t w[V / 2];
+    memcpy(w, &p, sizeof(w));
+#pragma unroll
+    for (int i = 0; i < V / 2; ++i) {  // element 2i is the low half of word i
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // a bf16 is the top half of its float
+        uint32_t lo, hi;
+        asm volatile("shl.b32 %0, %1, 16;" : "=r"(lo) : "r"(w[i]));
+        asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(hi) : "r"(w[i]));
+        out[2 * i] = __uint_as_float(lo);
+        out[2 * i + 1] = __uint_as_float(hi);
+      } else {
+        asm volatile("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
+                     : "=f"(out[2 * i]), "=f"(out[2 * i + 1])
+                     : "r"(w[i]));
+      }
+    }
+  }
+}
+
 // Streaming (evict-first) 16-byte accesses for data read or written once (__ldcs / __stcs); packs
 // smaller than 16 bytes (V = 1) fall back to plain accesses.
 template <int V, typename T>
@@ -197,6 +226,25 @@ ffi::Error with_vec(bool vectorized, F&& f) {
   return f(std::integral_constant<int, 1>{});
 }
 
+// A row's split for 16-byte accesses when rows need not start on a 16-byte boundary (C not a multiple
+// of V, or an offset buffer): a scalar head up to the first boundary, `body` aligned V-packs, a scalar
+// tail. The head and tail together are the row's `edges()` (< 2V elements): edge e is column e (head)
+// or cols - edges() + e (tail). An invalid row (past the last) is empty. Another buffer with the same
+// address modulo 16 (y for x) splits the same way.
+template <typename T, int V>
+struct RowSpan {
+  int head = 0, body = 0, tail = 0;
+  __device__ RowSpan(const T* row, int cols, bool valid) {
+    if (!valid) return;
+    const int misaligned = static_cast<int>((reinterpret_cast<std::uintptr_t>(row) / sizeof(T)) % V);
+    head = min((V - misaligned) % V, cols);
+    body = (cols - head) / V;
+    tail = cols - head - body * V;
+  }
+  __device__ int edges() const { return head + tail; }
+  __device__ int edge_col(int e, int cols) const { return e < head ? e : cols - edges() + e; }
+};
+
 // The row of a parameter (ParamView: f32, absent or split in contiguous row groups) used by row r;
 // nullptr when absent. The division is skipped in the common single-group case.
 __device__ __forceinline__ const float* param_row(const ParamView& p, int64_t r, int64_t cols) {
@@ -214,6 +262,30 @@ __device__ __forceinline__ void load_param(const float* prow, int64_t pack, floa
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) out[j] = absent;
+  }
+}
+
+// Columns col .. col + V - 1 of a parameter row (V a multiple of 4), `absent` when prow is nullptr.
+// vec: prow + col is 16-byte aligned (float4 loads); else scalar loads (a misaligned row's packs).
+template <int V>
+__device__ __forceinline__ void load_param_cols(const float* prow, int col, bool vec, float absent,
+                                                float (&out)[V]) {
+  static_assert(V % 4 == 0);
+  if (prow == nullptr) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = absent;
+  } else if (vec) {
+#pragma unroll
+    for (int q = 0; q < V / 4; ++q) {
+      const float4 f = __ldg(reinterpret_cast<const float4*>(prow + col) + q);
+      out[4 * q] = f.x;
+      out[4 * q + 1] = f.y;
+      out[4 * q + 2] = f.z;
+      out[4 * q + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = __ldg(prow + col + j);
   }
 }
 
@@ -371,6 +443,21 @@ ffi::Error launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cuda
   }
   kernel<<<grid, block, smem, stream>>>(args...);
   return check_launch(what);
+}
+
+// Blocks of `block` threads (with `smem` dynamic shared memory) of `kernel` that the whole GPU holds at
+// once: the grid of a persistent kernel (no partial last wave). Host-side query, no stream work.
+template <typename... P>
+ffi::Error resident_blocks(void (*kernel)(P...), int block, size_t smem, const char* what, int64_t* out) {
+  DeviceInfo dev;
+  if (auto err = device_info(&dev); err.failure()) return err;
+  int per_sm = 0;
+  if (auto err = check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem), what);
+      err.failure()) {
+    return err;
+  }
+  *out = int64_t{std::max(per_sm, 1)} * dev.sm_count;
+  return ffi::Error::Success();
 }
 
 // ---- Row kernels: geometry ----------------------------------------------------------------------------

@@ -87,6 +87,48 @@ inline ffi::Error grad_view(const ffi::AnyBuffer& p, RowShape s, const char* nam
   return ffi::Error::Success();
 }
 
+// The workspace of a backward kernel's parameter-gradient partials: an f32 result of shape (S, G*P, C),
+// S = the number of wanted gradients (slab 0 for the first wanted of (dscale, dbias), slab 1 for the
+// second), G their common row groups, P partial rows per group (jax_memops._primitive.partial_rows).
+// Partial row g*P + j of a slab holds the column sums over the j-th of P contiguous, balanced runs of
+// group g's rows (see partial_range). data == nullptr: no usable workspace (no gradient wanted, the
+// gradients' groupings differ, or a shape this library did not make): the kernels then take a path
+// that needs none.
+struct PartialsView {
+  float* data = nullptr;
+  int64_t groups = 0;     // G
+  int64_t per_group = 0;  // P
+  int64_t slab = 0;       // G*P*C: elements per slab
+};
+
+inline PartialsView partials_view(ffi::AnyBuffer& ws, RowShape s, const GradView& a, const GradView& b) {
+  PartialsView out;
+  const int64_t wanted = (a.data != nullptr) + (b.data != nullptr);
+  if (wanted == 0 || (a.data != nullptr && b.data != nullptr && a.groups != b.groups)) return out;
+  const int64_t groups = a.data != nullptr ? a.groups : b.groups;
+  auto dims = ws.dimensions();
+  if (ws.element_type() != ffi::DataType::F32 || dims.size() != 3 || dims[0] != wanted ||
+      dims[2] != s.cols || groups <= 0 || dims[1] % groups != 0) {
+    return out;
+  }
+  const int64_t per_group = dims[1] / groups;
+  if (per_group < 1 || per_group > s.rows / groups) return out;  // every partial covers >= 1 row
+  out.data = static_cast<float*>(ws.untyped_data());
+  out.groups = groups;
+  out.per_group = per_group;
+  out.slab = dims[1] * s.cols;
+  return out;
+}
+
+// Rows [*begin, *end) of partial j of a group of n rows split into p balanced runs (n >= p >= 1).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline void partial_range(int64_t n, int64_t p, int64_t j, int64_t* begin, int64_t* end) {
+  *begin = j * n / p;  // j * n < 2^63 for any tensor that fits in memory
+  *end = (j + 1) * n / p;
+}
+
 // Row statistics (mean, rstd): f32, one per row.
 inline ffi::Error check_stats(const ffi::AnyBuffer& p, RowShape s, const char* name) {
   if (p.element_type() != ffi::DataType::F32 || static_cast<int64_t>(p.element_count()) != s.rows) {

@@ -2,6 +2,7 @@
 // (JmGeluFwdCuda, JmGeluBwdCuda). scale/bias are per-column arrays (possibly grouped) or, when the array
 // is absent, the scalar attributes scale_value/bias_value.
 #include "cuda_common.cuh"
+#include "partials.cuh"
 #include "gelu_math.h"  // jm::gelu, jm::gelu_grad: the math shared with the CPU kernels
 #include "bindings.h"
 #include "handlers.h"
@@ -48,6 +49,76 @@ __global__ void __launch_bounds__(kElemBlock)
     for (int j = 0; j < V; ++j) v[j] = g[j] * gelu_grad(v[j] * s[j] + b[j]) * s[j];
     store_pack<V>(dx, q, v);
   });
+}
+
+// Packs per thread of gelu_bwd_partials (16 elements; 8 unvectorized): x and dy of one row's packs are
+// loaded before any is used; partials in shared memory (2 x 32 KiB in f32).
+template <int V>
+inline constexpr int kGeluPacks = V == 1 ? 8 : 16 / V;
+
+// gelu_bwd with array scale/bias and parameter gradients, in ONE pass over x and dy (geometry:
+// partials.cuh). Block b covers rows [begin, end) of one group and column tile `tile` (tpr * K packs);
+// per element t = dy * gelu'(x*s + b), dx = t * s, and the thread's shared-memory partials gain t * x
+// (dscale, slab_a) and t (dbias, slab_b). Rows are independent here, so the teams just stride over the
+// block's rows; at the end the teams' partials become the block's workspace row.
+template <typename T, int V>
+__global__ void __launch_bounds__(kTeamThreads, 1)
+    gelu_bwd_partials_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, float scale_value,
+                             float bias_value, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
+                             int64_t cols, int tpr, int64_t tiles, int64_t groups, int64_t per_group,
+                             float* __restrict__ slab_a, float* __restrict__ slab_b) {
+  constexpr int K = kGeluPacks<V>;
+  const PartialBlock blk = partial_block(rows, groups, per_group, tiles);
+  const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
+  const int team = static_cast<int>(threadIdx.x) / tpr;
+  const int teams = kTeamThreads / tpr;
+  const int64_t first = blk.tile * tpr * K;  // the tile's first pack
+  const int64_t packs = cols / V;
+  float* const acc_a = slab_a != nullptr ? reinterpret_cast<float*>(dynamic_smem()) : nullptr;
+  float* const acc_b = slab_b == nullptr  ? nullptr
+                       : acc_a != nullptr ? acc_a + partial_slab_floats<V, K>()
+                                          : reinterpret_cast<float*>(dynamic_smem());
+  zero_partials<V, K>(acc_a);
+  zero_partials<V, K>(acc_b);
+  for (int64_t row = blk.begin + team; row < blk.end; row += teams) {  // no barriers inside
+    const T* xr = x + row * cols;
+    const T* dyr = dy + row * cols;
+    T* dxr = dx + row * cols;
+    const float* scale_row = param_row(scale, row, cols);
+    const float* bias_row = param_row(bias, row, cols);
+    Pack<T, V> px[K], pd[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t i = first + lane + k * tpr;
+      if (i < packs) {
+        px[k] = load_raw<V>(xr, i);
+        pd[k] = load_raw<V>(dyr, i);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t i = first + lane + k * tpr;
+      if (i < packs) {
+        float xv[V], dv[V], sc[V], bs[V], out[V];
+        unpack(px[k], xv);
+        unpack(pd[k], dv);
+        load_param<V>(scale_row, i, scale_value, sc);
+        load_param<V>(bias_row, i, bias_value, bs);
+        const PartialSlot pa = partial_slot<V, K>(acc_a, k);
+        const PartialSlot pb = partial_slot<V, K>(acc_b, k);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float t = dv[j] * gelu_grad(xv[j] * sc[j] + bs[j]);
+          out[j] = t * sc[j];
+          if (pa) pa[j] += t * xv[j];
+          if (pb) pb[j] += t;
+        }
+        store_pack<V>(dxr, i, out);
+      }
+    }
+  }
+  if (acc_a != nullptr) finish_partials<V, K>(acc_a, tpr, first * V, cols, slab_a, blk.row_out);
+  if (acc_b != nullptr) finish_partials<V, K>(acc_b, tpr, first * V, cols, slab_b, blk.row_out);
 }
 
 // gelu_bwd with parameter gradients runs in the column-sum kernel, which visits every element once:
@@ -104,7 +175,8 @@ ffi::Error GeluFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
 
 ffi::Error GeluBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
                    ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale,
-                   ffi::Result<ffi::AnyBuffer> dbias, float scale_value, float bias_value) {
+                   ffi::Result<ffi::AnyBuffer> dbias, ffi::Result<ffi::AnyBuffer> workspace,
+                   float scale_value, float bias_value) {
   RowShape s;
   ParamView sv, bv;
   GradView gs, gb;
@@ -126,7 +198,30 @@ ffi::Error GeluBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
     const T* xp = static_cast<const T*>(x.untyped_data());
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx->untyped_data());
-    if (gs.data != nullptr || gb.data != nullptr) {
+    const PartialsView ws = partials_view(*workspace, s, gs, gb);
+    if (ws.data != nullptr) {
+      const bool vec = vectorizable<T>(s.cols, {xp, dyp, dxp, sv.data, bv.data});
+      if (auto err = with_vec<T>(vec, [&](auto v) {
+            constexpr int V = decltype(v)::value;
+            constexpr int K = kGeluPacks<V>;
+            const int64_t packs = s.cols / V;
+            const int tpr = std::min(team_size(packs, K), kTeamThreads);
+            const int64_t tiles = ceil_div(packs, int64_t{tpr} * K);
+            float *a, *b;
+            partial_slabs(ws, gs, gb, &a, &b);
+            const size_t smem = static_cast<size_t>((a != nullptr) + (b != nullptr)) *
+                                partial_slab_floats<V, K>() * sizeof(float);
+            return launch(gelu_bwd_partials_kernel<T, V>,
+                          dim3(static_cast<unsigned>(ws.groups * ws.per_group * tiles)), dim3(kTeamThreads),
+                          smem, stream, "gelu_bwd", xp, sv, bv, scale_value, bias_value, dyp, dxp, s.rows,
+                          s.cols, tpr, tiles, ws.groups, ws.per_group, a, b);
+          });
+          err.failure()) {
+        return err;
+      }
+      return sum_partials(stream, ws, s.cols, gs, gb, "gelu_bwd");
+    }
+    if (gs.data != nullptr || gb.data != nullptr) {  // no usable workspace: re-reading column sums
       const GeluGradElem<T> elem{xp, dyp, dxp, sv, bv, scale_value, bias_value, s.cols};
       return launch_column_sums(stream, elem, s.cols, gs, gb, "gelu_bwd");
     }

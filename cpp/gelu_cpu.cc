@@ -71,7 +71,9 @@ ffi::Error gelu_fwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
 
 ffi::Error gelu_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias, ffi::AnyBuffer dy,
                     ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale,
-                    ffi::Result<ffi::AnyBuffer> dbias, float scale_value, float bias_value) {
+                    ffi::Result<ffi::AnyBuffer> dbias,
+                    ffi::Result<ffi::AnyBuffer> /*workspace: CUDA only, left untouched here*/,
+                    float scale_value, float bias_value) {
   RowShape s;
   Affine a;
   GradView dsv, dbv;

@@ -1,7 +1,15 @@
 // LayerNorm and RMSNorm over the last axis: CUDA kernels and XLA FFI handlers (JmLayerNormFwdCuda,
 // JmLayerNormBwdCuda, JmRmsNormFwdCuda, JmRmsNormBwdCuda). One kernel template per direction serves
 // both norms (kRms drops the mean).
+//
+// Forward: rows of C <= 24579 (f32) / 49159 (16-bit) elements stay in registers (norm_rows.cuh: team
+// rows of 4-32 threads for C <= 1027 / 2055, else block rows of 64-768 threads; one HBM read of x).
+// Longer rows (or x and y at different addresses modulo 16, or C == 0) take norm_fwd_kernel below.
+// Backward: norm_bwd_fused_kernel (x and dy in registers, dscale/dbias partials) for C <= 12288
+// vectorized / 4096 unvectorized, else norm_bwd_kernel plus column sums.
 #include "cuda_common.cuh"
+#include "norm_rows.cuh"
+#include "partials.cuh"
 #include "bindings.h"
 #include "handlers.h"
 
@@ -13,8 +21,8 @@ namespace {
 // Batched-load budget (registers, see kBatch) where the loop body loads scale/bias too.
 constexpr int kParamBatchRegs = 8;
 
-// norm_fwd: `tpr` threads per row (see RowPlan), grid-stride over rows, batched loads, the row cached in
-// shared memory when it fits. Pass 1 sums x (x² for RMS). LayerNorm pass 2 sums d = x - m1 and d²
+// norm_fwd (v1, the fallback beyond norm_rows.cuh's classes): `tpr` threads per row (see RowPlan),
+// grid-stride over rows, batched loads, the row cached in shared memory when it fits. Pass 1 sums x (x² for RMS). LayerNorm pass 2 sums d = x - m1 and d²
 // around the pass-1 mean m1 (corrected two-pass: var = (Σd² - (Σd)²/C) / C; Σd only removes m1's
 // rounding error, so there is no E[x²] - E[x]² cancellation), and y is centred on m1 + Σd/C without
 // rounding it to f32 first. The last pass writes y. The saved mean is relative to the row's first
@@ -155,6 +163,116 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
 }
 
+// Elements per thread of the fused backward (norm_bwd_fused_kernel): the row's x and dy live in
+// registers, K = kFusedPacks<V> packs per thread, the dscale/dbias partials in shared memory
+// (2 x 48 KiB at 24 elements). 24 elements let 512-thread teams cover C <= 12288 (the largest target
+// shape).
+// Unvectorized rows (V = 1: C not a multiple of the vector width, or a misaligned buffer) spill at
+// 24 scalar packs; they get 8, so C <= 4096 (longer rows take the two-kernel path).
+template <int V>
+inline constexpr int kFusedPacks = V == 1 ? 8 : 24 / V;
+
+// Threads per block of the fused backward: the team (tpr threads) but at least kFusedMinBlock. At ~126
+// registers (the launch bound allows 128) two blocks of 256 fit an SM and run out of phase: one's loads
+// are in flight while the other waits at its barriers (a 512-thread block per SM stalls the whole SM at
+// each row's team_sum2 barrier when tpr > 32). Only when the grid (the workspace's G*P, up to 264 = 2
+// per SM) gives (nearly) every SM two blocks; rows of 512-thread teams (C > 4096) keep 1 block per SM.
+constexpr int kFusedMinBlock = 256;
+
+// norm_bwd_fused: ONE pass over x and dy (see partials.cuh for the geometry). Each team loads its row's
+// x and dy into registers (K packs per thread, all loads in flight at once), sums g = dy*scale and
+// g*xhat over the row (xhat = (x - x[0] - mean)*rstd, x*rstd for RMS), writes
+// dx = rstd*(g - mean(g) - xhat*mean(g*xhat)) (no mean(g) for RMS) and adds dy*xhat (dscale) and dy
+// (dbias) to its shared-memory partials. At the end the block's teams combine their partials into its
+// workspace row (slab_a: dscale, slab_b: dbias; nullptr when not wanted, both nullptr: dx only). g is rounded
+// (__fmul_rn, no FMA contraction) so that the sums and dx see the same g: with C == 1, dx is exactly 0.
+template <typename T, int V, bool kRms>
+__global__ void __launch_bounds__(kTeamThreads, 1)
+    norm_bwd_fused_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
+                          const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
+                          int64_t rows, int64_t cols, int tpr, int64_t groups, int64_t per_group,
+                          float* __restrict__ slab_a, float* __restrict__ slab_b) {
+  constexpr int K = kFusedPacks<V>;
+  __shared__ TeamRed red;
+  const PartialBlock blk = partial_block(rows, groups, per_group, 1);
+  const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
+  const int team = static_cast<int>(threadIdx.x) / tpr;
+  const int teams = static_cast<int>(blockDim.x) / tpr;
+  const int packs = static_cast<int>(cols / V);  // <= tpr * K (the host checks)
+  const float fcols = static_cast<float>(cols);
+  float* const acc_a = slab_a != nullptr ? reinterpret_cast<float*>(dynamic_smem()) : nullptr;
+  float* const acc_b = slab_b == nullptr  ? nullptr
+                       : acc_a != nullptr ? acc_a + partial_slab_floats<V, K>(static_cast<int>(blockDim.x))
+                                          : reinterpret_cast<float*>(dynamic_smem());
+  zero_partials<V, K>(acc_a);
+  zero_partials<V, K>(acc_b);
+  int parity = 0;
+  for (int64_t base = blk.begin; base < blk.end; base += teams, parity ^= 1) {  // uniform over the block
+    const int64_t row = base + team;
+    const bool active = row < blk.end;
+    const T* xr = x + row * cols;
+    const T* dyr = dy + row * cols;
+    Pack<T, V> px[K], pd[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = lane + k * tpr;  // < tpr * K <= 12288: 32-bit
+      if (active && i < packs) {
+        px[k] = load_raw<V>(xr, i);
+        pd[k] = load_raw<V>(dyr, i);
+      }
+    }
+    const float x0 = kRms || !active ? 0.0f : to_float(xr[0]);
+    const float mu = kRms || !active ? 0.0f : mean[row];
+    const float rs = active ? rstd[row] : 0.0f;
+    const float* scale_row = active ? param_row(scale, row, cols) : nullptr;
+
+    float sums[2] = {0.0f, 0.0f};  // Σg, Σg*xhat
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = lane + k * tpr;  // < tpr * K <= 12288: 32-bit
+      if (active && i < packs) {
+        float xv[V], dv[V], sc[V];
+        unpack_fresh(px[k], xv);
+        unpack_fresh(pd[k], dv);
+        load_param<V>(scale_row, i, 1.0f, sc);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float g = __fmul_rn(dv[j], sc[j]);
+          if constexpr (!kRms) sums[0] += g;
+          sums[1] += g * (((xv[j] - x0) - mu) * rs);
+        }
+      }
+    }
+    team_sum2(sums, tpr, red, parity);
+    const float mean_g = sums[0] / fcols;
+    const float mean_gx = sums[1] / fcols;
+
+    T* dxr = dx + row * cols;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = lane + k * tpr;  // < tpr * K <= 12288: 32-bit
+      if (active && i < packs) {
+        float xv[V], dv[V], sc[V], out[V];
+        unpack_fresh(px[k], xv);
+        unpack_fresh(pd[k], dv);
+        load_param<V>(scale_row, i, 1.0f, sc);
+        const PartialSlot pa = partial_slot<V, K>(acc_a, k);
+        const PartialSlot pb = partial_slot<V, K>(acc_b, k);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float xhat = ((xv[j] - x0) - mu) * rs;
+          out[j] = rs * (__fmul_rn(dv[j], sc[j]) - mean_g - xhat * mean_gx);
+          if (pa) pa[j] += dv[j] * xhat;
+          if (pb) pb[j] += dv[j];
+        }
+        store_pack<V>(dxr, i, out);
+      }
+    }
+  }
+  if (acc_a != nullptr) finish_partials<V, K>(acc_a, tpr, 0, cols, slab_a, blk.row_out);
+  if (acc_b != nullptr) finish_partials<V, K>(acc_b, tpr, 0, cols, slab_b, blk.row_out);
+}
+
 // Element (r, c) of the parameter gradients: dscale += dy*xhat, dbias += dy.
 template <typename T, bool kRms>
 struct NormGradElem {
@@ -181,10 +299,24 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
   // rows == 0: nothing to write. cols == 0 (rows > 0) still runs: the statistics of an empty row are
   // NaN (0/0), as jnp.mean gives.
   if (s.rows == 0) return ffi::Error::Success();
-  return dispatch_float(x.element_type(), [&](auto tag) {
+  return dispatch_float(x.element_type(), [&](auto tag) -> ffi::Error {
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(y.untyped_data());
+    // The row in registers (norm_rows.cuh) when it fits and x, y split the same way into 16-byte packs.
+    const RowsPlan plan = plan_norm_rows<T>(s.cols);
+    const auto addr = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+    if (plan.ok && s.cols > 0 && (addr(xp) - addr(yp)) % 16 == 0) {
+      auto run = [&](auto kernel) -> ffi::Error {
+        int64_t grid = 0;
+        if (auto err = resident_blocks(kernel, plan.block, 0, what, &grid); err.failure()) return err;
+        grid = std::min(grid, ceil_div(s.rows, plan.rows_per_block));
+        return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(plan.block), 0, stream, what, xp, scale,
+                      bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon, plan.tpr);
+      };
+      return plan.block_rows ? run(norm_fwd_rows_kernel<T, kRms, true>) : run(norm_fwd_rows_kernel<T, kRms, false>);
+    }
+    // Longer rows: the v1 row kernel (the row cached in shared memory where it fits).
     const bool vec = vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data});
     return with_vec<T>(vec, [&](auto v) {
       constexpr int V = decltype(v)::value;
@@ -197,27 +329,58 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
 template <bool kRms>
 ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi::AnyBuffer& x,
                     ParamView scale, const float* mean, const float* rstd, const ffi::AnyBuffer& dy,
-                    ffi::AnyBuffer& dx, const GradView& dscale, const GradView& dbias) {
+                    ffi::AnyBuffer& dx, const GradView& dscale, const GradView& dbias,
+                    const PartialsView& ws) {
   if (s.rows == 0) {
     return first_error({zero_grad(stream, dscale, s.cols, what), zero_grad(stream, dbias, s.cols, what)});
   }
   if (s.cols == 0) return ffi::Error::Success();
+  DeviceInfo dev;
+  if (auto err = device_info(&dev); err.failure()) return err;
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx.untyped_data());
     const bool vec = vectorizable<T>(s.cols, {xp, dyp, dxp, scale.data});
-    if (auto err = with_vec<T>(vec, [&](auto v) {
-          constexpr int V = decltype(v)::value;
-          return launch_rows(norm_bwd_kernel<T, V, kRms>, stream, s, V, 2 * s.cols * int64_t{sizeof(T)},
-                             what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols);
-        });
-        err.failure()) {
-      return err;
-    }
-    return launch_column_sums(stream, NormGradElem<T, kRms>{xp, dyp, mean, rstd, s.cols}, s.cols, dscale,
-                              dbias, what);
+    const bool want = dscale.data != nullptr || dbias.data != nullptr;
+    return with_vec<T>(vec, [&](auto v) -> ffi::Error {
+      constexpr int V = decltype(v)::value;
+      const int tpr = team_size(s.cols / V, kFusedPacks<V>);
+      if (tpr <= kTeamThreads && (!want || ws.data != nullptr)) {
+        // One pass: dx and, through the workspace, the parameter gradients. Without gradients the rows
+        // are split into 4 runs per SM (no workspace to pay for).
+        const bool partials = want;
+        const int64_t groups = partials ? ws.groups : 1;
+        const int64_t per_group = partials ? ws.per_group : std::min<int64_t>(s.rows, 4 * int64_t{dev.sm_count});
+        float *a = nullptr, *b = nullptr;
+        if (partials) partial_slabs(ws, dscale, dbias, &a, &b);
+        // 256-thread blocks only when (nearly) every SM gets two: else one 512-thread block per SM holds
+        // twice the rows in flight.
+        const int64_t grid = groups * per_group;
+        const int64_t sms = dev.sm_count;
+        const int block = std::max(tpr, grid >= 2 * sms - sms / 8 ? kFusedMinBlock : kTeamThreads);
+        const size_t smem = static_cast<size_t>((a != nullptr) + (b != nullptr)) *
+                            partial_slab_floats<V, kFusedPacks<V>>(block) * sizeof(float);
+        if (auto err = launch(norm_bwd_fused_kernel<T, V, kRms>, dim3(static_cast<unsigned>(grid)), dim3(block),
+                              smem, stream, what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols, tpr, groups,
+                              per_group, a, b);
+            err.failure()) {
+          return err;
+        }
+        if (!partials) return ffi::Error::Success();
+        return sum_partials(stream, ws, s.cols, dscale, dbias, what);
+      }
+      // Rows longer than the registers hold (or no usable workspace): the row kernel for dx, then the
+      // column sums re-read x and dy.
+      if (auto err = launch_rows(norm_bwd_kernel<T, V, kRms>, stream, s, V, 2 * s.cols * int64_t{sizeof(T)},
+                                 what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols);
+          err.failure()) {
+        return err;
+      }
+      return launch_column_sums(stream, NormGradElem<T, kRms>{xp, dyp, mean, rstd, s.cols}, s.cols, dscale,
+                                dbias, what);
+    });
   });
 }
 
@@ -240,7 +403,8 @@ ffi::Error LayerNormFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer sc
 
 ffi::Error LayerNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer mean,
                         ffi::AnyBuffer rstd, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
-                        ffi::Result<ffi::AnyBuffer> dscale, ffi::Result<ffi::AnyBuffer> dbias) {
+                        ffi::Result<ffi::AnyBuffer> dscale, ffi::Result<ffi::AnyBuffer> dbias,
+                        ffi::Result<ffi::AnyBuffer> workspace) {
   RowShape s;
   ParamView sv;
   GradView gs, gb;
@@ -253,7 +417,8 @@ ffi::Error LayerNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer sc
     return err;
   }
   return norm_bwd<false>(stream, "layer_norm_bwd", s, x, sv, static_cast<const float*>(mean.untyped_data()),
-                         static_cast<const float*>(rstd.untyped_data()), dy, *dx, gs, gb);
+                         static_cast<const float*>(rstd.untyped_data()), dy, *dx, gs, gb,
+                         partials_view(*workspace, s, gs, gb));
 }
 
 ffi::Error RmsNormFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale,
@@ -272,7 +437,7 @@ ffi::Error RmsNormFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scal
 
 ffi::Error RmsNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer rstd,
                       ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
-                      ffi::Result<ffi::AnyBuffer> dscale) {
+                      ffi::Result<ffi::AnyBuffer> dscale, ffi::Result<ffi::AnyBuffer> workspace) {
   RowShape s;
   ParamView sv;
   GradView gs;
@@ -284,7 +449,8 @@ ffi::Error RmsNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scal
     return err;
   }
   return norm_bwd<true>(stream, "rms_norm_bwd", s, x, sv, nullptr,
-                        static_cast<const float*>(rstd.untyped_data()), dy, *dx, gs, GradView{});
+                        static_cast<const float*>(rstd.untyped_data()), dy, *dx, gs, GradView{},
+                        partials_view(*workspace, s, gs, GradView{}));
 }
 
 }  // namespace

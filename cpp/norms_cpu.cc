@@ -140,14 +140,18 @@ ffi::Error rms_norm_fwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::Result<ffi:
   return norm_fwd<true>(x, scale, nullptr, *y, nullptr, *rstd, epsilon);
 }
 
+// The backward handlers take the CUDA kernels' partials workspace (handlers.h) to keep one signature;
+// the CPU accumulates its parameter gradients in double in one pass and leaves the workspace untouched.
 ffi::Error layer_norm_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer mean,
                           ffi::AnyBuffer rstd, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
-                          ffi::Result<ffi::AnyBuffer> dscale, ffi::Result<ffi::AnyBuffer> dbias) {
+                          ffi::Result<ffi::AnyBuffer> dscale, ffi::Result<ffi::AnyBuffer> dbias,
+                          ffi::Result<ffi::AnyBuffer> /*workspace: see the note above*/) {
   return norm_bwd<false>(x, scale, &mean, rstd, dy, *dx, *dscale, &*dbias);
 }
 
 ffi::Error rms_norm_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer rstd, ffi::AnyBuffer dy,
-                        ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale) {
+                        ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale,
+                        ffi::Result<ffi::AnyBuffer> /*workspace*/) {
   return norm_bwd<true>(x, scale, nullptr, rstd, dy, *dx, *dscale, nullptr);
 }
 

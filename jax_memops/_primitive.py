@@ -12,10 +12,16 @@ array is "G*C elements", G = prod(x.shape[:k])):
   GRAD   result only: float32 sums over the rows of each group of x's first k dims, shape
          x.shape[:k] + (C,); k per GRAD result is the primitive parameter `grad_dims` (None: not wanted,
          shape (0,)). Keeping the group dims (not flattening them to G) lets a mesh shard them like x.
+
+A Spec may also name a workspace: one more float32 result of the FFI call, scratch memory for the kernel
+(XLA allocates it with the other buffers; a handler must not cudaMalloc). It exists only in the lowering
+(`lower_plain`, `per_device`): abstract eval, batching, VJPs and sharding rules never see it. Its shape is
+a function of the local (per-device) x shape, dtype and grad_dims; see `partials_workspace`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Callable
@@ -39,6 +45,8 @@ class Spec:
     operands: tuple[str, ...]       # kinds, operand 0 is the ROW input that fixes rows, C and dtype
     results: tuple[str, ...]        # kinds
     attrs: dict                     # FFI attribute name -> numpy scalar type, taken from the params
+    # (x_shape, x_dtype, grad_dims) -> shape of an extra float32 workspace result, or None (no workspace)
+    workspace: Callable | None = None
 
 
 def absent() -> jax.Array:
@@ -49,6 +57,42 @@ def absent() -> jax.Array:
 def grad_dim(param) -> int | None:
     """The grad_dims entry for a (C,) parameter: 0 (one sum over all rows), None when it is absent."""
     return 0 if param.size else None
+
+
+# -- the [P x C] workspace of the parameter-gradient partials --------------------------------------------
+PARTIALS_TARGET = 264   # two waves of one 512-thread block per SM on the 132 SMs of an H200
+PARTIALS_FLOOR = 132    # never fewer partial rows than SMs (while there are rows): idle SMs cost more
+PARTIALS_BYTES = 256    # else at most one partial row per 256 bytes of each column of x
+
+
+def partial_rows(rows: int, groups: int, itemsize: int) -> int:
+    """P, the partial rows per row group of the backward kernels' workspace: a pure function of the row
+    count, the number of row groups G and x's element size (so the lowering and the kernel agree, and
+    the compiled program does not depend on the device it was lowered on).
+
+    Each partial row is one CUDA block's column sums over a contiguous run of rows of one group (dscale
+    and dbias partials, f32), summed per column in fixed order by a second small kernel. P*G aims at 264
+    blocks (2 full waves of one block per SM on 132 SMs), capped at rows*itemsize/256 so that writing and
+    reading the partials (16 bytes per partial element and grad) costs <= ~2% of the three passes over
+    x, dy, dx, but never below 132 (every SM gets a block) nor above the rows of a group (every block
+    has a row)."""
+    if rows <= 0 or groups <= 0:
+        return 0
+    total = max(min(PARTIALS_TARGET, rows * itemsize // PARTIALS_BYTES), PARTIALS_FLOOR)
+    return max(1, min(-(-total // groups), rows // groups))
+
+
+def partials_workspace(x_shape, dtype, grad_dims):
+    """Workspace shape (S, G*P, C) for S wanted gradients sharing one row grouping (G groups of x's first
+    k dims); None when no gradient is wanted or their groupings differ (the kernels then fall back to
+    their re-reading column-sum path)."""
+    wanted = [k for k in grad_dims if k is not None]
+    if not wanted or any(k != wanted[0] for k in wanted):
+        return None
+    rows = int(np.prod(x_shape[:-1], dtype=np.int64))
+    groups = int(np.prod(x_shape[:wanted[0]], dtype=np.int64))
+    p = partial_rows(rows, groups, jnp.dtype(dtype).itemsize)
+    return (len(wanted), groups * p, x_shape[-1])
 
 
 def _grad_shape(k: int | None, x_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -96,15 +140,33 @@ class FfiPrimitive:
     def _typed(self, attrs):
         return {k: self.spec.attrs[k](v) for k, v in attrs.items()}
 
+    def _workspace(self, x, grad_dims) -> jax.ShapeDtypeStruct | None:
+        """The extra float32 workspace result of the FFI call for operand 0 of type x, if any. A spec
+        with a workspace always passes one ((0,) when its function gives None), so the handler's
+        signature is fixed."""
+        if self.spec.workspace is None:
+            return None
+        shape = self.spec.workspace(tuple(x.shape), x.dtype, tuple(grad_dims))
+        return jax.ShapeDtypeStruct((0,) if shape is None else tuple(shape), jnp.float32)
+
     def lower_plain(self, ctx, *args, grad_dims=(), **attrs):
         """The bare custom call (on a mesh, XLA would gather its operands onto every device)."""
-        del grad_dims  # encoded in the result shapes
-        return self._ffi_lowering(ctx, *args, **self._typed(attrs))
+        ws = self._workspace(ctx.avals_in[0], grad_dims)  # grad_dims: otherwise only in result shapes
+        if ws is None:
+            return self._ffi_lowering(ctx, *args, **self._typed(attrs))
+        # The FFI lowering types its results from ctx.avals_out: append the workspace, then drop it.
+        avals_out = [*ctx.avals_out, jax.core.ShapedArray(ws.shape, ws.dtype)]
+        replace = getattr(ctx, "replace", None)
+        ctx = replace(avals_out=avals_out) if replace else dataclasses.replace(ctx, avals_out=avals_out)
+        return self._ffi_lowering(ctx, *args, **self._typed(attrs))[:-1]
 
     def per_device(self, *args, grad_dims=(), **attrs):
         """The bare custom call on traced arrays: what each device runs on its shard."""
         types = self._result_shapes(args[0], grad_dims)
-        return tuple(jax.ffi.ffi_call(self.target, types)(*args, **self._typed(attrs)))
+        ws = self._workspace(args[0], grad_dims)
+        outs = jax.ffi.ffi_call(self.target, types + ([ws] if ws is not None else []))(
+            *args, **self._typed(attrs))
+        return tuple(outs[:len(types)])
 
     # -- vmap: fold the mapped axis into the rows ----------------------------------------------------
     def _batch(self, args, dims, grad_dims=(), **attrs):

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from . import reference
-from ._primitive import GRAD, PARAM, ROW, FfiPrimitive, Spec, absent, grad_dim, np_attr
+from ._primitive import GRAD, PARAM, ROW, FfiPrimitive, Spec, absent, grad_dim, np_attr, partials_workspace
 from ._sharding import match_varying
 from ._validate import check_input, check_param
 
@@ -39,7 +39,8 @@ def _bwd_ref(x, scale, bias, dy, scale_value, bias_value, grad_dims):
 
 # Elementwise along the last axis: on a mesh that splits it, each device runs the kernel on its columns.
 _fwd = FfiPrimitive(Spec("gelu_fwd", (ROW, PARAM, PARAM), (ROW,), _AFFINE), _fwd_ref, columns="local")
-_bwd = FfiPrimitive(Spec("gelu_bwd", (ROW, PARAM, PARAM, ROW), (ROW, GRAD, GRAD), _AFFINE), _bwd_ref,
+_bwd = FfiPrimitive(Spec("gelu_bwd", (ROW, PARAM, PARAM, ROW), (ROW, GRAD, GRAD), _AFFINE, partials_workspace),
+                    _bwd_ref,
                     columns="local")
 
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from . import reference
 from ._primitive import (GRAD, PARAM, ROW, STAT, FfiPrimitive, Spec, absent, grad_dim, np_attr,
-                         to_f32_param)
+                         partials_workspace, to_f32_param)
 from ._sharding import match_varying
 from ._validate import check_epsilon, check_input, check_param
 
@@ -64,11 +64,11 @@ def _norm_bwd_ref(x, scale, mean, rstd, dy, grad_dims, rms):
 _ln_fwd = FfiPrimitive(
     Spec("layer_norm_fwd", (ROW, PARAM, PARAM), (ROW, STAT, STAT), _EPS), _ln_fwd_ref)
 _ln_bwd = FfiPrimitive(
-    Spec("layer_norm_bwd", (ROW, PARAM, STAT, STAT, ROW), (ROW, GRAD, GRAD), {}),
+    Spec("layer_norm_bwd", (ROW, PARAM, STAT, STAT, ROW), (ROW, GRAD, GRAD), {}, partials_workspace),
     lambda x, scale, mean, rstd, dy, grad_dims: _norm_bwd_ref(x, scale, mean, rstd, dy, grad_dims, False))
 _rms_fwd = FfiPrimitive(Spec("rms_norm_fwd", (ROW, PARAM), (ROW, STAT), _EPS), _rms_fwd_ref)
 _rms_bwd = FfiPrimitive(
-    Spec("rms_norm_bwd", (ROW, PARAM, STAT, ROW), (ROW, GRAD), {}),
+    Spec("rms_norm_bwd", (ROW, PARAM, STAT, ROW), (ROW, GRAD), {}, partials_workspace),
     lambda x, scale, rstd, dy, grad_dims: _norm_bwd_ref(x, scale, None, rstd, dy, grad_dims, True))
 
 

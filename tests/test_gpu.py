@@ -267,3 +267,187 @@ def test_gpu_and_cpu_agree(gpu):
         on_cpu = jax.jit(fn)(*(jax.device_put(a, cpu) for a in (x, s, b)))
         assert on_gpu.devices() == {gpu} and on_cpu.devices() == {cpu}
         assert mt.rel_err(on_gpu, mt.f64(on_cpu)) < 1e-2
+
+
+# ----------------------------------------------------------------------------------------------
+# one-pass backward kernels with [P x C] partials (norms: norm_bwd_fused_kernel, gelu:
+# gelu_bwd_partials_kernel) and their fallbacks: every size class, rows < P, row groups (vmap)
+# ----------------------------------------------------------------------------------------------
+
+# (rows, C): rows < P; short rows with several teams per warp (C = 33 also unvectorized); vectorized
+# mid sizes; C = 4095 unvectorized, the longest row the V = 1 fused kernel holds (4096); 4097 just
+# beyond (norms: two-kernel fallback); 12288 = one 512-thread team per row (f32 K = 6, bf16 K = 3),
+# gelu's two column tiles; 16384 beyond the norms' registers (fallback), 12289 odd (gelu: 4 tiles).
+# (16901, 2048): f32 P = 264, so the norms' fused backward runs 256-thread blocks (two per SM) of two
+# 128-thread teams (shared-memory team sums); bf16 P = 132: 512-thread blocks of four.
+PARTIAL_SHAPES = [(37, 1024), (3, 7), (20001, 33), (6007, 1000), (4099, 4095), (999, 4097),
+                  (1501, 12288), (333, 16384), (333, 12289), (16901, 2048)]
+
+
+def _bwd_fns():
+    return {
+        "layer_norm": (lambda x, s, b, g: jax.vjp(jm.layer_norm, x, s, b)[1](g),
+                       lambda x, s, b, g: mt.ref_layer_norm_vjp(x, s, b, 1e-5, g)),
+        "rms_norm": (lambda x, s, b, g: jax.vjp(jm.rms_norm, x, s)[1](g),
+                     lambda x, s, b, g: mt.ref_rms_norm_vjp(x, s, 1e-6, g)),
+        "gelu": (lambda x, s, b, g: jax.vjp(jm.scale_bias_gelu, x, s, b)[1](g),
+                 lambda x, s, b, g: mt.ref_scale_bias_gelu_vjp(x, s, b, g)),
+    }
+
+
+@pytest.mark.parametrize("dtype", [mt.F32, mt.BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("shape", PARTIAL_SHAPES, ids=["x".join(map(str, s)) for s in PARTIAL_SHAPES])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "gelu"])
+def test_backward_partials(gpu, op, shape, dtype):
+    rng = np.random.default_rng(14)
+    c = shape[-1]
+    x, g = mt.randn(rng, shape, dtype), mt.randn(rng, shape, dtype, scale=1.0)
+    s, b = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,))
+    ours, ref = _bwd_fns()[op]
+    fn = jax.jit(ours)
+    args = [jax.device_put(a, gpu) for a in (x, s, b, g)]
+    r1, r2 = _twice(fn, *args)
+    for i, (a, b_) in enumerate(zip(r1, r2)):
+        mt.assert_bitwise_equal(a, b_, f"{op} output {i}")
+    want = [w for w in ref(x, s, b, g) if w is not None]
+    mt.assert_close(r1[0], want[0], mt.GRAD_TOL[dtype], dtype=dtype, what="dx",
+                    mag=mt.ref_scale_bias_gelu_vjp_mag(x, s, b, g) if op == "gelu" else
+                    mt.ref_layer_norm_vjp_mag(x, s, 1e-5, g) if op == "layer_norm" else
+                    mt.ref_rms_norm_vjp_mag(x, s, 1e-6, g))
+    for name, got, w in zip(("dscale", "dbias"), r1[1:], want[1:]):
+        mt.assert_close(got, w, mt.GRAD_TOL[dtype], dtype=mt.F32, what=name)
+
+
+@pytest.mark.parametrize("shape", [(3, 37, 1024), (4, 3, 12288), (2, 999, 33), (5, 1, 64)],
+                         ids=["3x37x1024", "4x3x12288", "2x999x33", "5x1x64"])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "gelu"])
+def test_backward_partials_row_groups(gpu, op, shape):
+    """vmap with batched parameters: G row groups, per-group partials must not mix."""
+    rng = np.random.default_rng(15)
+    n, _, c = shape
+    x, g = mt.randn(rng, shape), mt.randn(rng, shape, scale=1.0)
+    s, b = mt.randn(rng, (n, c), loc=1.0), mt.randn(rng, (n, c))
+    ours, ref = _bwd_fns()[op]
+    fn = jax.jit(jax.vmap(ours))
+    r1, r2 = _twice(fn, *(jax.device_put(a, gpu) for a in (x, s, b, g)))
+    for i, (a, b_) in enumerate(zip(r1, r2)):
+        mt.assert_bitwise_equal(a, b_, f"{op} output {i}")
+    for k in range(n):
+        want = [w for w in ref(x[k], s[k], b[k], g[k]) if w is not None]
+        for name, got, w in zip(("dscale", "dbias"), r1[1:], want[1:]):
+            mt.assert_close(got[k], w, mt.GRAD_TOL[mt.F32], dtype=mt.F32, what=f"{name}[{k}]")
+
+
+@pytest.mark.slow
+def test_big_layer_norm_backward(big):
+    """The fused backward past element 2**31 (64-bit row offsets): dx rows and dscale/dbias."""
+    gpu, x = big
+    s, b, sd, bd = _params(gpu, 4)
+    key = jax.device_put(jax.random.key(8), gpu)
+    dy = jax.jit(lambda k: jax.random.normal(k, x.shape, jnp.float32).astype(jnp.bfloat16))(key)
+    dx, ds, db = jax.jit(lambda t, s_, b_, g: jax.vjp(jm.layer_norm, t, s_, b_)[1](g))(x, sd, bd, dy)
+    xr, gr = _rows(x), _rows(dy)
+    rdx, _, _ = mt.ref_layer_norm_vjp(xr, s, b, 1e-5, gr)
+    mt.assert_close(_rows(dx), rdx, mt.GRAD_TOL[mt.BF16], dtype=mt.BF16, what="rows of dx",
+                    mag=mt.ref_layer_norm_vjp_mag(xr, s, 1e-5, gr))
+
+    @jax.jit
+    def sums(t, g):
+        t32, g32 = t.astype(jnp.float32), g.astype(jnp.float32)
+        mean = jnp.mean(t32, -1, keepdims=True)
+        xhat = (t32 - mean) * jax.lax.rsqrt(jnp.mean(jnp.square(t32 - mean), -1, keepdims=True) + 1e-5)
+        return jnp.sum(g32 * xhat, 0), jnp.sum(g32, 0), jnp.sum(jnp.abs(g32 * xhat), 0), jnp.sum(jnp.abs(g32), 0)
+
+    rds, rdb, mds, mdb = (np.asarray(a, np.float64) for a in sums(x, dy))
+    assert np.max(np.abs(np.asarray(ds) - rds) / (mds + 1)) < 1e-4
+    assert np.max(np.abs(np.asarray(db) - rdb) / (mdb + 1)) < 1e-4
+    for a in (dx, ds, db, dy):
+        a.delete()
+
+
+# ----------------------------------------------------------------------------------------------
+# forward size classes (norm_rows.cuh): team rows (4-32 threads per row, several rows per warp),
+# block rows (64-768 threads, one row per block), the v1 fallback beyond; each at its boundaries,
+# with misaligned rows (C % 4 or C % 8 != 0: scalar head/tail, 16-byte body), enough rows that the
+# persistent grid strides, single rows, a NaN row, a constant row
+# ----------------------------------------------------------------------------------------------
+
+# (rows, C), with the class each takes in f32 / in bf16 and f16:
+#   (1, 1), (7, 3), (300, 33): team, tpr 4, edges only or mostly; (60001, 64): team tpr 4 (f32) / 4,
+#   64 rows per block, > 1 row per block slot (grid strides); (8001, 768): team tpr 32 / 16, strides;
+#   (300, 1001): team, misaligned rows; (257, 1024): team tpr 32 / 16; (129, 1027): the last f32 team
+#   width (256 packs) / team; (129, 1028): f32 block rows of 64 / team; (65, 2048), (65, 2055): f32
+#   block / the last bf16 team widths; (65, 2056): block / bf16 block rows of 64; (33, 4097): block,
+#   misaligned; (700, 12288): block rows of 384 / 192, strides; (9, 12289); (5, 24576): the longest f32
+#   block (768 threads); (5, 24580): f32 v1 fallback / block; (3, 49152): v1 / the longest 16-bit
+#   block; (3, 50257): v1 fallback for all.
+FWD_CLASS_SHAPES = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 768), (300, 1001), (257, 1024), (129, 1027),
+                    (129, 1028), (65, 2048), (65, 2055), (65, 2056), (33, 4097), (700, 12288), (9, 12289),
+                    (5, 24576), (5, 24580), (3, 49152), (3, 50257)]
+
+
+@pytest.mark.parametrize("dtype", mt.DTYPES, ids=mt.DTYPE_IDS)
+@pytest.mark.parametrize("shape", FWD_CLASS_SHAPES, ids=["x".join(map(str, s)) for s in FWD_CLASS_SHAPES])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_norm_forward_classes(gpu, op, shape, dtype):
+    rng = np.random.default_rng(16)
+    rows, c = shape
+    x = mt.randn(rng, shape, mt.F32, scale=2.0, loc=0.5)
+    if rows > 2:
+        x[1, c // 2] = np.nan  # a NaN row
+        x[2, :] = 1.25  # a constant row: LayerNorm gives y = bias
+    x = x.astype(dtype)
+    s, b = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,))
+    if op == "layer_norm":
+        y = jax.jit(jm.layer_norm)(*(jax.device_put(a, gpu) for a in (x, s, b)))
+        ref = mt.ref_layer_norm(x, s, b)
+    else:
+        y = jax.jit(jm.rms_norm)(*(jax.device_put(a, gpu) for a in (x, s)))
+        ref = mt.ref_rms_norm(x, s)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    y = np.asarray(y)
+    mt.assert_close(y, ref, mt.FWD_TOL[dtype], dtype=dtype)  # NaN rows must match too
+    if rows > 2:
+        assert np.isnan(mt.f64(y[1])).all(), "a NaN in a row must make the whole row NaN"
+    # no parameters: the rows are standardized (LayerNorm) / normalized (RMSNorm)
+    if op == "layer_norm":
+        y0 = jax.jit(lambda t: jm.layer_norm(t))(jax.device_put(x, gpu))
+        mt.assert_close(y0, mt.ref_layer_norm(x), mt.FWD_TOL[dtype], dtype=dtype, what="y without params")
+    else:
+        y0 = jax.jit(lambda t: jm.rms_norm(t))(jax.device_put(x, gpu))
+        mt.assert_close(y0, mt.ref_rms_norm(x), mt.FWD_TOL[dtype], dtype=dtype, what="y without params")
+
+
+@pytest.mark.parametrize("c", [33, 768, 1001, 2056, 4097, 12288, 24580])
+def test_layer_norm_forward_classes_large_mean(gpu, c):
+    """x = 1e4 + 1e-2 * noise, epsilon = 1e-12 in every class: y and (through the backward) the saved
+    mean / rstd stay accurate."""
+    rng = np.random.default_rng(17)
+    x = (1e4 + 1e-2 * rng.standard_normal((37, c))).astype(np.float32)
+    s, b = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,))
+    g = mt.randn(rng, x.shape, scale=1.0)
+    ln = lambda a, p, q: jm.layer_norm(a, p, q, epsilon=1e-12)  # noqa: E731
+    args = [jax.device_put(a, gpu) for a in (x, s, b, g)]
+    y = jax.jit(ln)(*args[:3])
+    mt.assert_close(y, mt.ref_layer_norm(x, s, b, 1e-12), 1e-4, dtype=mt.F32)
+    dx, ds, db = jax.jit(lambda x_, s_, b_, g_: jax.vjp(ln, x_, s_, b_)[1](g_))(*args)
+    rdx, rds, rdb = mt.ref_layer_norm_vjp(x, s, b, 1e-12, g)
+    mt.assert_close(dx, rdx, 1e-3, dtype=mt.F32, what="dx", mag=mt.ref_layer_norm_vjp_mag(x, s, 1e-12, g))
+    mt.assert_close(ds, rds, 1e-3, dtype=mt.F32, what="dscale")
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 33), (2, 7, 1001), (2, 3, 4097), (4, 9, 1027)],
+                         ids=["3x5x33", "2x7x1001", "2x3x4097", "4x9x1027"])
+@pytest.mark.parametrize("dtype", [mt.F32, mt.BF16], ids=["f32", "bf16"])
+def test_norm_forward_classes_row_groups(gpu, shape, dtype):
+    """vmap with batched parameters: group g's parameter row starts at g*C floats, not 16-byte aligned
+    when C % 4 != 0 (scalar parameter loads), whatever the row's own alignment."""
+    rng = np.random.default_rng(18)
+    n, _, c = shape
+    x = mt.randn(rng, shape, dtype)
+    s, b = mt.randn(rng, (n, c), loc=1.0), mt.randn(rng, (n, c))
+    y = jax.jit(jax.vmap(jm.layer_norm))(*(jax.device_put(a, gpu) for a in (x, s, b)))
+    r = jax.jit(jax.vmap(jm.rms_norm))(*(jax.device_put(a, gpu) for a in (x, s)))
+    for k in range(n):
+        mt.assert_close(y[k], mt.ref_layer_norm(x[k], s[k], b[k]), mt.FWD_TOL[dtype], dtype=dtype, what=f"y[{k}]")
+        mt.assert_close(r[k], mt.ref_rms_norm(x[k], s[k]), mt.FWD_TOL[dtype], dtype=dtype, what=f"rms y[{k}]")

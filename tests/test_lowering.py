@@ -104,3 +104,73 @@ def test_build_info():
     assert isinstance(info["jaxlib_built_against"], str) and info["jaxlib_built_against"]
     if info["cuda"]:
         assert info["cuda_archs"], "CUDA built but no archs reported"
+
+
+# ----------------------------------------------------------------------------------------------
+# the parameter-gradient workspace: an extra f32 result of the backward custom calls, lowering only
+# ----------------------------------------------------------------------------------------------
+
+_BWD = {
+    "layer_norm": (lambda x, s, b: jm.layer_norm(x, s, b), 2),
+    "rms_norm": (lambda x, s, b: jm.rms_norm(x, s), 1),
+    "gelu": (lambda x, s, b: jm.scale_bias_gelu(x, s, b), 2),
+}
+
+
+def _bwd_call_results(text, op):
+    """The result types of the jax_memops_<op>_bwd custom call in StableHLO text."""
+    lines = [ln for ln in text.splitlines() if f"jax_memops_{op}_bwd" in ln and "custom_call" in ln]
+    assert len(lines) == 1, lines
+    return re.findall(r"tensor<([^>]*)>", lines[0].split("->")[-1])
+
+
+@pytest.mark.parametrize("platform", ["cpu", "cuda"])
+@pytest.mark.parametrize("op", sorted(_BWD))
+def test_backward_workspace_result(op, platform):
+    if platform == "cuda" and not jm.build_info()["cuda"]:
+        pytest.skip("jax_memops built without CUDA kernels")
+    from jax_memops._primitive import partial_rows
+
+    f, wanted = _BWD[op]
+    x = jnp.ones((40, 33), jnp.bfloat16)
+    grad = jax.grad(lambda x, s, b: jnp.sum(f(x, s, b).astype(jnp.float32) * jnp.cos(x)), argnums=(0, 1, 2))
+    text = jax.jit(grad).trace(x, S, B).lower(lowering_platforms=(platform,)).as_text()
+    results = _bwd_call_results(text, op)
+    p = partial_rows(40, 1, 2)
+    assert results[-1] == f"{wanted}x{p}x33xf32", results  # the workspace: (S, G*P, C)
+    assert len(results) == 2 + wanted  # dx, the gradients, the workspace
+    # ... which the program does not return: its results are dx, dscale, dbias only
+    out = jax.jit(grad)(x, S, B)
+    assert [o.shape for o in out] == [(40, 33), (33,), (33,)]
+
+
+def test_backward_workspace_under_vmap():
+    """Batched parameters: G row groups, P partial rows each (G*P rows of the workspace)."""
+    from jax_memops._primitive import partial_rows
+
+    f = lambda x, s: jnp.sum(jm.layer_norm(x, s) ** 2)  # noqa: E731
+    xs, ss = jnp.ones((3, 50, 33)), jnp.ones((3, 33))
+    text = jax.jit(jax.vmap(jax.grad(f, 1))).lower(xs, ss).as_text()
+    results = _bwd_call_results(text, "layer_norm")
+    assert results[-1] == f"1x{3 * partial_rows(150, 3, 4)}x33xf32", results
+
+
+def test_backward_workspace_absent_without_grads():
+    """No parameter gradient wanted: a (0,) workspace, so the handler signature stays fixed."""
+    text = jax.jit(jax.grad(lambda x: jnp.sum(jm.layer_norm(x) ** 2))).lower(X).as_text()
+    assert _bwd_call_results(text, "layer_norm")[-1] == "0xf32"
+
+
+def test_partial_rows():
+    from jax_memops._primitive import partial_rows
+
+    assert partial_rows(0, 1, 4) == 0                   # no rows: no partials (grads are zeros)
+    assert partial_rows(37, 1, 4) == 37                 # rows < 132: one row per partial
+    assert partial_rows(2**26 // 768, 1, 4) == 264      # two waves
+    assert partial_rows(2**26 // 12288, 1, 2) == 132    # capped, but every SM gets a block
+    assert partial_rows(2**26 // 4096, 1, 4) == 256     # rows * itemsize / 256
+    assert partial_rows(1000, 8, 4) == 17               # per group: ceil(132 / 8), <= 125 rows each
+    assert partial_rows(16, 8, 4) == 2                  # rows of a group bound it
+    for rows, groups in [(1, 1), (5, 5), (1000, 1000), (10**6, 7 * 11)]:
+        p = partial_rows(rows, groups, 2)
+        assert 1 <= p <= rows // groups

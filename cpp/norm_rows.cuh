@@ -1,0 +1,264 @@
+// LayerNorm / RMSNorm forward with each row on chip, in registers: x is read from HBM once (16-byte
+// evict-first loads, all of a thread's issued before any is used), y written once (evict-first), the
+// statistics taken exactly in two passes over the registers. norms.cu picks the class per launch.
+//
+// Size classes (N = kRowPacks = 8 packs of 16 bytes per thread: f32 32 elements, bf16/f16 64 (kept raw,
+// converted at each use, unpack_fresh); V = kVec<T> elements per pack; a row's aligned body has at
+// most floor(C / V) packs, so a row of C elements needs ceil(floor(C / V) / N) threads):
+//   * team rows: tpr = 4, 8, 16 or 32 threads per row (the smallest with tpr * N >= C / V), blocks of
+//     kTeamBlock = 256 threads, 256 / tpr rows per block; reductions are xor shuffles within the row's
+//     lane group, no barrier. C <= 32 * N * V + V - 1 (f32 1027, bf16/f16 2055).
+//   * block rows: one row per block of rt = ceil(C / V / N) threads rounded up to a warp (64 .. 768);
+//     reductions: shuffles, then the warps' sums through shared memory (one barrier each, double-
+//     buffered by row parity). C <= 768 * N * V + V - 1 (f32 24579, bf16/f16 49159).
+// Both: __launch_bounds__ for 768 threads per SM (<= 80 registers, ptxas -v: 71-80, no spills); 128
+// bytes of loads in flight per thread, ~96 KiB per SM. A persistent grid of exactly the resident
+// blocks (resident_blocks), rows strided over it, so no partial last wave: a block does at most one
+// row more than another. Longer rows, or x and y at different addresses modulo 16, take the v1 row
+// kernel of norms.cu (row cached in shared memory, batched loads).
+//
+// Rows need not start on a 16-byte boundary (C % V != 0): each row is split into a scalar head, an
+// aligned body of 16-byte packs and a scalar tail (RowSpan). The edges (head + tail, < 2V elements) go
+// to lanes 0, 1, ...: a thread's first edge is loaded with its body packs and kept (edge0); further
+// ones (only when the row has fewer threads than edges) are re-read by each pass (L1 hits).
+// The parameters (f32) of a misaligned row's pack start at column head + V*i, 16-byte aligned only when
+// head % 4 == 0 (and the parameter row is aligned); otherwise scalar loads (load_param_cols).
+//
+// Statistics (LayerNorm): m1 = sum(x) / C, then d = x - m1, mean = m1 + sum(d) / C and
+// var = (sum(d^2) - sum(d) * sum(d) / C) / C (sum(d) only removes m1's rounding error; there is no
+// E[x^2] - E[x]^2 cancellation), y = ((x - m1) - sum(d)/C) * rstd * scale + bias: centred on the mean
+// without rounding it to f32 (x = 1e4 + 1e-2 noise keeps its accuracy). The saved mean is relative to
+// x[row, 0] (ffi_common.h): (m1 - x[row, 0]) + sum(d) / C. RMSNorm: rstd = 1 / sqrt(sum(x^2) / C + eps),
+// y = x * rstd * scale. A NaN in a row makes its statistics, hence its whole row, NaN.
+#pragma once
+
+#include "cuda_common.cuh"
+
+namespace jm::cuda {
+
+constexpr int kTeamBlock = 256;
+constexpr int kMinTeam = 4;  // fewest threads per row: a warp load covers at most 8 rows
+constexpr int kMaxRowBlock = 768;
+
+template <typename T>
+inline constexpr int kRowPacks = 8;
+
+// This thread's place in the row geometry: lane among the row's rt threads, which of the block's rows
+// (group), and the block's row loop (first row, stride), uniform over the block as the barriers need.
+template <bool kBlockRow>
+struct RowTeam {
+  int lane, rt, group;
+  int64_t first, step;
+  __device__ explicit RowTeam(int tpr) {
+    const int tid = static_cast<int>(threadIdx.x);
+    if constexpr (kBlockRow) {
+      lane = tid;
+      rt = static_cast<int>(blockDim.x);
+      group = 0;
+      first = blockIdx.x;
+      step = gridDim.x;
+    } else {
+      const int per_block = static_cast<int>(blockDim.x) / tpr;
+      lane = tid & (tpr - 1);
+      rt = tpr;
+      group = tid / tpr;
+      first = int64_t{blockIdx.x} * per_block;
+      step = int64_t{gridDim.x} * per_block;
+    }
+  }
+};
+
+// Sums over the row's threads, the same bits in each. Team rows: xor shuffles within the lane group.
+// Block rows: shuffles, then the warps' sums through shared memory in warp order. The partials are
+// double-buffered by `parity` (the row loop's iteration & 1): a warp that runs ahead into the next row
+// writes the other buffer, and cannot return to this one before every thread has passed the next
+// row's barrier, i.e. has read this row's partials. One barrier per reduction. Each M has its own
+// array, so LayerNorm's two reductions per row alternate arrays as well.
+template <bool kBlockRow, int M>
+__device__ __forceinline__ void row_sums(float (&v)[M], int tpr, int parity) {
+  if constexpr (!kBlockRow) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {  // tpr / 2, ..., 1: unrolled (fewer registers)
+      if (offset < tpr) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) v[m] += __shfl_xor_sync(0xffffffffu, v[m], offset);
+      }
+    }
+  } else {
+    __shared__ float partial[2][M][kMaxRowBlock / 32];
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int warp = static_cast<int>(threadIdx.x / 32);
+    const int warps = static_cast<int>(blockDim.x / 32);
+    warp_reduce(v, SumOp{});
+    if (lane == 0) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) partial[parity][m][warp] = v[m];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < M; ++m) v[m] = lane < warps ? partial[parity][m][lane] : 0.0f;
+    warp_reduce(v, SumOp{});
+  }
+}
+
+// The row pass over this thread's packs (k < N, pack lane + k*rt of the body) and over its edges
+// (e = lane, held in edge0, then lane + rt, ... < edges, re-read from xr): f(v, count) with v the pack's
+// floats (count = V) or an edge's float in v[0] (count = 1).
+template <typename T, int V, int N, class F>
+__device__ __forceinline__ void row_pass(const Pack<T, V> (&raw)[N], float edge0, const T* xr,
+                                         const RowSpan<T, V>& sp, int cols, int lane, int rt, F&& f) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    if (lane + k * rt < sp.body) {
+      float v[V];
+      unpack_fresh(raw[k], v);
+      f(v, V);
+    }
+  }
+  float v[V];
+  if (lane < sp.edges()) {
+    v[0] = edge0;
+    f(v, 1);
+  }
+  for (int e = lane + rt; e < sp.edges(); e += rt) {  // only when rt < edges (tpr 4 or 8)
+    v[0] = to_float(xr[sp.edge_col(e, cols)]);
+    f(v, 1);
+  }
+}
+
+template <typename T, bool kRms, bool kBlockRow>
+__global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
+                                  kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
+    norm_fwd_rows_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, T* __restrict__ y,
+                         float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int cols,
+                         float epsilon, int tpr) {
+  constexpr int V = kVec<T>;
+  constexpr int N = kRowPacks<T>;
+  const RowTeam<kBlockRow> tm(tpr);
+  const float fcols = static_cast<float>(cols);
+  int parity = 0;
+  for (int64_t base = tm.first; base < rows; base += tm.step, parity ^= 1) {
+    const int64_t row = base + tm.group;
+    const bool valid = row < rows;
+    const int64_t offset = (valid ? row : 0) * int64_t{cols};
+    const T* xr = x + offset;
+    const RowSpan<T, V> sp(xr, cols, valid);
+
+    Pack<T, V> raw[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int i = tm.lane + k * tm.rt;
+      if (i < sp.body) raw[k] = load_stream<V>(xr + sp.head, i);
+    }
+    // This thread's first edge, loaded with the body (no second round trip to memory for it).
+    const float edge0 = tm.lane < sp.edges() ? to_float(xr[sp.edge_col(tm.lane, cols)]) : 0.0f;
+
+    // Pass 1: sum(x) (LayerNorm) or sum(x^2) (RMSNorm).
+    float s1[1] = {0.0f};
+    row_pass(raw, edge0, xr, sp, cols, tm.lane, tm.rt, [&](const float(&v)[V], int count) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (j < count) s1[0] += kRms ? v[j] * v[j] : v[j];
+      }
+    });
+    row_sums<kBlockRow>(s1, tpr, parity);
+
+    float m1 = 0.0f, dmean = 0.0f, rstd;  // y = ((x - m1) - dmean) * rstd * scale + bias
+    if constexpr (kRms) {
+      rstd = 1.0f / sqrtf(s1[0] / fcols + epsilon);
+    } else {
+      m1 = s1[0] / fcols;
+      float s2[2] = {0.0f, 0.0f};  // sum(d), sum(d^2), d = x - m1
+      row_pass(raw, edge0, xr, sp, cols, tm.lane, tm.rt, [&](const float(&v)[V], int count) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          if (j < count) {
+            const float d = v[j] - m1;
+            s2[0] += d;
+            s2[1] += d * d;
+          }
+        }
+      });
+      row_sums<kBlockRow>(s2, tpr, parity);
+      dmean = s2[0] / fcols;
+      float var = (s2[1] - s2[0] * dmean) / fcols;
+      if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
+      rstd = 1.0f / sqrtf(var + epsilon);
+    }
+    if (valid && tm.lane == 0) {
+      // x[row, 0]: lane 0's first body element when the body starts the row, else its edge 0.
+      if constexpr (!kRms) {
+        float first[V];
+        unpack_fresh(raw[0], first);
+        mean_out[row] = (m1 - (sp.head == 0 && sp.body > 0 ? first[0] : edge0)) + dmean;
+      }
+      rstd_out[row] = rstd;
+    }
+
+    // Pass 3: y.
+    const float* srow = valid ? param_row(scale, row, cols) : nullptr;
+    const float* brow = valid ? param_row(bias, row, cols) : nullptr;
+    // The parameters' packs start at column head + V*i of their row (a group's row under vmap may
+    // itself be misaligned when C % 4 != 0): float4 loads when both start 16-byte aligned.
+    const auto aligned_at = [&](const float* p) {
+      return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) + sizeof(float) * sp.head) % 16 == 0;
+    };
+    const bool pvec = aligned_at(srow) && aligned_at(brow);
+    T* yr = y + offset;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int i = tm.lane + k * tm.rt;
+      if (i < sp.body) {
+        float v[V], s[V], b[V];
+        unpack_fresh(raw[k], v);
+        load_param_cols<V>(srow, sp.head + i * V, pvec, 1.0f, s);
+        load_param_cols<V>(brow, sp.head + i * V, pvec, 0.0f, b);
+        Pack<T, V> out;
+#pragma unroll
+        for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(((v[j] - m1) - dmean) * rstd * s[j] + b[j]);
+        store_stream<V>(yr + sp.head, i, out);
+      }
+    }
+    for (int e = tm.lane; e < sp.edges(); e += tm.rt) {
+      const int c = sp.edge_col(e, cols);
+      const float s = srow != nullptr ? srow[c] : 1.0f;
+      const float b = brow != nullptr ? brow[c] : 0.0f;
+      const float v = e == tm.lane ? edge0 : to_float(xr[c]);
+      yr[c] = from_float<T>(((v - m1) - dmean) * rstd * s + b);
+    }
+  }
+}
+
+// Geometry of norm_fwd_rows_kernel for C columns of T: team (tpr <= 32) or block rows (tpr = the block,
+// one row each); ok == false beyond the block class (C > 1024 * 32 + V - 1).
+struct RowsPlan {
+  bool ok = false;
+  bool block_rows = false;
+  int tpr = 0;
+  int block = 0;
+  int rows_per_block = 0;
+};
+
+template <typename T>
+RowsPlan plan_norm_rows(int64_t cols) {
+  constexpr int64_t V = kVec<T>;
+  constexpr int64_t N = kRowPacks<T>;
+  const int64_t packs = cols / V;  // the most body packs a row can have
+  RowsPlan p;
+  if (packs <= 32 * N) {
+    p.tpr = kMinTeam;
+    while (p.tpr * N < packs) p.tpr *= 2;
+    p.block = kTeamBlock;
+    p.rows_per_block = kTeamBlock / p.tpr;
+    p.ok = true;
+  } else if (packs <= int64_t{kMaxRowBlock} * N) {
+    p.block_rows = true;
+    p.tpr = static_cast<int>(ceil_div(ceil_div(packs, N), 32) * 32);
+    p.block = p.tpr;
+    p.rows_per_block = 1;
+    p.ok = true;
+  }
+  return p;
+}
+
+}  // namespace jm::cuda

@@ -1,0 +1,169 @@
+// Parameter gradients without re-reading the tensors: the backward kernels (norms.cu, gelu.cu) accumulate
+// per-column partial sums in registers while they write dx, one partial row per block into the [P x C]
+// workspace (PartialsView, ffi_common.h); a second small kernel sums the P partials of each group per
+// column in a fixed order. No atomics: gradients are bitwise identical run after run.
+//
+// Geometry shared by these kernels: blocks of up to kTeamThreads threads (blockDim.x, a multiple of
+// tpr), split into teams of `tpr` threads (a power of two) that each work on one row at a time; thread
+// `lane` of a team owns the packs first + lane + k*tpr, k < K, of every row it visits, so its partial
+// sums for those columns stay in its own shared-memory slots (partial_slot) across the rows. Block b works on partial j of group g (rows partial_range) and, for GELU
+// (no row reductions), on column tile `tile` of `tiles`: b = (g * P + j) * tiles + tile.
+#pragma once
+
+#include "cuda_common.cuh"
+
+namespace jm::cuda {
+
+constexpr int kTeamThreads = 512;
+
+// Where a block works: rows [begin, end) of group g, its partial row g*P + j, column tile `tile`.
+struct PartialBlock {
+  int64_t begin, end, row_out, tile;
+};
+
+__device__ __forceinline__ PartialBlock partial_block(int64_t rows, int64_t groups, int64_t per_group,
+                                                      int64_t tiles) {
+  const int64_t b = blockIdx.x;
+  const int64_t tile = b % tiles;
+  const int64_t unit = b / tiles;  // g * P + j
+  const int64_t g = unit / per_group;
+  const int64_t j = unit % per_group;
+  const int64_t n = rows / groups;
+  PartialBlock out;
+  partial_range(n, per_group, j, &out.begin, &out.end);
+  out.begin += g * n;
+  out.end += g * n;
+  out.row_out = unit;
+  out.tile = tile;
+  return out;
+}
+
+// Sum over the tpr threads of a team, the same bits in every one of them. tpr <= 32: xor shuffles;
+// else the team's warps meet in shared memory (`red`), summed in warp order. Every thread of the block
+// calls it once per row (block-uniform, as the callers' row loops are), with parity = the row loop's
+// iteration & 1: the two buffers alternate, so one barrier suffices. A warp that runs ahead writes
+// the other buffer, and cannot come back to this one before every thread has passed the next row's
+// barrier, i.e. has read this row's sums.
+using TeamRed = float[2][2][kTeamThreads / 32];
+
+__device__ __forceinline__ void team_sum2(float (&v)[2], int tpr, TeamRed& red, int parity) {
+  if (tpr <= 32) {
+    warp_reduce(v, SumOp{}, tpr);
+    return;
+  }
+  warp_reduce(v, SumOp{});
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int wpt = tpr / 32;
+  const int first = warp / wpt * wpt;
+  if (threadIdx.x % 32 == 0) {
+    red[parity][0][warp] = v[0];
+    red[parity][1][warp] = v[1];
+  }
+  __syncthreads();
+  v[0] = 0.0f;
+  v[1] = 0.0f;
+  for (int w = 0; w < wpt; ++w) {
+    v[0] += red[parity][0][first + w];
+    v[1] += red[parity][1][first + w];
+  }
+}
+
+// The partial sums live in dynamic shared memory, not registers (registers hold the rows: with both
+// there, the kernels spilled): a slab holds blockDim.x * K * V floats; thread tid's sum for element j
+// of its pack k is at slab[(k * V + j) * blockDim.x + tid]. For a given (k, j) a warp's 32 threads
+// touch 32 consecutive floats: no bank conflicts (a thread-contiguous V-float slot put lanes 16 or 32
+// bytes apart: 4-way conflicts for f32, 8-way for 16-bit packs). Only the owner touches its sums until
+// finish_partials, so accumulating needs no barrier.
+struct PartialSlot {
+  float* p = nullptr;  // nullptr: this gradient is not wanted
+  int stride = 0;
+  __device__ explicit operator bool() const { return p != nullptr; }
+  __device__ float& operator[](int j) const { return p[j * stride]; }
+};
+
+template <int V, int K>
+__device__ __forceinline__ PartialSlot partial_slot(float* slab, int k) {
+  if (slab == nullptr) return {};
+  const int block = static_cast<int>(blockDim.x);
+  return {slab + k * V * block + static_cast<int>(threadIdx.x), block};
+}
+
+template <int V, int K>
+__host__ __device__ constexpr int64_t partial_slab_floats(int threads = kTeamThreads) {
+  return int64_t{threads} * K * V;
+}
+
+// Zeroes this thread's slots of a slab (nullptr: not wanted).
+template <int V, int K>
+__device__ __forceinline__ void zero_partials(float* slab) {
+  if (slab == nullptr) return;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const PartialSlot p = partial_slot<V, K>(slab, k);
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = 0.0f;
+  }
+}
+
+// Sums the teams' partials of one slab in team order and writes them as row `row_out` of workspace
+// slab `out` (columns col0 + ...; those >= cols are padding). Block-uniform; starts with a barrier.
+// Column col0 + p, p = (k * tpr + lane) * V + j, is element j of pack k of lane `lane` in every team.
+template <int V, int K>
+__device__ __forceinline__ void finish_partials(const float* slab, int tpr, int64_t col0, int64_t cols,
+                                                float* __restrict__ out, int64_t row_out) {
+  __syncthreads();  // every team's last accumulation is visible
+  const int block = static_cast<int>(blockDim.x);
+  const int teams = block / tpr;
+  const int per_team = K * tpr * V;  // columns of one team's slots
+  for (int p = static_cast<int>(threadIdx.x); p < per_team; p += block) {
+    const int64_t col = col0 + p;
+    if (col >= cols) continue;
+    const int k = p / (tpr * V);
+    const int rem = p - k * (tpr * V);  // lane * V + j
+    const int lane = rem / V;
+    const int j = rem - lane * V;
+    const float* src = slab + (k * V + j) * block + lane;  // team 0's thread `lane`
+    float sum = src[0];
+    for (int t = 1; t < teams; ++t) sum += src[t * tpr];
+    out[row_out * cols + col] = sum;
+  }
+}
+
+// The smallest power of two tpr with tpr * K >= packs (>= 1); > kTeamThreads when a row does not fit.
+inline int team_size(int64_t packs, int k) {
+  int64_t tpr = 1;
+  while (tpr * k < packs && tpr <= kTeamThreads) tpr *= 2;
+  return static_cast<int>(tpr);
+}
+
+// Stage 2: out[g, c] = sum over j < P of slab[g*P + j, c], in order (column_sums_kernel's fixed tree).
+struct PartialsElem {
+  const float* a;
+  const float* b;
+  int64_t cols;
+  int64_t per_group;
+
+  __device__ void operator()(int64_t r, int64_t c, float& ea, float& eb) const {
+    ea = a != nullptr ? a[r * cols + c] : 0.0f;
+    eb = b != nullptr ? b[r * cols + c] : 0.0f;
+  }
+};
+
+// The slabs of the workspace for gradients ga, gb (slab 0 = the first wanted); nullptr when not wanted.
+inline void partial_slabs(const PartialsView& ws, const GradView& ga, const GradView& gb, float** a,
+                          float** b) {
+  *a = ga.data != nullptr ? ws.data : nullptr;
+  *b = gb.data != nullptr ? ws.data + (ga.data != nullptr ? ws.slab : 0) : nullptr;
+}
+
+inline ffi::Error sum_partials(cudaStream_t stream, const PartialsView& ws, int64_t cols,
+                               const GradView& ga, const GradView& gb, const char* what) {
+  float *a, *b;
+  partial_slabs(ws, ga, gb, &a, &b);
+  // Partial rows of group g are g*P .. g*P + P - 1: the column sums' groups of P "rows".
+  const GradView pa{ga.data, ws.groups, ws.per_group};
+  const GradView pb{gb.data, ws.groups, ws.per_group};
+  return launch_column_sums(stream, PartialsElem{a, b, cols, ws.per_group}, cols, pa, pb, what);
+}
+
+}  // namespace jm::cuda
