@@ -3,7 +3,8 @@
 # (default: all). Logs and bench outputs go to ./gpu-out, packed into $OUT/gpu-out.tgz at the end (the
 # device tool brings back at most 8 files); a summary table is printed last.
 #   build     pip install --no-build-isolation --no-deps . (sm_90 only, to save time)
-#   test      the pytest suite (CPU and GPU cases)
+#   test      the pytest suite (CPU and GPU cases; TESTS_K selects, e.g. "gpu and not slow")
+#   slow      the > 2^31-element GPU tests (pytest -k "gpu and slow"), one at a time
 #   sanitize  compute-sanitizer memcheck and racecheck over benchmarks/sanitize.py
 #   bench     jax-memops bench (default: every part) into gpu-out/bench
 #   gpt       examples/gpt.py --compare (jm ops vs plain Flax, same init and data) into gpu-out/gpt
@@ -32,10 +33,19 @@ for stage in $stages; do
       [ $rc -eq 0 ] || { tail -40 "$out/build.log"; break; }
       python3 -P -m jax_memops.cli info | tee "$out/info.txt" ;;
     test)
-      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${T_TEST:-1200} python3 -P -m pytest -q -rs \
-        ${PYTEST_N:+-n $PYTEST_N} ${TESTS_K:+-k "$TESTS_K"} tests > "$out/pytest.log" 2>&1
+      # -v: each result is logged as it happens (a stage cut off by its limit still names its failures);
+      # --timeout (pytest-timeout): a hung test fails alone.
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${T_TEST:-1200} python3 -P -m pytest -v -rfEs \
+        --timeout=${TEST_TIMEOUT:-300} ${PYTEST_N:+-n $PYTEST_N} ${TESTS_K:+-k "$TESTS_K"} tests > "$out/pytest.log" 2>&1
       rc=$?; note test "rc=$rc $((SECONDS - start))s $(tail -1 "$out/pytest.log")"
-      [ $rc -eq 0 ] || grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -30 ;;
+      [ $rc -eq 0 ] || grep -E "(FAILED|ERROR)( |$)" "$out/pytest.log" | grep -v "^E " | head -30 ;;
+    slow)
+      # The > 2^31-element tests, one at a time (each holds several GB on the host and the GPU; side by
+      # side under xdist they can exhaust host memory).
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${T_SLOW:-1200} python3 -P -m pytest -v -rfEs \
+        --timeout=${TEST_TIMEOUT:-300} -k "gpu and slow" tests > "$out/pytest_slow.log" 2>&1
+      rc=$?; note slow "rc=$rc $((SECONDS - start))s $(tail -1 "$out/pytest_slow.log")"
+      [ $rc -eq 0 ] || grep -E "(FAILED|ERROR)( |$)" "$out/pytest_slow.log" | grep -v "^E " | head -30 ;;
     sanitize)
       # Seen on the H200 with jax 0.11.2: compute-sanitizer crashes (SIGSEGV) when XLA records kernels
       # into CUDA graphs (command buffers), so they are turned off; racecheck also crashes while

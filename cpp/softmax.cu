@@ -209,8 +209,8 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(y->untyped_data());
-    return launch_auto<smx::softmax_fwd_rows<T, false>, smx::softmax_fwd_rows<T, true>,
-                       smx::softmax_fwd_stream<T, kVec<T>>, smx::softmax_fwd_stream<T, 1>>(
+    return launch_auto<smx::softmax_fwd_rows_kernel<T, false>, smx::softmax_fwd_rows_kernel<T, true>,
+                       smx::softmax_fwd_stream_kernel<T, kVec<T>>, smx::softmax_fwd_stream_kernel<T, 1>>(
         stream, s, smx::fwd_elems_per_thread<T>(), kVec<T>, same_alignment({xp, yp}), "softmax_fwd", xp, yp);
   });
 }
@@ -228,8 +228,8 @@ ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
     const T* yp = static_cast<const T*>(y.untyped_data());
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx->untyped_data());
-    return launch_auto<smx::softmax_bwd_rows<T, false>, smx::softmax_bwd_rows<T, true>,
-                       smx::softmax_bwd_stream<T, kVec<T>>, smx::softmax_bwd_stream<T, 1>>(
+    return launch_auto<smx::softmax_bwd_rows_kernel<T, false>, smx::softmax_bwd_rows_kernel<T, true>,
+                       smx::softmax_bwd_stream_kernel<T, kVec<T>>, smx::softmax_bwd_stream_kernel<T, 1>>(
         stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, same_alignment({yp, dyp, dxp}), "softmax_bwd", yp, dyp,
         dxp);
   });

@@ -294,7 +294,7 @@ __device__ __forceinline__ void write_edges(MaxSum row_ms, float inv_s, const T*
 // entry of any other row gives e = 0 (or a thread of only -inf entries has exp(m - M) = 0): exactly 0.
 template <typename T, bool kCluster>
 __global__ void __launch_bounds__(kMaxBlock, 1)
-    softmax_fwd_rows(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int tpr) {
+    softmax_fwd_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int tpr) {
   constexpr int V = kVec<T>;
   constexpr int N = kFwdPacks;
   using P = Pack<T, V>;
@@ -415,7 +415,7 @@ __device__ __forceinline__ void floats_of(const Pack<T, V>& p, float (&out)[V]) 
 // dx = y * (dy - sum(dy * y)) per row, y and dy in registers (raw packs, converted at each use).
 template <typename T, bool kCluster>
 __global__ void __launch_bounds__(kMaxBlock, 1)
-    softmax_bwd_rows(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
+    softmax_bwd_rows_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
                      int cols, int tpr) {
   constexpr int V = kVec<T>;
   constexpr int N = kBwdPacks;

@@ -33,7 +33,7 @@ __device__ __forceinline__ MaxSum pack_partial(const float (&v)[V]) {
 
 template <typename T, int V>
 __global__ void __launch_bounds__(kMaxBlock, 1)
-    softmax_fwd_stream(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols) {
+    softmax_fwd_stream_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols) {
   using P = Pack<T, V>;
   const int64_t tid = threadIdx.x;
   const int64_t nt = blockDim.x;
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
 
 template <typename T, int V>
 __global__ void __launch_bounds__(kMaxBlock, 1)
-    softmax_bwd_stream(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
+    softmax_bwd_stream_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
                        int64_t cols) {
   using P = Pack<T, V>;
   const int64_t tid = threadIdx.x;
