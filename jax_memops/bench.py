@@ -3,7 +3,7 @@
 Each case is (op, direction, dtype, shape[, softmax algorithm]). Ours and XLA's formulation
 (`jax_memops.reference`: jax.nn.softmax, a Flax-style LayerNorm, jax.nn.gelu(x*s + b, approximate=True),
 all jitted) are first compared — a disagreement stops the run — then timed, interleaved with a jitted
-copy of x's bytes (read + write: the bandwidth ceiling measured in the same run; see _copy).
+copy of as many bytes as x holds (read + write: the bandwidth ceiling measured in the same run; see copy_of).
 
 Timing: warm-up calls (compilation excluded), then the median over `reps` repetitions of the mean time of
 `iters` back-to-back calls closed by one block_until_ready. Device work is queued asynchronously, so this
@@ -142,20 +142,20 @@ def build(case: Case, key) -> tuple[Callable, Callable, tuple]:
 
 
 @jax.jit
-def _copy(x):
-    """The ceiling: one read and one write of x's bytes that XLA cannot elide (an XOR of 32-bit words),
-    on x flattened and cut to a multiple of 16 bytes (at most 15 bytes fewer). Measured on the H200:
-    XLA's elementwise loop on (1335, 50257) f32 ran at 1.6 TB/s, also flattened (an odd element count
-    is not vectorized), and `x * 1.0001` in bf16 at ~3.4 TB/s where a copy of the same bytes reaches
-    ~3.9 (../shared/ANCHORS.md); either would flatter every ratio to it."""
-    flat = x.reshape(-1)
-    per_word = 4 // flat.dtype.itemsize if flat.dtype.itemsize in (1, 2, 4) else 0
-    if per_word == 0 or flat.size < 4 * per_word:
-        return flat * jnp.asarray(1.0001, flat.dtype)
-    flat = flat[: flat.size - flat.size % (4 * per_word)]
-    words = jax.lax.bitcast_convert_type(flat.reshape(-1, per_word), jnp.uint32) if per_word > 1 else \
-        jax.lax.bitcast_convert_type(flat, jnp.uint32)
+def _xor_words(words):
     return words ^ jnp.uint32(1)
+
+
+def copy_of(x) -> Callable[[], object]:
+    """The ceiling, as a zero-argument call: one read and one write of as many bytes as x holds (cut to a
+    multiple of 16, at most 15 fewer) that XLA cannot elide — an XOR over a uint32 buffer of that size on
+    x's device. Not x itself: XLA's elementwise loop on some shapes is not vectorized (measured on the
+    H200: `x * 1.0001` on (1335, 50257) f32 1.6 TB/s, also on x flattened — an odd element count; its
+    bf16 prefix cut to 16 bytes and bitcast to words 1.7 TB/s; `x * 1.0001` in bf16 ~3.4 TB/s where a
+    copy of the same bytes reaches ~3.9), and a slow ceiling would flatter every ratio to it."""
+    words = max(4, x.size * x.dtype.itemsize // 16 * 4)
+    buf = jax.device_put(jnp.zeros((words,), jnp.uint32), next(iter(x.devices())))
+    return lambda: _xor_words(buf)
 
 
 def max_rel_diff(a, b) -> float:
@@ -203,7 +203,7 @@ def run_case(case: Case, key, iters: int, reps: int) -> Result:
                              f"(allowed {TOLERANCE[case.dtype]:g})")
     x = args[0]
     ours_ms, xla_ms, copy_ms = time_interleaved(
-        [lambda: ours(*args), lambda: xla(*args), lambda: _copy(x)], iters, reps)
+        [lambda: ours(*args), lambda: xla(*args), copy_of(x)], iters, reps)
     return Result(case, diff, ours_ms, xla_ms, copy_ms)
 
 
@@ -251,7 +251,7 @@ def fusion_case(n: int, dtype: str, key, iters: int, reps: int) -> dict:
         diff = max_rel_diff(f(x), want)
         if not diff <= 2 * TOLERANCE[dtype]:
             raise AssertionError(f"fusion {name} {dtype} n={n}: disagrees with XLA by {diff:.3g}")
-    times = time_interleaved([lambda f=f: f(x) for f in ways.values()] + [lambda: _copy(x)], iters, reps)
+    times = time_interleaved([lambda f=f: f(x) for f in ways.values()] + [copy_of(x)], iters, reps)
     out = {"n": n, "dtype": dtype, **{f"{k}_ms": t for k, t in zip(ways, times)}, "copy_ms": times[-1]}
     out["fused_vs_3_kernels"] = out["ours_3_kernels_ms"] / out["ours_fused_ms"]
     out["fused_vs_xla_fused"] = out["xla_fused_ms"] / out["ours_fused_ms"]

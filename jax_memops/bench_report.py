@@ -75,7 +75,7 @@ def environment() -> dict:
         "commit": _commit(),
         "argv": sys.argv,
         "timing": "median over repetitions of the mean of back-to-back jitted calls closed by one "
-                  "block_until_ready; copy = jitted XOR of x's bytes as 32-bit words (read + write), interleaved",
+                  "block_until_ready; copy = jitted XOR of a uint32 buffer of x's size (read + write), interleaved",
     }
 
 

@@ -86,3 +86,13 @@ def test_max_rel_diff_sees_nan():
 def test_bench_rejects_unknown_op():
     with pytest.raises(SystemExit):
         cli.main(["bench", "--ops", "matmul"])
+
+
+@pytest.mark.parametrize("shape,dtype", [((1335, 7), jnp.float32), ((3, 50257), jnp.bfloat16), ((2,), jnp.float16)])
+def test_copy_ceiling_moves_the_bytes_of_x(shape, dtype):
+    """The copy ceiling reads and writes as many bytes as x holds (cut to a multiple of 16), on its device."""
+    x = jnp.ones(shape, dtype)
+    out = bench.copy_of(x)()
+    assert out.dtype == jnp.uint32 and out.devices() == x.devices()
+    assert out.size == max(4, x.size * x.dtype.itemsize // 16 * 4)
+    assert 0 <= x.size * x.dtype.itemsize - 4 * out.size < 16 or out.size == 4
