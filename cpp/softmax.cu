@@ -18,7 +18,7 @@
 //                                                        tensor passes)
 // Why: every kernel is __launch_bounds__(1024, 1), <= 64 registers (ptxas -v: 48-64, no spills), so
 // an SM holds 1024 threads. More elements per thread spill (ptxas converts 16-bit packs to float
-// eagerly: the forward's fresh_floats stops that). Sub-warp rows put several rows in a warp so short
+// eagerly: unpack_fresh in cuda_common.cuh stops that). Sub-warp rows put several rows in a warp so short
 // rows still give each thread 4 (forward) or 2 x 4 (backward) independent 16-byte loads, 64 (128) KB
 // in flight per SM; 512-thread CTAs (2 per SM) let one CTA's loads overlap another's reduction and
 // stores; a cluster spreads a long row over up to 8-16 SMs' registers (one cluster barrier per row).

@@ -37,7 +37,7 @@ constexpr int kMaxClusterNonPortable = 16;  // Hopper's limit, after an opt-in p
 // Packs (16 bytes) of each input a thread holds: 4, i.e. 16 f32 or 32 bf16/f16 row elements (the
 // forward keeps f32 as float exps, 16-bit raw; the backward keeps y and dy raw). 64 bytes per input in
 // flight per thread. More would spill under the 64-register bound; ptxas converts 16-bit packs to
-// float eagerly (2x the registers), which fresh_floats below prevents.
+// float eagerly (2x the registers), which unpack_fresh (cuda_common.cuh) prevents.
 constexpr int kFwdPacks = 4;
 constexpr int kBwdPacks = 4;
 
@@ -240,29 +240,6 @@ struct RowSpan {
 
 // ---- Forward ------------------------------------------------------------------------------------------
 
-// The floats of a 16-bit pack, converted anew at each call: volatile asm is neither merged with an
-// earlier identical conversion nor hoisted, so the raw pack (half the registers) is what stays live
-// between the passes, not 2x as many floats.
-template <typename T, int V>
-__device__ __forceinline__ void fresh_floats(const Pack<T, V>& p, float (&out)[V]) {
-  static_assert(sizeof(T) == 2 && V % 2 == 0);
-  uint32_t w[V / 2];
-  memcpy(w, &p, sizeof(w));
-#pragma unroll
-  for (int i = 0; i < V / 2; ++i) {  // element 2i is the low half of word i
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // a bf16 is the top half of its float
-      uint32_t lo, hi;
-      asm volatile("shl.b32 %0, %1, 16;" : "=r"(lo) : "r"(w[i]));
-      asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(hi) : "r"(w[i]));
-      out[2 * i] = __uint_as_float(lo);
-      out[2 * i + 1] = __uint_as_float(hi);
-    } else {
-      asm volatile("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
-                   : "=f"(out[2 * i]), "=f"(out[2 * i + 1])
-                   : "r"(w[i]));
-    }
-  }
-}
 
 // Edges are not kept in registers: each joins the thread's partial as a partial of its own, and the
 // output re-reads it (a few bytes per row, from L1/L2).
@@ -364,7 +341,7 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
       for (int k = 0; k < N; ++k) {
         if (it.lane + k * it.rt < sp.body) {
           float v[V];
-          fresh_floats(raw[k], v);
+          unpack_fresh(raw[k], v);
 #pragma unroll
           for (int j = 0; j < V; ++j) m = MaxOp()(m, v[j]);
         }
@@ -375,7 +352,7 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
       for (int k = 0; k < N; ++k) {
         if (it.lane + k * it.rt < sp.body) {
           float v[V];
-          fresh_floats(raw[k], v);
+          unpack_fresh(raw[k], v);
 #pragma unroll
           for (int j = 0; j < V; ++j) s += exp_e(v[j] - mm);
         }
@@ -387,7 +364,7 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
       for (int k = 0; k < N; ++k) {
         if (it.lane + k * it.rt < sp.body) {
           float v[V];
-          fresh_floats(raw[k], v);
+          unpack_fresh(raw[k], v);
           P out;
 #pragma unroll
           for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(exp_e(v[j] - row_ms.m) * inv_s);
@@ -402,15 +379,6 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
 
 // ---- Backward -----------------------------------------------------------------------------------------
 
-// The floats of a pack: fresh_floats for 16-bit types, a plain conversion for f32.
-template <typename T, int V>
-__device__ __forceinline__ void floats_of(const Pack<T, V>& p, float (&out)[V]) {
-  if constexpr (sizeof(T) == 2) {
-    fresh_floats(p, out);
-  } else {
-    unpack(p, out);
-  }
-}
 
 // dx = y * (dy - sum(dy * y)) per row, y and dy in registers (raw packs, converted at each use).
 template <typename T, bool kCluster>
@@ -444,8 +412,8 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
     for (int k = 0; k < N; ++k) {
       if (it.lane + k * it.rt < sp.body) {
         float yv[V], dv[V];
-        floats_of(ry[k], yv);
-        floats_of(rd[k], dv);
+        unpack_fresh(ry[k], yv);
+        unpack_fresh(rd[k], dv);
 #pragma unroll
         for (int j = 0; j < V; ++j) dot += yv[j] * dv[j];
       }
@@ -462,8 +430,8 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
       const int i = it.lane + k * it.rt;
       if (i < sp.body) {
         float yv[V], dv[V];
-        floats_of(ry[k], yv);
-        floats_of(rd[k], dv);
+        unpack_fresh(ry[k], yv);
+        unpack_fresh(rd[k], dv);
         P out;
 #pragma unroll
         for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(yv[j] * (dv[j] - dot));
