@@ -37,7 +37,7 @@ void softmax_rows(const T* x, T* y, RowShape s) {
 }
 
 template <typename T>
-void softmax_bwd_rows_kernel(const T* y, const T* dy, T* dx, RowShape s) {
+void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s) {
   for (int64_t r = 0; r < s.rows; ++r) {
     const int64_t o = r * s.cols;
     double dot = 0.0;
@@ -74,7 +74,7 @@ ffi::Error softmax_bwd(ffi::AnyBuffer y, ffi::AnyBuffer dy, ffi::Result<ffi::Any
   if (auto err = check_same(y, *dx, "dx"); err.failure()) return err;
   return dispatch_float(y.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
-    softmax_bwd_rows_kernel(static_cast<const T*>(y.untyped_data()), static_cast<const T*>(dy.untyped_data()),
+    softmax_bwd_rows(static_cast<const T*>(y.untyped_data()), static_cast<const T*>(dy.untyped_data()),
                      static_cast<T*>(dx->untyped_data()), s);
     return ffi::Error::Success();
   });
