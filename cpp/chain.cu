@@ -71,13 +71,13 @@ ffi::Error GeluOp(cudaStream_t s, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> 
 }  // namespace jm::cuda
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmScaleCuda, jm::cuda::ScaleOp,
-                              jm::bind::elementwise(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              jm::bind::elementwise(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmBiasCuda, jm::cuda::BiasOp,
-                              jm::bind::elementwise(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              jm::bind::elementwise(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluOnlyCuda, jm::cuda::GeluOp,
-                              jm::bind::elementwise(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              jm::bind::elementwise(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});

@@ -372,6 +372,10 @@ __device__ __forceinline__ float row_max(float v, int tpr) {
 
 // ---- Errors and device properties -----------------------------------------------------------------
 
+// The start of every CUDA handler's FFI binding: the stream context; each op's buffers and attributes
+// follow from cpp/bindings.h (returned as a prvalue: the builder is never copied or moved).
+inline auto cuda_binding() { return ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>(); }
+
 inline ffi::Error check_cuda(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return ffi::Error::Success();
   return ffi::Error::Internal(std::string(what) + ": " + cudaGetErrorString(err));

@@ -237,9 +237,9 @@ ffi::Error GeluBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
 }  // namespace jm::cuda
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluFwdCuda, jm::cuda::GeluFwd,
-                              jm::bind::gelu_fwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              jm::bind::gelu_fwd(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluBwdCuda, jm::cuda::GeluBwd,
-                              jm::bind::gelu_bwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              jm::bind::gelu_bwd(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});

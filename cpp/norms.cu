@@ -457,17 +457,17 @@ ffi::Error RmsNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scal
 }  // namespace jm::cuda
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormFwdCuda, jm::cuda::LayerNormFwd,
-                              jm::bind::layer_norm_fwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              jm::bind::layer_norm_fwd(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormBwdCuda, jm::cuda::LayerNormBwd,
-                              jm::bind::layer_norm_bwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              jm::bind::layer_norm_bwd(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormFwdCuda, jm::cuda::RmsNormFwd,
-                              jm::bind::rms_norm_fwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              jm::bind::rms_norm_fwd(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormBwdCuda, jm::cuda::RmsNormBwd,
-                              jm::bind::rms_norm_bwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              jm::bind::rms_norm_bwd(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});

@@ -239,9 +239,9 @@ ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
 }  // namespace jm::cuda
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxFwdCuda, jm::cuda::SoftmaxFwd,
-                              jm::bind::softmax_fwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              jm::bind::softmax_fwd(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxBwdCuda, jm::cuda::SoftmaxBwd,
-                              jm::bind::softmax_bwd(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              jm::bind::softmax_bwd(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});
