@@ -39,7 +39,8 @@
 // Forward v3 (the default; softmax_fwd_regs.cuh, softmax_fwd_tma.cuh): the sub-warp and block classes
 // load a thread's next row group before working on the current one (two register sets of 4 raw
 // packs) and take two exps per element (sum, output) of ex2.approx.ftz with a max.NaN max: ~12
-// instructions per element, which the H200's issue rate covers ~3x at the copy's bandwidth. v2 (f32
+// instructions per element, which the H200's issue rate covers ~3x at the copy's bandwidth; sub-warp
+// rows reduce by a max butterfly then a sum butterfly (no exp per shuffle step). v2 (f32
 // kept one exp per element in registers, 16-bit two; no prefetch; exp2f and a select-based max) stays
 // for A/B runs: JAX_MEMOPS_SOFTMAX_FWD=v2, or =v3-noprefetch (v3's instructions, v2's one row group in
 // flight). ex2 with a log2(e) pre-scale of x - max; f32 accumulation everywhere.

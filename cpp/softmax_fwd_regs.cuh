@@ -1,25 +1,39 @@
 // Softmax "auto" v3 forward of the sub-warp and block classes (softmax.cu's table): the register rows
-// of softmax_rows.cuh (same geometry, RowIter / RowSpan / row_reduce, same -inf/NaN rules) with less
-// work per element and more bytes in flight:
-//   * one exp per element for every dtype: each thread keeps e = exp(x - m) as f32 (m: its own max)
-//     and writes y = e * exp(m - M) / S. 16-bit types used to keep raw packs and take a second exp
-//     for the output to fit 64 registers; 32 f32 exps per thread now fit (ptxas -v: no spills);
-//   * the max is max.NaN (one instruction, was two or three) and the exp is ex2.approx.ftz alone
-//     (exp2f adds a subnormal fix-up): per element about 7 instructions (bf16: unpack, max, sub,
-//     mul, ex2, add, mul, half a pack-convert, an eighth of a load and a store), was ~17;
-//   * f32 prefetches: a thread issues the loads of its next row group before it works on the current
-//     one (two register sets of 4 packs), so its 64 bytes stay in flight through the reductions and
-//     stores instead of only between them. 16-bit types have no room for a second set.
+// of softmax_rows.cuh (same geometry, RowIter / RowSpan / row_reduce, same -inf/NaN rules) with more
+// bytes in flight and fewer instructions per element:
+//   * prefetch (kPrefetch, the default): a thread issues the loads of its next row group before it
+//     works on the current one, into a second set of N = 4 raw packs, so 64 bytes per thread stay in
+//     flight through the reductions, barrier and stores (v2: only between them). Two raw sets (32
+//     registers) fit 64 registers (ptxas -v: 59-64, no spills) where raw + f32 exps do not (f32
+//     exps of 32 bf16 elements spill by 124 bytes, exps + a second set for f32 by 12), so the
+//     prefetching kernel keeps raw packs for every dtype and takes two exps per element (sum, output);
+//   * max.NaN (one instruction; MaxOp's select takes two or three) and ex2.approx.ftz alone (exp2f
+//     adds a 2-3 instruction subnormal fix-up): per element about 12 instructions for bf16 in the
+//     prefetching kernel (3 unpacks, max, 2 x (sub, mul, ex2), add, mul, half a convert, 1/8 load and
+//     store), was ~17; at the copy's bandwidth an H200 SM must retire 3.25 bf16 (1.8 f32) elements
+//     per cycle: ~40 of its 128 thread-instruction issue slots (30%) and 6.5 of its 16 MUFU.EX2 per
+//     cycle (40%), so with loads in flight throughout it is memory-bound;
+//   * sub-warp rows reduce by a max butterfly and then a sum butterfly (2 shuffles and 2 operations
+//     per step) instead of a butterfly of (max, sum) pairs (2 shuffles, a compare-select and an exp
+//     per step); block rows keep the one-barrier (max, sum) merge.
+// kKeepExp (the v3-noprefetch variant for f32): one row group in flight, the f32 exps kept (one exp
+// per element), as v2 but with the instructions above.
 #pragma once
 
 #include "softmax_rows.cuh"
 
 namespace jm::cuda::smx {
 
-// Whether the v3 register forward loads the next row group while it works on the current one.
-template <typename T>
-inline constexpr bool kFwdPrefetch = sizeof(T) == 4;
+// Max that propagates NaN, as a butterfly operation.
+struct MaxNanOp {
+  using P = float;
+  __device__ static P identity() { return -INFINITY; }
+  __device__ P operator()(P a, P b) const { return max_nan(a, b); }
+};
 
+// kKeepExp: keep the exps as floats (one exp per element; f32 only fits 64 registers), else the raw
+// packs (exp again at the output); kPrefetch: two register sets of N packs, the next row group's
+// loads issued before the current one is worked on.
 template <typename T, int N, bool kKeepExp, bool kPrefetch>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_fwd_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int tpr) {
@@ -60,81 +74,77 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
     }
 
     T* yr = y + (valid ? row : 0) * int64_t{cols};
-    if constexpr (kKeepExp) {
-      float v[N][V];
-      float m = -INFINITY;
+    T* yb = yr + sp.head;
+    const bool sub_warp = tpr <= 32;  // uniform over the grid
+
+    // The thread's max m over its packs and edges (edges: re-read from L1 at each use, not kept).
+    float v[kKeepExp ? N : 1][V];  // kKeepExp: the packs as floats, then their exps
+    float m = -INFINITY;
 #pragma unroll
-      for (int k = 0; k < N; ++k) {
-        if (it.lane + k * it.rt < sp.body) {
+    for (int k = 0; k < N; ++k) {
+      if (it.lane + k * it.rt < sp.body) {
+        float* u = v[kKeepExp ? k : 0];
+        if constexpr (kKeepExp) {
           unpack(raw[k], v[k]);
-#pragma unroll
-          for (int j = 0; j < V; ++j) m = max_nan(m, v[k][j]);
+        } else {
+          unpack_fresh(raw[k], v[0]);
         }
-      }
-      const float mm = safe_max(m);
-      float s = 0.0f;
 #pragma unroll
-      for (int k = 0; k < N; ++k) {
-        if (it.lane + k * it.rt < sp.body) {  // warp-uniform except in one warp per k
+        for (int j = 0; j < V; ++j) m = max_nan(m, u[j]);
+      }
+    }
+    for (int e = it.lane; e < sp.edges(); e += it.rt) m = max_nan(m, to_float(xr[sp.edge_col(e, cols)]));
+
+    // Exps relative to `ref`: sub-warp rows take the row max first (a max butterfly, then a sum
+    // butterfly: 2 shuffles and 2 ops per step, no rescaling exp as in MergeOp's butterfly); block rows
+    // the thread's own max (one MergeOp reduction: one barrier). safe_max: a row (thread) of only
+    // -inf gets exps exp(-inf - 0) = 0, not NaN.
+    const float row_max = sub_warp ? butterfly<MaxNanOp>(m, tpr) : m;
+    const float ref = safe_max(row_max);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      if (it.lane + k * it.rt < sp.body) {  // warp-uniform except in one warp per k
+        if constexpr (kKeepExp) {
 #pragma unroll
           for (int j = 0; j < V; ++j) {
-            v[k][j] = ex2_ftz((v[k][j] - mm) * kLog2e);
+            v[k][j] = ex2_ftz((v[k][j] - ref) * kLog2e);
             s += v[k][j];
           }
+        } else {
+          unpack_fresh(raw[k], v[0]);
+#pragma unroll
+          for (int j = 0; j < V; ++j) s += ex2_ftz((v[0][j] - ref) * kLog2e);
         }
       }
-      const MaxSum row_ms = row_reduce<MergeOp, false>(with_edges(MaxSum{m, s}, xr, sp, cols, it), tpr, parity);
-      const float inv_s = 1.0f / row_ms.s;
-      const float f = exp_e(m - row_ms.m) * inv_s;  // 0 for a thread of only -inf; NaN rows stay NaN
+    }
+    for (int e = it.lane; e < sp.edges(); e += it.rt) {
+      s += ex2_ftz((to_float(xr[sp.edge_col(e, cols)]) - ref) * kLog2e);
+    }
+    const MaxSum row_ms = sub_warp ? MaxSum{row_max, butterfly<AddOp>(s, tpr)}
+                                   : row_reduce<MergeOp, false>(MaxSum{m, s}, tpr, parity);
+    const float inv_s = 1.0f / row_ms.s;
+
+    // y = exp(x - M) / S. Kept exps: e * inv_s (sub-warp: e is relative to M already) or
+    // e * exp(m - M) * inv_s (block: 0 for a thread of only -inf); an all -inf row (M = -inf, S = 0)
+    // gives 0 * inf = NaN or exp(-inf + inf) = NaN, as jax.nn.softmax.
+    const float f = kKeepExp && !sub_warp ? exp_e(m - row_ms.m) * inv_s : inv_s;
 #pragma unroll
-      for (int k = 0; k < N; ++k) {
-        if (it.lane + k * it.rt < sp.body) {
-          P out;
+    for (int k = 0; k < N; ++k) {
+      if (it.lane + k * it.rt < sp.body) {
+        P out;
+        if constexpr (kKeepExp) {
 #pragma unroll
           for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(v[k][j] * f);
-          store_stream<V>(yr + sp.head, it.lane + k * it.rt, out);
+        } else {
+          unpack_fresh(raw[k], v[0]);
+#pragma unroll
+          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(ex2_ftz((v[0][j] - row_ms.m) * kLog2e) * f);
         }
+        store_stream<V>(yb, it.lane + k * it.rt, out);
       }
-      write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
-    } else {
-      // Raw packs kept (16-bit: half the registers of floats), converted at each of three uses; the
-      // output's exp is taken relative to the row max directly.
-      float m = -INFINITY;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        if (it.lane + k * it.rt < sp.body) {
-          float v[V];
-          unpack_fresh(raw[k], v);
-#pragma unroll
-          for (int j = 0; j < V; ++j) m = max_nan(m, v[j]);
-        }
-      }
-      const float mm = safe_max(m);
-      float s = 0.0f;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        if (it.lane + k * it.rt < sp.body) {
-          float v[V];
-          unpack_fresh(raw[k], v);
-#pragma unroll
-          for (int j = 0; j < V; ++j) s += ex2_ftz((v[j] - mm) * kLog2e);
-        }
-      }
-      const MaxSum row_ms = row_reduce<MergeOp, false>(with_edges(MaxSum{m, s}, xr, sp, cols, it), tpr, parity);
-      const float inv_s = 1.0f / row_ms.s;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        if (it.lane + k * it.rt < sp.body) {
-          float v[V];
-          unpack_fresh(raw[k], v);
-          P out;
-#pragma unroll
-          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(ex2_ftz((v[j] - row_ms.m) * kLog2e) * inv_s);
-          store_stream<V>(yr + sp.head, it.lane + k * it.rt, out);
-        }
-      }
-      write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
     }
+    write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
   }
 }
 
