@@ -452,11 +452,15 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
 #endif
 }
 
-// Blocks until bar has completed the phase of parity `parity` (0 for its 1st, 3rd, ... phase).
+// Blocks until bar has completed the phase of parity `parity` (0 for its 1st, 3rd, ... phase). A wait
+// of over 2^35 cycles (~17 s at 1.98 GHz; generous for sanitizers and time slicing) traps: a protocol
+// error becomes a launch failure, not a hung GPU.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 #if JM_BULK_COPY
   uint32_t done = 0;
+  const long long start = clock64();
   do {
+    if (clock64() - start > (1LL << 35)) __trap();
     asm volatile(
         "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
         : "=r"(done)
