@@ -314,6 +314,25 @@ __device__ __forceinline__ float max_nan(float a, float b) {
 #endif
 }
 
+// max_nan of m and a pack's elements. 16-bit packs compare in pairs, as they are (one HMNMX2 per two
+// elements, exact; no conversion), and convert the pair's result once.
+template <int V, typename T>
+__device__ __forceinline__ float pack_max_nan(const Pack<T, V>& p, float m) {
+  if constexpr (sizeof(T) == 2 && V % 2 == 0) {
+    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    T2 pair[V / 2];
+    memcpy(pair, &p, sizeof(pair));
+    T2 acc = pair[0];
+#pragma unroll
+    for (int i = 1; i < V / 2; ++i) acc = __hmax2_nan(acc, pair[i]);
+    return max_nan(m, max_nan(to_float(acc.x), to_float(acc.y)));
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) m = max_nan(m, to_float(p.v[j]));
+    return m;
+  }
+}
+
 // 2^a by the hardware's ex2 alone (exp2f adds a subnormal-result fix-up of 2-3 instructions): results
 // below 2^-126 flush to 0; -inf gives 0, +inf gives +inf, NaN gives NaN.
 __device__ __forceinline__ float ex2_ftz(float a) {

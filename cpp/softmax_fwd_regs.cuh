@@ -7,12 +7,13 @@
 //     registers) fit 64 registers (ptxas -v: 59-64, no spills) where raw + f32 exps do not (f32
 //     exps of 32 bf16 elements spill by 124 bytes, exps + a second set for f32 by 12), so the
 //     prefetching kernel keeps raw packs for every dtype and takes two exps per element (sum, output);
-//   * max.NaN (one instruction; MaxOp's select takes two or three) and ex2.approx.ftz alone (exp2f
-//     adds a 2-3 instruction subnormal fix-up): per element about 12 instructions for bf16 in the
-//     prefetching kernel (3 unpacks, max, 2 x (sub, mul, ex2), add, mul, half a convert, 1/8 load and
-//     store), was ~17; at the copy's bandwidth an H200 SM must retire 3.25 bf16 (1.8 f32) elements
-//     per cycle: ~40 of its 128 thread-instruction issue slots (30%) and 6.5 of its 16 MUFU.EX2 per
-//     cycle (40%), so with loads in flight throughout it is memory-bound;
+//   * max.NaN (one instruction; MaxOp's select takes two or three; 16-bit packs: max.NaN on raw
+//     pairs, half an instruction per element, no conversion) and ex2.approx.ftz alone (exp2f adds a
+//     2-3 instruction subnormal fix-up): per element about 11 instructions for bf16 in the
+//     prefetching kernel (half a pair max, 2 x (unpack, sub, mul, ex2), add, mul, half a convert, 1/8
+//     load and store), was ~17; at the copy's bandwidth an H200 SM must retire 3.25 bf16 (1.8 f32)
+//     elements per cycle: ~36 of its 128 thread-instruction issue slots (28%) and 6.5 of its 16
+//     MUFU.EX2 per cycle (40%), so with loads in flight throughout it is memory-bound;
 //   * sub-warp rows reduce by a max butterfly and then a sum butterfly (2 shuffles and 2 operations
 //     per step) instead of a butterfly of (max, sum) pairs (2 shuffles, a compare-select and an exp
 //     per step); block rows keep the one-barrier (max, sum) merge.
@@ -83,14 +84,13 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       if (it.lane + k * it.rt < sp.body) {
-        float* u = v[kKeepExp ? k : 0];
         if constexpr (kKeepExp) {
           unpack(raw[k], v[k]);
-        } else {
-          unpack_fresh(raw[k], v[0]);
-        }
 #pragma unroll
-        for (int j = 0; j < V; ++j) m = max_nan(m, u[j]);
+          for (int j = 0; j < V; ++j) m = max_nan(m, v[k][j]);
+        } else {
+          m = pack_max_nan(raw[k], m);  // 16-bit: in pairs, unconverted
+        }
       }
     }
     for (int e = it.lane; e < sp.edges(); e += it.rt) m = max_nan(m, to_float(xr[sp.edge_col(e, cols)]));
