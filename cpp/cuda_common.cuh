@@ -425,11 +425,15 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // Initializes an mbarrier for one arrival per phase, visible to the async proxy and the cluster
-// (call from one thread, then a block barrier).
+// (call from one thread, then a block barrier). Both fences: fence.mbarrier_init (CUTLASS's
+// fence_barrier_init) releases the init at cluster scope; fence.proxy.async.shared::cta is the CUDA
+// programming guide's "make the initialized barrier visible in the async proxy" (the bulk copies'
+// complete_tx is an async-proxy access of the barrier). Once per kernel: their cost does not matter.
 __device__ __forceinline__ void mbar_init(uint64_t* bar) {
 #if JM_BULK_COPY
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #else
   __trap();
 #endif
