@@ -163,6 +163,19 @@ __device__ __forceinline__ Pack<T, V> load_stream(const T* base, int64_t pack) {
     return *p;
   }
 }
+// A 16-byte pack of shared memory in one access (ld.shared.v4). A plain `*p` whose elements are used
+// one by one (pack_max_nan's f32 branch) compiles to four 4-byte loads.
+template <int V, typename T>
+__device__ __forceinline__ Pack<T, V> load_shared(const Pack<T, V>* p) {
+  if constexpr (sizeof(Pack<T, V>) == 16) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    Pack<T, V> out;
+    memcpy(&out, &u, sizeof(u));
+    return out;
+  } else {
+    return *p;
+  }
+}
 template <int V, typename T>
 __device__ __forceinline__ void store_stream(T* base, int64_t pack, const Pack<T, V>& v) {
   Pack<T, V>* p = reinterpret_cast<Pack<T, V>*>(base) + pack;

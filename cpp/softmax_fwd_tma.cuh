@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kTmaBlock, 1)
 
     float m = -INFINITY;
 #pragma unroll 4
-    for (int p = tid; p < share.n; p += nt) m = pack_max_nan(buf[p], m);
+    for (int p = tid; p < share.n; p += nt) m = pack_max_nan(load_shared(buf + p), m);
     const float mm = safe_max(m);
     float s = 0.0f;
 #pragma unroll 4
