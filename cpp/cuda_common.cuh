@@ -527,6 +527,7 @@ inline ffi::Error first_error(std::initializer_list<ffi::Error> errors) {
 }
 
 struct DeviceInfo {
+  int device = 0;          // the current device's index (cudaGetDevice)
   int sm_count = 0;
   int max_smem_optin = 0;  // bytes of shared memory a block may use after opting in
   int cc_major = 0;        // compute capability (9: Hopper, thread-block clusters)
@@ -540,6 +541,7 @@ inline ffi::Error device_info(DeviceInfo* out) {
   static std::atomic<int> cc_majors[kMaxDevices];
   int dev = 0;
   if (auto err = check_cuda(cudaGetDevice(&dev), "cudaGetDevice"); err.failure()) return err;
+  out->device = dev;
   const bool cacheable = dev >= 0 && dev < kMaxDevices;
   if (cacheable) {
     out->sm_count = sm_counts[dev].load(std::memory_order_relaxed);

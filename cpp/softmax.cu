@@ -234,24 +234,40 @@ FwdVersion fwd_version() {
 constexpr int kTmaSmemReserve = 1024;  // the TMA kernel's static shared memory (ptxas -v: 544 bytes)
 constexpr int kSmemKb = 256;           // KB slots of the occupancy cache (227 KB per block on Hopper)
 
+// Function attributes belong to the device's context, so the opt-ins are made once per device (a
+// process-wide flag would leave every other GPU of a multi-GPU process without them: its launches
+// refused, the v2 classes taking every row). Bit 0: the dynamic shared memory opt-in took; bit 1: the
+// non-portable cluster sizes took; bit 2: set once asked (0: not asked on this device yet).
+template <auto Kernel>
+int tma_opt_ins(const DeviceInfo& dev) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> state[kMaxDevices];
+  const bool cacheable = dev.device >= 0 && dev.device < kMaxDevices;
+  if (cacheable) {
+    if (const int s = state[dev.device].load(std::memory_order_relaxed); s != 0) return s;
+  }
+  int s = 4;
+  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           dev.max_smem_optin - kTmaSmemReserve) == cudaSuccess) {
+    s |= 1;
+  }
+  (void)cudaGetLastError();
+  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) s |= 2;
+  (void)cudaGetLastError();
+  if (cacheable) state[dev.device].store(s, std::memory_order_relaxed);
+  return s;
+}
+
 // Clusters of k CTAs of the bulk-copy kernel, each with `smem` bytes (a multiple of 1 KB) of dynamic
 // shared memory, that can be resident at once; 0 when no such cluster can launch. The kernel is opted
-// in to the device's largest dynamic shared memory and, for k > 8, to non-portable cluster sizes.
-// Cached per (k, smem).
+// in (tma_opt_ins) to the device's largest dynamic shared memory and to non-portable cluster sizes
+// (k > 8). Cached per (k, smem), not per device (like blocks_per_sm).
 template <auto Kernel>
 int tma_active_clusters(const DeviceInfo& dev, int k, int smem) {
   static std::atomic<int> cache[kMaxClusterNonPortable + 1][kSmemKb];  // 0: not asked; -1: cannot launch
-  static const bool smem_ok = [&] {
-    const bool ok = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         dev.max_smem_optin - kTmaSmemReserve) == cudaSuccess;
-    (void)cudaGetLastError();
-    return ok;
-  }();
-  static const bool non_portable_ok = [] {
-    const bool ok = cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-    (void)cudaGetLastError();
-    return ok;
-  }();
+  const int opt_ins = tma_opt_ins<Kernel>(dev);
+  const bool smem_ok = (opt_ins & 1) != 0;
+  const bool non_portable_ok = (opt_ins & 2) != 0;
   const int kb = smem / 1024;
   if (!smem_ok || kb >= kSmemKb || k > kMaxClusterNonPortable || (k > kMaxCluster && !non_portable_ok)) return 0;
   std::atomic<int>& slot = cache[k][kb];
