@@ -163,6 +163,19 @@ __device__ __forceinline__ Pack<T, V> load_stream(const T* base, int64_t pack) {
     return *p;
   }
 }
+// A 16-byte pack of shared memory in one access (ld.shared.v4). A plain `*p` whose elements are used
+// one by one (pack_max_nan's f32 branch) compiles to four 4-byte loads.
+template <int V, typename T>
+__device__ __forceinline__ Pack<T, V> load_shared(const Pack<T, V>* p) {
+  if constexpr (sizeof(Pack<T, V>) == 16) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    Pack<T, V> out;
+    memcpy(&out, &u, sizeof(u));
+    return out;
+  } else {
+    return *p;
+  }
+}
 template <int V, typename T>
 __device__ __forceinline__ void store_stream(T* base, int64_t pack, const Pack<T, V>& v) {
   Pack<T, V>* p = reinterpret_cast<Pack<T, V>*>(base) + pack;
@@ -302,6 +315,45 @@ struct MaxOp {
   __device__ float operator()(float a, float b) const { return (a > b || a != a) ? a : b; }
 };
 
+// MaxOp in one instruction (max.NaN.f32, sm_80+; MaxOp's select takes two or three): the result is
+// NaN when either input is, else the larger.
+__device__ __forceinline__ float max_nan(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return MaxOp()(a, b);
+#endif
+}
+
+// max_nan of m and a pack's elements. 16-bit packs compare in pairs, as they are (one HMNMX2 per two
+// elements, exact; no conversion), and convert the pair's result once.
+template <int V, typename T>
+__device__ __forceinline__ float pack_max_nan(const Pack<T, V>& p, float m) {
+  if constexpr (sizeof(T) == 2 && V % 2 == 0) {
+    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    T2 pair[V / 2];
+    memcpy(pair, &p, sizeof(pair));
+    T2 acc = pair[0];
+#pragma unroll
+    for (int i = 1; i < V / 2; ++i) acc = __hmax2_nan(acc, pair[i]);
+    return max_nan(m, max_nan(to_float(acc.x), to_float(acc.y)));
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) m = max_nan(m, to_float(p.v[j]));
+    return m;
+  }
+}
+
+// 2^a by the hardware's ex2 alone (exp2f adds a subnormal-result fix-up of 2-3 instructions): results
+// below 2^-126 flush to 0; -inf gives 0, +inf gives +inf, NaN gives NaN.
+__device__ __forceinline__ float ex2_ftz(float a) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
+}
+
 // Butterfly (xor) reduction within aligned groups of `width` lanes (a power of two <= 32). Every lane
 // of a group ends with the bitwise-same result (the ops are commutative). All 32 lanes must call it.
 template <class Op, int N>
@@ -370,6 +422,92 @@ __device__ __forceinline__ float row_max(float v, int tpr) {
   return tpr > 32 ? block_reduce_max(v) : warp_reduce_max(v, tpr);
 }
 
+// ---- Bulk copies into shared memory (sm_90: cp.async.bulk + mbarrier; elsewhere they trap) ----------
+// One thread issues a 1-D bulk copy global -> its CTA's shared memory and announces its byte count on
+// an mbarrier (arrive + expect_tx); the copy engine completes the transaction; any thread waits for the
+// barrier's phase. Addresses and sizes must be multiples of 16 bytes; one phase takes < 2^20 bytes.
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define JM_BULK_COPY 1
+#else
+#define JM_BULK_COPY 0
+#endif
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Initializes an mbarrier for one arrival per phase, visible to the async proxy and the cluster
+// (call from one thread, then a block barrier). Both fences: fence.mbarrier_init (CUTLASS's
+// fence_barrier_init) releases the init at cluster scope; fence.proxy.async.shared::cta is the CUDA
+// programming guide's "make the initialized barrier visible in the async proxy" (the bulk copies'
+// complete_tx is an async-proxy access of the barrier). Once per kernel: their cost does not matter.
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+#if JM_BULK_COPY
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// Orders this thread's earlier generic-proxy accesses of shared memory (after a block barrier: the
+// block's) before later bulk copies into it.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if JM_BULK_COPY
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// The one arrival of bar's current phase, expecting `bytes` of bulk copies (0: the phase completes now).
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
+#if JM_BULK_COPY
+  asm volatile("{\n\t.reg .b64 state;\n\tmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n\t}"
+               ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Bulk copy of `bytes` from global `src` to shared `dst`, completing on `bar`; evict-first in L2 (the
+// data is read once).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+#if JM_BULK_COPY
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+      ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Blocks until bar has completed the phase of parity `parity` (0 for its 1st, 3rd, ... phase). A wait
+// of over 2^35 cycles (~17 s at 1.98 GHz; generous for sanitizers and time slicing) traps: a protocol
+// error becomes a launch failure, not a hung GPU.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if JM_BULK_COPY
+  uint32_t done = 0;
+  const long long start = clock64();
+  do {
+    if (clock64() - start > (1LL << 35)) __trap();
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (done == 0);
+#else
+  __trap();
+#endif
+}
+
 // ---- Errors and device properties -----------------------------------------------------------------
 
 // The start of every CUDA handler's FFI binding: the stream context; each op's buffers and attributes
@@ -393,6 +531,7 @@ inline ffi::Error first_error(std::initializer_list<ffi::Error> errors) {
 }
 
 struct DeviceInfo {
+  int device = 0;          // the current device's index (cudaGetDevice)
   int sm_count = 0;
   int max_smem_optin = 0;  // bytes of shared memory a block may use after opting in
   int cc_major = 0;        // compute capability (9: Hopper, thread-block clusters)
@@ -406,6 +545,7 @@ inline ffi::Error device_info(DeviceInfo* out) {
   static std::atomic<int> cc_majors[kMaxDevices];
   int dev = 0;
   if (auto err = check_cuda(cudaGetDevice(&dev), "cudaGetDevice"); err.failure()) return err;
+  out->device = dev;
   const bool cacheable = dev >= 0 && dev < kMaxDevices;
   if (cacheable) {
     out->sm_count = sm_counts[dev].load(std::memory_order_relaxed);

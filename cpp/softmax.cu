@@ -10,32 +10,50 @@
 //  class      rt          CTA                            where the row lives             C
 //  sub-warp   4..32       256 threads, 256/rt rows       registers; xor shuffles         <= 512 | 1024
 //  block      64..512     rt threads, one row            registers; smem warp partials   <= 8192 | 16384
+//  bulk-copy  (forward,   k = 1..16 CTAs of 256 threads  shared memory of k CTAs, two    <= k x 2^15 |
+//   cluster   sm_90; v3)  (k from the occupancy API),    row buffers filled one row       k x 2^16
+//                         one row at a time              ahead by cp.async.bulk; DSMEM   (48 KB per CTA;
+//                                                        (max, sum)                      up to ~112 KB)
 //  cluster    1024..8192  k <= 8 CTAs of 512 threads     registers of k CTAs; the        <= 131072 | 262144
 //                         (k <= 16 where the device      row's (max, sum) or dot via     (8 x 512: 65536
 //                         allows it, else 8 of 1024),    DSMEM                           | 131072)
 //                         one row
 //  stream     any         up to 1024 threads, one row    HBM: two passes (3 fwd, 5 bwd   longer
 //                                                        tensor passes)
-// Why: every kernel is __launch_bounds__(1024, 1), <= 64 registers (ptxas -v: 48-64, no spills), so
-// an SM holds 1024 threads. More elements per thread spill (ptxas converts 16-bit packs to float
-// eagerly: unpack_fresh in cuda_common.cuh stops that). Sub-warp rows put several rows in a warp so short
-// rows still give each thread 4 (forward) or 2 x 4 (backward) independent 16-byte loads, 64 (128) KB
-// in flight per SM; 512-thread CTAs (2 per SM) let one CTA's loads overlap another's reduction and
-// stores; a cluster spreads a long row over up to 8-16 SMs' registers (one cluster barrier per row).
+// The forward takes the bulk-copy cluster for every row beyond the block class where it can launch
+// (up to 16 x ~112 KB per row: f32 C ~ 458K); the register cluster class serves the backward, and the
+// forward only where the bulk-copy one cannot launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below).
+// Why: every register kernel is __launch_bounds__(1024, 1), <= 64 registers (ptxas -v: 48-64, no
+// spills), so an SM holds 1024 threads. More elements per thread spill (ptxas converts 16-bit packs
+// to float eagerly: unpack_fresh in cuda_common.cuh stops that). Sub-warp rows put several rows in a
+// warp so short rows still give each thread 4 (forward) or 2 x 4 (backward) independent 16-byte
+// loads, 64 (128) KB in flight per SM; 512-thread CTAs (2 per SM) let one CTA's loads overlap
+// another's reduction and stores; a cluster spreads a long row over up to 8-16 SMs (one cluster
+// barrier per row); the bulk-copy cluster keeps the next row's loads in flight through that barrier.
 // The grid is persistent (CTAs or clusters resident at once, from the occupancy API) with a row loop,
 // so there is no partial last wave beyond one row (group) per CTA.
 // Clusters need sm_90: elsewhere, or when the occupancy query says no such cluster can be resident,
 // or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
-// scalar accesses. Forward: f32 takes one exp per element (each thread keeps exp(x - its max) and
-// rescales by exp(its max - row max) / sum at the end), bf16/f16 two (sum, then output); ex2 with a
-// log2(e) pre-scale of x - max; f32 accumulation everywhere.
+// scalar accesses.
+// Forward v3 (the default; softmax_fwd_regs.cuh, softmax_fwd_tma.cuh): the sub-warp and block classes
+// load a thread's next row group before working on the current one (two register sets of 4 raw
+// packs) and take two exps per element (sum, output) of ex2.approx.ftz with a max.NaN max: ~12
+// instructions per element, which the H200's issue rate covers ~3x at the copy's bandwidth; sub-warp
+// rows reduce by a max butterfly then a sum butterfly (no exp per shuffle step). v2 (f32
+// kept one exp per element in registers, 16-bit two; no prefetch; exp2f and a select-based max) stays
+// for A/B runs: JAX_MEMOPS_SOFTMAX_FWD=v2, or =v3-noprefetch (v3's instructions, v2's one row group in
+// flight). ex2 with a log2(e) pre-scale of x - max; f32 accumulation everywhere.
 #include "cuda_common.cuh"
 #include "bindings.h"
 #include "handlers.h"
 #include "softmax_ladder.h"
+#include "softmax_fwd_regs.cuh"
+#include "softmax_fwd_tma.cuh"
 #include "softmax_rows.cuh"
 #include "softmax_stream.cuh"
+
+#include <cstdlib>
 
 namespace ffi = xla::ffi;
 
@@ -86,11 +104,12 @@ ffi::Error blocks_per_sm(int block, int* out) {
   return ffi::Error::Success();
 }
 
-cudaLaunchConfig_t cluster_config(dim3 grid, int block, int k, cudaStream_t stream, cudaLaunchAttribute* attr) {
+cudaLaunchConfig_t cluster_config(dim3 grid, int block, int k, cudaStream_t stream, cudaLaunchAttribute* attr,
+                                  size_t smem = 0) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(static_cast<unsigned>(block));
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   *attr = cudaLaunchAttribute{};
   attr->id = cudaLaunchAttributeClusterDimension;
@@ -193,6 +212,144 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
   return launch_persistent<ScalarK>(dev, stream, s.rows, block, what, args..., s.rows, s.cols);
 }
 
+// ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
+
+// Which forward kernels "auto" runs. v3 by default; for A/B benchmarks only, the environment variable
+// JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects "v2" (the v2 kernels everywhere) or
+// "v3-noprefetch" (v3 without the register classes' next-row prefetch: f32 keeps exps, 16-bit types
+// raw packs). Any other value: v3. The backward is the same in all three.
+enum class FwdVersion { kV2, kV3, kV3NoPrefetch };
+
+FwdVersion fwd_version() {
+  static const FwdVersion version = [] {
+    const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_FWD");
+    const std::string v = env == nullptr ? "" : env;
+    if (v == "v2") return FwdVersion::kV2;
+    if (v == "v3-noprefetch") return FwdVersion::kV3NoPrefetch;
+    return FwdVersion::kV3;
+  }();
+  return version;
+}
+
+constexpr int kTmaSmemReserve = 1024;  // the TMA kernel's static shared memory (ptxas -v: 544 bytes)
+constexpr int kSmemKb = 256;           // KB slots of the occupancy cache (227 KB per block on Hopper)
+
+// Function attributes belong to the device's context, so the opt-ins are made once per device (a
+// process-wide flag would leave every other GPU of a multi-GPU process without them: its launches
+// refused, the v2 classes taking every row). Bit 0: the dynamic shared memory opt-in took; bit 1: the
+// non-portable cluster sizes took; bit 2: set once asked (0: not asked on this device yet).
+template <auto Kernel>
+int tma_opt_ins(const DeviceInfo& dev) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> state[kMaxDevices];
+  const bool cacheable = dev.device >= 0 && dev.device < kMaxDevices;
+  if (cacheable) {
+    if (const int s = state[dev.device].load(std::memory_order_relaxed); s != 0) return s;
+  }
+  int s = 4;
+  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           dev.max_smem_optin - kTmaSmemReserve) == cudaSuccess) {
+    s |= 1;
+  }
+  (void)cudaGetLastError();
+  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) s |= 2;
+  (void)cudaGetLastError();
+  if (cacheable) state[dev.device].store(s, std::memory_order_relaxed);
+  return s;
+}
+
+// Clusters of k CTAs of the bulk-copy kernel, each with `smem` bytes (a multiple of 1 KB) of dynamic
+// shared memory, that can be resident at once; 0 when no such cluster can launch. The kernel is opted
+// in (tma_opt_ins) to the device's largest dynamic shared memory and to non-portable cluster sizes
+// (k > 8). Cached per (k, smem), not per device (like blocks_per_sm).
+template <auto Kernel>
+int tma_active_clusters(const DeviceInfo& dev, int k, int smem) {
+  static std::atomic<int> cache[kMaxClusterNonPortable + 1][kSmemKb];  // 0: not asked; -1: cannot launch
+  const int opt_ins = tma_opt_ins<Kernel>(dev);
+  const bool smem_ok = (opt_ins & 1) != 0;
+  const bool non_portable_ok = (opt_ins & 2) != 0;
+  const int kb = smem / 1024;
+  if (!smem_ok || kb >= kSmemKb || k > kMaxClusterNonPortable || (k > kMaxCluster && !non_portable_ok)) return 0;
+  std::atomic<int>& slot = cache[k][kb];
+  int n = slot.load(std::memory_order_relaxed);
+  if (n != 0) return std::max(n, 0);
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(k * dev.sm_count)), smx::kTmaBlock, k,
+                                                nullptr, &attr, static_cast<size_t>(smem));
+  if (cudaOccupancyMaxActiveClusters(&n, Kernel, &cfg) != cudaSuccess || n <= 0) {
+    (void)cudaGetLastError();
+    n = -1;
+  }
+  slot.store(n, std::memory_order_relaxed);
+  return std::max(n, 0);
+}
+
+// The bulk-copy cluster class (sm_90): the cluster size k (1..16) whose CTAs each hold chunk =
+// ceil(packs / k) packs twice (two stages) in shared memory. Among the sizes that fit and can launch,
+// the one with the most CTAs resident, counted up to 2 per SM (a second CTA per SM overlaps one CTA's
+// reduction with the other's loads; more adds little), the smallest k on ties (fewer CTAs in each
+// cluster barrier). *launched = false (and success) when no size fits or launches: the caller falls
+// back to the v2 classes.
+template <typename T>
+ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y,
+                          bool* launched) {
+  constexpr auto kKernel = smx::softmax_fwd_tma_kernel<T>;
+  *launched = false;
+  const int64_t packs = ceil_div(s.cols, kVec<T>);
+  const int64_t max_smem = int64_t{dev.max_smem_optin} - kTmaSmemReserve;
+  int best_k = 0, best_active = 0;
+  int64_t best_chunk = 0, best_smem = 0, best_score = 0;
+  for (int k = 1; k <= kMaxClusterNonPortable; k *= 2) {
+    const int64_t chunk = ceil_div(packs, k);
+    const int64_t smem = ceil_div(smx::kTmaStages * chunk * 16, 1024) * 1024;
+    if (smem > max_smem) continue;
+    const int active = tma_active_clusters<kKernel>(dev, k, static_cast<int>(smem));
+    const int64_t score = std::min<int64_t>(int64_t{active} * k, 2 * int64_t{dev.sm_count});
+    if (score > best_score) {
+      best_k = k, best_active = active, best_chunk = chunk, best_smem = smem, best_score = score;
+    }
+  }
+  if (best_k == 0) return ffi::Error::Success();
+  const int64_t clusters = std::min<int64_t>(s.rows, best_active);
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * best_k)), smx::kTmaBlock,
+                                                best_k, stream, &attr, static_cast<size_t>(best_smem));
+  if (cudaLaunchKernelEx(&cfg, kKernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(best_chunk)) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();  // a configuration error: the v2 classes take the row
+    return ffi::Error::Success();
+  }
+  *launched = true;
+  return check_launch("softmax_fwd (bulk-copy cluster)");
+}
+
+// The v3 forward where it applies (16-byte accesses; sub-warp and block classes by the register
+// kernel, longer rows by the bulk-copy cluster on sm_90); *launched = false elsewhere (the v2 classes
+// then run: the register cluster where the bulk-copy one cannot launch, the 1024-thread CTA, stream).
+template <typename T>
+ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, bool prefetch, const T* x, T* y,
+                         bool* launched) {
+  *launched = false;
+  if (!vec) return ffi::Error::Success();
+  DeviceInfo dev;
+  if (auto err = device_info(&dev); err.failure()) return err;
+  const int64_t rt = std::max<int64_t>(smx::kMinTpr, next_pow2(ceil_div(s.cols, smx::fwd_elems_per_thread<T>())));
+  if (rt <= kMaxBlock / 2) {  // sub-warp and block classes
+    const int tpr = static_cast<int>(rt);
+    const int block = tpr <= 32 ? smx::kSubWarpBlock : tpr;
+    const int64_t groups = ceil_div(s.rows, block / tpr);
+    *launched = true;
+    if (prefetch) {
+      return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, false, true>>(
+          dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
+    }
+    return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, sizeof(T) == 4, false>>(
+        dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
+  }
+  if (dev.cc_major >= 9 && s.cols <= INT_MAX) return launch_fwd_tma(dev, stream, s, x, y, launched);
+  return ffi::Error::Success();
+}
+
 ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
                       int64_t algorithm) {
   if (algorithm < 0 || algorithm > kSoftmaxLadderLast) {
@@ -209,9 +366,17 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(y->untyped_data());
+    const bool vec = same_alignment({xp, yp});
+    if (const FwdVersion version = fwd_version(); version != FwdVersion::kV2) {
+      bool launched = false;
+      if (auto err = launch_fwd_v3(stream, s, vec, version == FwdVersion::kV3, xp, yp, &launched);
+          err.failure() || launched) {
+        return err;
+      }
+    }
     return launch_auto<smx::softmax_fwd_rows_kernel<T, false>, smx::softmax_fwd_rows_kernel<T, true>,
                        smx::softmax_fwd_stream_kernel<T, kVec<T>>, smx::softmax_fwd_stream_kernel<T, 1>>(
-        stream, s, smx::fwd_elems_per_thread<T>(), kVec<T>, same_alignment({xp, yp}), "softmax_fwd", xp, yp);
+        stream, s, smx::fwd_elems_per_thread<T>(), kVec<T>, vec, "softmax_fwd", xp, yp);
   });
 }
 

@@ -440,12 +440,15 @@ def test_kernels_reject_unknown_index(device, index):
 # ----------------------------------------------------------------------------------------------
 
 # A thread holds 16 f32 / 32 bf16-f16 row elements: sub-warp rows (4..32 threads) up to C = 512 / 1024,
-# one block per row up to 8192 / 16384, a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512
-# threads: 65536 / 131072), the two-pass stream class beyond. Values on both sides of each limit; C
-# not a multiple of 4 (f32) or 8 (16-bit) starts rows at misaligned addresses (scalar head, vector
-# body, scalar tail); 1 and 2 are shorter than one pack.
+# one block per row up to 8192 / 16384; beyond, the forward (v3, sm_90) takes the bulk-copy cluster of k
+# CTAs, each holding ceil(C / 4 or 8 / k) 16-byte packs twice in shared memory (H200: k = 1 at 8193,
+# 2 at 16385, 4 at 32768 and 50257, 8 at 65536, 16 at 131072 and, with ~64 KB per CTA, 262144), and
+# the two-pass stream class past 16 x ~112 KB per row (f32 600001); the backward (and the forward on
+# other GPUs) a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512 threads: 65536 / 131072), the
+# stream class beyond. Values on both sides of each limit; C
 CLASS_COLS = [1, 2, 7, 31, 33, 127, 128, 129, 512, 513, 1000, 1023, 1024, 1025, 2047, 4096, 4097, 8191,
-              8192, 8193, 12289, 16384, 16385, 32768, 50257, 65536, 65537, 131072, 131073, 262144, 262147]
+              8192, 8193, 12289, 16384, 16385, 32768, 50257, 65536, 65537, 131072, 131073, 262144, 262147,
+              600001]
 
 
 def _class_rows(c):
@@ -497,7 +500,8 @@ def test_auto_size_classes_backward(device, rng, c, dtype):
 
 
 # More rows than the persistent grids have row slots (CTAs x rows per CTA, or clusters), in each class.
-AUTO_MANY_ROWS = [(40000, 129), (20000, 1000), (3000, 4097), (300, 50257), (70, 131072), (20, 262147)]
+AUTO_MANY_ROWS = [(40000, 129), (20000, 1000), (3000, 4097), (2000, 8193), (600, 16385), (300, 50257), (70, 131072),
+                  (20, 262147)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -520,3 +524,39 @@ def test_auto_many_rows(device, rng, shape, dtype):
     assert np.isnan(d[~fin]).all()
     mt.assert_close(d[fin], mt.ref_softmax_vjp(x[fin], g[fin]), GRAD_TOL[dtype], dtype=dtype, what="dx",
                     mag=mt.ref_softmax_vjp_mag(x[fin], g[fin]))
+
+
+# The forward's A/B switch (cpp/softmax.cu): JAX_MEMOPS_SOFTMAX_FWD, read once per process, so each
+# version runs in a fresh interpreter; every class of each version against the float64 reference.
+_VERSION_SCRIPT = r"""
+import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
+sys.path.insert(0, {tests!r})
+import memops_testing as mt
+rng = np.random.default_rng(0)
+for dtype in mt.DTYPES:
+    for rows, c in ((40000, 33), (300, 1000), (50, 4097), (20, 8193), (300, 50257), (40, 131072), (3, 600001)):
+        x = mt.randn(rng, (rows, c), np.float32, scale=3.0)
+        x[0, ::3] = -np.inf
+        x[1] = -np.inf
+        x[2, c // 2] = np.nan
+        x = x.astype(dtype)
+        y = jax.jit(jm.softmax)(jax.device_put(x, jax.devices("gpu")[0]))
+        mt.assert_close(y, mt.ref_softmax(x), mt.FWD_TOL[dtype], dtype=dtype, what=f"{{dtype}} {{(rows, c)}}")
+print("OK")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["v2", "v3-noprefetch", "v3"])
+def test_gpu_fwd_versions(gpu, version):
+    import os
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    # No preallocation in the child: this process may already hold 75% of the GPU (JAX's default).
+    env = dict(os.environ, JAX_MEMOPS_SOFTMAX_FWD=version, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    out = subprocess.run([sys.executable, "-c", _VERSION_SCRIPT.format(tests=tests)], env=env, cwd="/",
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-2000:] + out.stderr[-4000:]

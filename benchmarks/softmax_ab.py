@@ -1,0 +1,62 @@
+"""A/B of the softmax forward kernel versions on one GPU: `jax-memops bench --ops softmax --dirs fwd
+--parts sweep` once per version of cpp/softmax.cu's JAX_MEMOPS_SOFTMAX_FWD switch (read once per
+process, hence one process per version), then one table: TB/s (% of the copy measured in the same
+run) per version, XLA's TB/s, and each version's speedup over v2 and over XLA.
+
+    python3 benchmarks/softmax_ab.py --out ab [--versions v2 v3-noprefetch v3] [bench options...]
+
+Extra options go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="softmax-ab")
+    p.add_argument("--versions", nargs="+", default=["v2", "v3-noprefetch", "v3"])
+    args, bench_args = p.parse_known_args()
+    results = {}
+    for v in args.versions:
+        out = os.path.join(args.out, v)
+        cmd = [sys.executable, "-P", "-m", "jax_memops.cli", "bench", "--ops", "softmax", "--dirs", "fwd",
+               "--parts", "sweep", "--out", out, *bench_args]
+        print(f"== JAX_MEMOPS_SOFTMAX_FWD={v}: {' '.join(cmd[2:])}", flush=True)
+        rc = subprocess.run(cmd, env=dict(os.environ, JAX_MEMOPS_SOFTMAX_FWD=v)).returncode
+        if rc != 0:
+            print(f"version {v}: bench failed (rc={rc})", flush=True)
+            continue
+        with open(os.path.join(out, "results.json")) as f:
+            results[v] = {(r["dtype"], r["shape"][-1]): r for r in json.load(f)["results"]
+                          if r["op"] == "softmax" and r["direction"] == "fwd"}
+    if not results:
+        return 1
+    versions = list(results)
+    keys = sorted({k for r in results.values() for k in r})
+    head = ["dtype", "C"] + [f"{v} TB/s (%copy)" for v in versions] + ["XLA TB/s"]
+    head += [f"{v}/{versions[0]}" for v in versions[1:]] + [f"{v}/XLA" for v in versions]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in keys:
+        row = [key[0], str(key[1])]
+        rs = [results[v].get(key) for v in versions]
+        row += [f"{r['ours_gbps'] / 1e3:.2f} ({r['pct_of_copy']:.0f}%)" if r else "-" for r in rs]
+        xla = next((r for r in rs if r), None)
+        row.append(f"{xla['xla_gbps'] / 1e3:.2f}" if xla else "-")
+        base = rs[0]
+        row += [f"{base['ours_ms'] / r['ours_ms']:.3f}" if r and base else "-" for r in rs[1:]]
+        row += [f"{r['xla_ms'] / r['ours_ms']:.2f}" if r else "-" for r in rs]
+        lines.append("| " + " | ".join(row) + " |")
+    table = "\n".join(lines)
+    print(table)
+    with open(os.path.join(args.out, "ab.md"), "w") as f:
+        f.write(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+// Softmax "auto" v3 forward for long rows (sm_90): the cluster class with the row in shared memory,
+// filled by bulk copies (cp.async.bulk + mbarrier) one row ahead, so that the loads of a cluster's
+// next row run while it reduces and writes the current one. (The v2 register cluster class of
+// softmax_rows.cuh issued a row's loads only after the previous row's cluster barrier and stores:
+// 53-71% of the copy on the H200.)
+//
+// A cluster of k CTAs (k = 1..16) owns one row at a time and walks rows base, base + step, ... (a
+// persistent grid of clusters). CTA r of the cluster holds packs [r * chunk, (r + 1) * chunk) of the
+// row's 16-byte-aligned body in one of two shared-memory stages (2 x chunk x 16 bytes); the row's
+// scalar head and tail (misaligned C) are read from global memory by the cluster's first lanes, as in
+// the register classes. Per row, in each CTA:
+//   barrier (every thread is done with the other stage) -> thread 0 issues the next row's bulk copy
+//   into the other stage -> wait for this row's stage -> per-thread max, then sum of exp(x - max)
+//   (two reads of shared memory) -> (max, sum) merged over the block, then the cluster (DSMEM, as
+//   v2) -> y = exp(x - M) / S from shared memory, 16-byte streaming stores.
+// In flight per CTA: the next row's chunk for the whole time the current one is processed, i.e. up to
+// chunk x 16 bytes x (CTAs per SM) per SM. The host (launch_fwd_tma) takes the smallest k that lets
+// 2 CTAs share an SM (chunk <= ~56 KB: 64-112 KB in flight per SM; H200: f32 32768 -> k = 4, 3 CTAs
+// of 32 KB per SM; 50257 -> 4, 2 x 49 KB; 131072 -> 16, 3 x 32 KB, or 8, 1 x 64 KB where 16 is
+// refused), against the ~25-45 KB of reads that Little's law asks per SM at 3.8 TB/s and 1.5-3 us of
+// loaded latency.
+// Two exps per element (sum and output) and three reads of shared memory cost ~10 instructions per
+// element, ~1/3 of the issue slots the SM has at the copy's bandwidth (f32: 1.8 elements per SM-cycle
+// read; bf16 3.6), and 2 MUFU.EX2 per element use ~1/4-1/2 of the 16 per SM-cycle.
+#pragma once
+
+#include "softmax_rows.cuh"
+
+namespace jm::cuda::smx {
+
+constexpr int kTmaBlock = 256;           // threads per CTA
+constexpr int kTmaStages = 2;            // row buffers per CTA: the current row and the next
+
+// The packs [lo, lo + n) of a row's body that cluster rank `rank` holds.
+struct TmaShare {
+  int lo, n;
+  __device__ TmaShare(int body, int rank, int chunk) : lo(rank * chunk), n(max(0, min(chunk, body - lo))) {}
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kTmaBlock, 1)
+    softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk) {
+#if JM_BULK_COPY
+  constexpr int V = kVec<T>;
+  using P = Pack<T, V>;
+  __shared__ uint64_t bar[kTmaStages];
+  P* stages = reinterpret_cast<P*>(dynamic_smem());  // [kTmaStages][chunk]
+  const RowIter<true> it(0);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nt = static_cast<int>(blockDim.x);
+  const int rank = cluster_rank();
+
+  // Thread 0: the bulk copy of this CTA's share of `row` into stage st (0 bytes: the phase completes).
+  auto issue = [&](int64_t row, int st) {
+    const T* xr = x + row * int64_t{cols};
+    const RowSpan<T, V, int> sp(xr, cols, true);
+    const TmaShare share(sp.body, rank, chunk);
+    const uint32_t bytes = static_cast<uint32_t>(share.n) * sizeof(P);
+    mbar_arrive_expect(&bar[st], bytes);
+    if (bytes > 0) bulk_load(stages + st * chunk, xr + sp.head + int64_t{share.lo} * V, bytes, &bar[st]);
+  };
+
+  if (tid == 0) {
+    for (int st = 0; st < kTmaStages; ++st) mbar_init(&bar[st]);
+    if (it.base < rows) issue(it.base, 0);
+  }
+  __syncthreads();  // the barriers are initialized before anyone waits on them
+  int i = 0;
+  for (int64_t row = it.base; row < rows; row += it.step, ++i) {
+    const int st = i & 1;
+    __syncthreads();  // every thread is done reading stage st ^ 1 (the previous row's output pass)
+    if (tid == 0 && row + it.step < rows) {
+      fence_proxy_async_smem();
+      issue(row + it.step, st ^ 1);
+    }
+    const T* xr = x + row * int64_t{cols};
+    T* yr = y + row * int64_t{cols};
+    const RowSpan<T, V, int> sp(xr, cols, true);
+    const TmaShare share(sp.body, rank, chunk);
+    const P* buf = stages + st * chunk;
+    mbar_wait(&bar[st], static_cast<uint32_t>(i >> 1) & 1u);
+
+    float m = -INFINITY;
+#pragma unroll 4
+    for (int p = tid; p < share.n; p += nt) m = pack_max_nan(load_shared(buf + p), m);
+    const float mm = safe_max(m);
+    float s = 0.0f;
+#pragma unroll 4
+    for (int p = tid; p < share.n; p += nt) {
+      float v[V];
+      unpack(buf[p], v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) s += ex2_ftz((v[j] - mm) * kLog2e);
+    }
+    const MaxSum row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
+    const float inv_s = 1.0f / row_ms.s;
+    T* yb = yr + sp.head + int64_t{share.lo} * V;
+#pragma unroll 4
+    for (int p = tid; p < share.n; p += nt) {
+      float v[V];
+      unpack(buf[p], v);
+      P out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(ex2_ftz((v[j] - row_ms.m) * kLog2e) * inv_s);
+      store_stream<V>(yb, p, out);
+    }
+    write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
+  }
+  cluster_sync();  // keep this CTA's shared memory (the reduction slots) alive for the others' reads
+#else
+  __trap();  // sm_80 builds: the host launches this kernel only on sm_90+
+#endif
+}
+
+}  // namespace jm::cuda::smx
