@@ -52,15 +52,22 @@ __global__ void __launch_bounds__(kElemBlock)
 }
 
 // Packs per thread of gelu_bwd_partials (16 elements; 8 unvectorized): x and dy of one row's packs are
-// loaded before any is used; partials in shared memory (2 x 32 KiB in f32).
+// loaded before any is used.
 template <int V>
 inline constexpr int kGeluPacks = V == 1 ? 8 : 16 / V;
 
+// Rows a team loads before computing any (v3): 16-bit rows hold half the bytes per element, so a
+// thread takes two rows' packs at once to keep as many bytes in flight as f32 does with one.
+template <typename T, int V>
+inline constexpr int kGeluRows = sizeof(T) == 2 && V > 1 ? 2 : 1;
+
 // gelu_bwd with array scale/bias and parameter gradients, in ONE pass over x and dy (geometry:
 // partials.cuh). Block b covers rows [begin, end) of one group and column tile `tile` (tpr * K packs);
-// per element t = dy * gelu'(x*s + b), dx = t * s, and the thread's shared-memory partials gain t * x
-// (dscale, slab_a) and t (dbias, slab_b). Rows are independent here, so the teams just stride over the
-// block's rows; at the end the teams' partials become the block's workspace row.
+// per element t = dy * gelu'(x*s + b), dx = t * s, and the thread's partials gain t * x (dscale, slab_a)
+// and t (dbias, slab_b). Rows are independent here, so the teams just stride over the block's rows
+// (team t: rows begin + t, begin + t + teams, ..., R of them loaded at a time and summed in that
+// order); the partials stay in registers (RegPartials) and go to shared memory once at the end, where
+// the teams' partials become the block's workspace row.
 template <typename T, int V>
 __global__ void __launch_bounds__(kTeamThreads, 1)
     gelu_bwd_partials_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, float scale_value,
@@ -68,6 +75,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
                              int64_t cols, int tpr, int64_t tiles, int64_t groups, int64_t per_group,
                              float* __restrict__ slab_a, float* __restrict__ slab_b) {
   constexpr int K = kGeluPacks<V>;
+  constexpr int R = kGeluRows<T, V>;
   const PartialBlock blk = partial_block(rows, groups, per_group, tiles);
   const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
   const int team = static_cast<int>(threadIdx.x) / tpr;
@@ -78,45 +86,53 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   float* const acc_b = slab_b == nullptr  ? nullptr
                        : acc_a != nullptr ? acc_a + partial_slab_floats<V, K>()
                                           : reinterpret_cast<float*>(dynamic_smem());
-  zero_partials<V, K>(acc_a);
-  zero_partials<V, K>(acc_b);
-  for (int64_t row = blk.begin + team; row < blk.end; row += teams) {  // no barriers inside
-    const T* xr = x + row * cols;
-    const T* dyr = dy + row * cols;
-    T* dxr = dx + row * cols;
-    const float* scale_row = param_row(scale, row, cols);
-    const float* bias_row = param_row(bias, row, cols);
-    Pack<T, V> px[K], pd[K];
+  RegPartials<V, K> reg;
+  for (int64_t row0 = blk.begin + team; row0 < blk.end; row0 += int64_t{R} * teams) {  // no barriers inside
+    Pack<T, V> px[R][K], pd[R][K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t i = first + lane + k * tpr;
-      if (i < packs) {
-        px[k] = load_raw<V>(xr, i);
-        pd[k] = load_raw<V>(dyr, i);
+    for (int q = 0; q < R; ++q) {
+      const int64_t row = row0 + int64_t{q} * teams;
+      const T* xr = x + row * cols;
+      const T* dyr = dy + row * cols;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int64_t i = first + lane + k * tpr;
+        if (row < blk.end && i < packs) {
+          px[q][k] = load_raw<V>(xr, i);
+          pd[q][k] = load_raw<V>(dyr, i);
+        }
       }
     }
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t i = first + lane + k * tpr;
-      if (i < packs) {
-        float xv[V], dv[V], sc[V], bs[V], out[V];
-        unpack(px[k], xv);
-        unpack(pd[k], dv);
-        load_param<V>(scale_row, i, scale_value, sc);
-        load_param<V>(bias_row, i, bias_value, bs);
-        const PartialSlot pa = partial_slot<V, K>(acc_a, k);
-        const PartialSlot pb = partial_slot<V, K>(acc_b, k);
+    for (int q = 0; q < R; ++q) {
+      const int64_t row = row0 + int64_t{q} * teams;
+      if (row >= blk.end) break;  // uniform over the team
+      T* dxr = dx + row * cols;
+      const float* scale_row = param_row(scale, row, cols);
+      const float* bias_row = param_row(bias, row, cols);
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float t = dv[j] * gelu_grad(xv[j] * sc[j] + bs[j]);
-          out[j] = t * sc[j];
-          if (pa) pa[j] += t * xv[j];
-          if (pb) pb[j] += t;
+      for (int k = 0; k < K; ++k) {
+        const int64_t i = first + lane + k * tpr;
+        if (i < packs) {
+          float xv[V], dv[V], sc[V], bs[V], out[V];
+          unpack_fresh(px[q][k], xv);
+          unpack_fresh(pd[q][k], dv);
+          load_param<V>(scale_row, i, scale_value, sc);
+          load_param<V>(bias_row, i, bias_value, bs);
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const float t = dv[j] * gelu_grad(xv[j] * sc[j] + bs[j]);
+            out[j] = t * sc[j];
+            reg.a[k][j] += t * xv[j];
+            reg.b[k][j] += t;
+          }
+          store_pack<V>(dxr, i, out);
         }
-        store_pack<V>(dxr, i, out);
       }
     }
   }
+  store_partials<V, K>(acc_a, reg.a);
+  store_partials<V, K>(acc_b, reg.b);
   if (acc_a != nullptr) finish_partials<V, K>(acc_a, tpr, first * V, cols, slab_a, blk.row_out);
   if (acc_b != nullptr) finish_partials<V, K>(acc_b, tpr, first * V, cols, slab_b, blk.row_out);
 }
