@@ -15,16 +15,24 @@ namespace {
 // Batched-load budget (registers, see kBatch) where the loop body loads scale/bias too.
 constexpr int kParamBatchRegs = 8;
 
+// The forward's load batch (v3): 4 packs of 16 bytes per thread issued before any is used (v2: 2).
+// Launch bound: f32 4 blocks of 256 per SM (<= 64 registers; 64 KiB of x in flight per SM); 16-bit
+// packs unpack to 8 floats (and 8 + 8 parameters), which spill at 64 registers: 3 blocks (72 registers,
+// ptxas -v; 48 KiB).
+constexpr int kFwdBatchRegs = 16;
+template <typename T>
+inline constexpr int kFwdBlocksPerSm = sizeof(T) == 2 ? 3 : 4;
+
 // gelu_fwd: elementwise grid-stride loop over V-element packs (16-byte accesses when C % V == 0 and the
 // buffers are aligned), batched loads; each pack's (row, column), for the parameters, is tracked
 // incrementally.
 template <typename T, int V>
-__global__ void __launch_bounds__(kElemBlock)
+__global__ void __launch_bounds__(kElemBlock, kFwdBlocksPerSm<T>)
     gelu_fwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, float scale_value,
                     float bias_value, T* __restrict__ y, int64_t rows, int64_t cols) {
-  for_grid_packs<V, kParamBatchRegs>({x}, rows * cols / V, cols, [&](int64_t q, const RowColCursor& at, const auto& p) {
+  for_grid_packs<V, kFwdBatchRegs>({x}, rows * cols / V, cols, [&](int64_t q, const RowColCursor& at, const auto& p) {
     float v[V], s[V], b[V];
-    unpack(p[0], v);
+    unpack_fresh(p[0], v);  // 16-bit: converted here, not hoisted (the batch stays raw: half the registers)
     load_param<V>(param_row(scale, at.r, cols), at.c / V, scale_value, s);
     load_param<V>(param_row(bias, at.r, cols), at.c / V, bias_value, b);
 #pragma unroll
@@ -57,9 +65,16 @@ template <int V>
 inline constexpr int kGeluPacks = V == 1 ? 8 : 16 / V;
 
 // Rows a team loads before computing any (v3): 16-bit rows hold half the bytes per element, so a
-// thread takes two rows' packs at once to keep as many bytes in flight as f32 does with one.
+// thread takes two rows' packs at once to keep as many bytes in flight as f32 does with one. Device
+// code only: on sm_80 two rows spill (8 bytes at 128 registers, ptxas -v), so one row there.
 template <typename T, int V>
-inline constexpr int kGeluRows = sizeof(T) == 2 && V > 1 ? 2 : 1;
+__device__ constexpr int gelu_rows() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return sizeof(T) == 2 && V > 1 ? 2 : 1;
+#else
+  return 1;
+#endif
+}
 
 // gelu_bwd with array scale/bias and parameter gradients, in ONE pass over x and dy (geometry:
 // partials.cuh). Block b covers rows [begin, end) of one group and column tile `tile` (tpr * K packs);
@@ -75,7 +90,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
                              int64_t cols, int tpr, int64_t tiles, int64_t groups, int64_t per_group,
                              float* __restrict__ slab_a, float* __restrict__ slab_b) {
   constexpr int K = kGeluPacks<V>;
-  constexpr int R = kGeluRows<T, V>;
+  constexpr int R = gelu_rows<T, V>();
   const PartialBlock blk = partial_block(rows, groups, per_group, tiles);
   const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
   const int team = static_cast<int>(threadIdx.x) / tpr;
