@@ -24,9 +24,11 @@ from jax_memops import reference, unfused
 # for 1001; (4, 1024) team; (3, 1028) f32 block rows of 64 (16-bit: team); (2, 2056) block rows
 # (16-bit: 64 threads); (3, 4097) block, misaligned; (2, 12288) block rows of 384 / 192; (1, 24580) the
 # f32 v1 fallback (16-bit: 384-thread block rows, misaligned). (32003, 33): enough rows for P ~ 2 per
-# SM, so the norms' fused backward runs 256-thread blocks.
+# SM, so the norms' fused backward runs 256-thread blocks. v3 (16-bit register partials, gelu's row
+# pairs): (301, 2048) bf16, odd rows per team; (2, 12288) f16, a 512-thread team with K = 3 in
+# registers; (4, 1024) bf16, (300, 64) f16 (with vmap) and (3, 1028) f16 (scalar packs) above.
 SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
-          (2, 12288), (1, 24580), (32003, 33), (2, 3, 31)]
+          (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288)]
 # One small shape per size class of softmax "auto" (cpp/softmax.cu): sub-warp rows, a warp, block rows
 # (misaligned rows), clusters (7 CTAs; 8 x 512 or 16 x 512 / 8 x 1024; 16-bit: 8 x 1024 or 16 x 512),
 # the two-pass stream class.

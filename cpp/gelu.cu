@@ -15,16 +15,24 @@ namespace {
 // Batched-load budget (registers, see kBatch) where the loop body loads scale/bias too.
 constexpr int kParamBatchRegs = 8;
 
+// The forward's load batch (v3): 4 packs of 16 bytes per thread issued before any is used (v2: 2).
+// Launch bound: f32 4 blocks of 256 per SM (<= 64 registers; 64 KiB of x in flight per SM); 16-bit
+// packs unpack to 8 floats (and 8 + 8 parameters), which spill at 64 registers: 3 blocks (72 registers,
+// ptxas -v; 48 KiB).
+constexpr int kFwdBatchRegs = 16;
+template <typename T>
+inline constexpr int kFwdBlocksPerSm = sizeof(T) == 2 ? 3 : 4;
+
 // gelu_fwd: elementwise grid-stride loop over V-element packs (16-byte accesses when C % V == 0 and the
 // buffers are aligned), batched loads; each pack's (row, column), for the parameters, is tracked
 // incrementally.
 template <typename T, int V>
-__global__ void __launch_bounds__(kElemBlock)
+__global__ void __launch_bounds__(kElemBlock, kFwdBlocksPerSm<T>)
     gelu_fwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, float scale_value,
                     float bias_value, T* __restrict__ y, int64_t rows, int64_t cols) {
-  for_grid_packs<V, kParamBatchRegs>({x}, rows * cols / V, cols, [&](int64_t q, const RowColCursor& at, const auto& p) {
+  for_grid_packs<V, kFwdBatchRegs>({x}, rows * cols / V, cols, [&](int64_t q, const RowColCursor& at, const auto& p) {
     float v[V], s[V], b[V];
-    unpack(p[0], v);
+    unpack_fresh(p[0], v);  // 16-bit: converted here, not hoisted (the batch stays raw: half the registers)
     load_param<V>(param_row(scale, at.r, cols), at.c / V, scale_value, s);
     load_param<V>(param_row(bias, at.r, cols), at.c / V, bias_value, b);
 #pragma unroll
@@ -52,15 +60,29 @@ __global__ void __launch_bounds__(kElemBlock)
 }
 
 // Packs per thread of gelu_bwd_partials (16 elements; 8 unvectorized): x and dy of one row's packs are
-// loaded before any is used; partials in shared memory (2 x 32 KiB in f32).
+// loaded before any is used.
 template <int V>
 inline constexpr int kGeluPacks = V == 1 ? 8 : 16 / V;
 
+// Rows a team loads before computing any (v3): 16-bit rows hold half the bytes per element, so a
+// thread takes two rows' packs at once to keep as many bytes in flight as f32 does with one. Device
+// code only: on sm_80 two rows spill (8 bytes at 128 registers, ptxas -v), so one row there.
+template <typename T, int V>
+__device__ constexpr int gelu_rows() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return sizeof(T) == 2 && V > 1 ? 2 : 1;
+#else
+  return 1;
+#endif
+}
+
 // gelu_bwd with array scale/bias and parameter gradients, in ONE pass over x and dy (geometry:
 // partials.cuh). Block b covers rows [begin, end) of one group and column tile `tile` (tpr * K packs);
-// per element t = dy * gelu'(x*s + b), dx = t * s, and the thread's shared-memory partials gain t * x
-// (dscale, slab_a) and t (dbias, slab_b). Rows are independent here, so the teams just stride over the
-// block's rows; at the end the teams' partials become the block's workspace row.
+// per element t = dy * gelu'(x*s + b), dx = t * s, and the thread's partials gain t * x (dscale, slab_a)
+// and t (dbias, slab_b). Rows are independent here, so the teams just stride over the block's rows
+// (team t: rows begin + t, begin + t + teams, ..., R of them loaded at a time and summed in that
+// order); the partials stay in registers (RegPartials) and go to shared memory once at the end, where
+// the teams' partials become the block's workspace row.
 template <typename T, int V>
 __global__ void __launch_bounds__(kTeamThreads, 1)
     gelu_bwd_partials_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, float scale_value,
@@ -68,6 +90,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
                              int64_t cols, int tpr, int64_t tiles, int64_t groups, int64_t per_group,
                              float* __restrict__ slab_a, float* __restrict__ slab_b) {
   constexpr int K = kGeluPacks<V>;
+  constexpr int R = gelu_rows<T, V>();
   const PartialBlock blk = partial_block(rows, groups, per_group, tiles);
   const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
   const int team = static_cast<int>(threadIdx.x) / tpr;
@@ -78,45 +101,53 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   float* const acc_b = slab_b == nullptr  ? nullptr
                        : acc_a != nullptr ? acc_a + partial_slab_floats<V, K>()
                                           : reinterpret_cast<float*>(dynamic_smem());
-  zero_partials<V, K>(acc_a);
-  zero_partials<V, K>(acc_b);
-  for (int64_t row = blk.begin + team; row < blk.end; row += teams) {  // no barriers inside
-    const T* xr = x + row * cols;
-    const T* dyr = dy + row * cols;
-    T* dxr = dx + row * cols;
-    const float* scale_row = param_row(scale, row, cols);
-    const float* bias_row = param_row(bias, row, cols);
-    Pack<T, V> px[K], pd[K];
+  RegPartials<V, K> reg;
+  for (int64_t row0 = blk.begin + team; row0 < blk.end; row0 += int64_t{R} * teams) {  // no barriers inside
+    Pack<T, V> px[R][K], pd[R][K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t i = first + lane + k * tpr;
-      if (i < packs) {
-        px[k] = load_raw<V>(xr, i);
-        pd[k] = load_raw<V>(dyr, i);
+    for (int q = 0; q < R; ++q) {
+      const int64_t row = row0 + int64_t{q} * teams;
+      const T* xr = x + row * cols;
+      const T* dyr = dy + row * cols;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int64_t i = first + lane + k * tpr;
+        if (row < blk.end && i < packs) {
+          px[q][k] = load_raw<V>(xr, i);
+          pd[q][k] = load_raw<V>(dyr, i);
+        }
       }
     }
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t i = first + lane + k * tpr;
-      if (i < packs) {
-        float xv[V], dv[V], sc[V], bs[V], out[V];
-        unpack(px[k], xv);
-        unpack(pd[k], dv);
-        load_param<V>(scale_row, i, scale_value, sc);
-        load_param<V>(bias_row, i, bias_value, bs);
-        const PartialSlot pa = partial_slot<V, K>(acc_a, k);
-        const PartialSlot pb = partial_slot<V, K>(acc_b, k);
+    for (int q = 0; q < R; ++q) {
+      const int64_t row = row0 + int64_t{q} * teams;
+      if (row >= blk.end) break;  // uniform over the team
+      T* dxr = dx + row * cols;
+      const float* scale_row = param_row(scale, row, cols);
+      const float* bias_row = param_row(bias, row, cols);
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float t = dv[j] * gelu_grad(xv[j] * sc[j] + bs[j]);
-          out[j] = t * sc[j];
-          if (pa) pa[j] += t * xv[j];
-          if (pb) pb[j] += t;
+      for (int k = 0; k < K; ++k) {
+        const int64_t i = first + lane + k * tpr;
+        if (i < packs) {
+          float xv[V], dv[V], sc[V], bs[V], out[V];
+          unpack_fresh(px[q][k], xv);
+          unpack_fresh(pd[q][k], dv);
+          load_param<V>(scale_row, i, scale_value, sc);
+          load_param<V>(bias_row, i, bias_value, bs);
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const float t = dv[j] * gelu_grad(xv[j] * sc[j] + bs[j]);
+            out[j] = t * sc[j];
+            reg.a[k][j] += t * xv[j];
+            reg.b[k][j] += t;
+          }
+          store_pack<V>(dxr, i, out);
         }
-        store_pack<V>(dxr, i, out);
       }
     }
   }
+  store_partials<V, K>(acc_a, reg.a);
+  store_partials<V, K>(acc_b, reg.b);
   if (acc_a != nullptr) finish_partials<V, K>(acc_a, tpr, first * V, cols, slab_a, blk.row_out);
   if (acc_b != nullptr) finish_partials<V, K>(acc_b, tpr, first * V, cols, slab_b, blk.row_out);
 }

@@ -172,6 +172,12 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
 template <int V>
 inline constexpr int kFusedPacks = V == 1 ? 8 : 24 / V;
 
+// Where the fused backward keeps its dscale/dbias partials: registers (RegPartials, v3) when they fit
+// beside the row — 16-bit packs (K = 3: 24 raw registers for x and dy, 48 for the partials) and scalar
+// ones (K = 8: 16 + 16) — else shared memory (f32: 48 raw registers leave no room for 48 more).
+template <typename T, int V>
+inline constexpr bool kFusedRegPartials = sizeof(T) == 2 || V == 1;
+
 // Threads per block of the fused backward: the team (tpr threads) but at least kFusedMinBlock. At ~126
 // registers (the launch bound allows 128) two blocks of 256 fit an SM and run out of phase: one's loads
 // are in flight while the other waits at its barriers (a 512-thread block per SM stalls the whole SM at
@@ -193,6 +199,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
                           int64_t rows, int64_t cols, int tpr, int64_t groups, int64_t per_group,
                           float* __restrict__ slab_a, float* __restrict__ slab_b) {
   constexpr int K = kFusedPacks<V>;
+  constexpr bool kReg = kFusedRegPartials<T, V>;
   __shared__ TeamRed red;
   const PartialBlock blk = partial_block(rows, groups, per_group, 1);
   const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
@@ -204,8 +211,11 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   float* const acc_b = slab_b == nullptr  ? nullptr
                        : acc_a != nullptr ? acc_a + partial_slab_floats<V, K>(static_cast<int>(blockDim.x))
                                           : reinterpret_cast<float*>(dynamic_smem());
-  zero_partials<V, K>(acc_a);
-  zero_partials<V, K>(acc_b);
+  RegPartials<V, K> reg;  // kReg only (else dead)
+  if constexpr (!kReg) {
+    zero_partials<V, K>(acc_a);
+    zero_partials<V, K>(acc_b);
+  }
   int parity = 0;
   for (int64_t base = blk.begin; base < blk.end; base += teams, parity ^= 1) {  // uniform over the block
     const int64_t row = base + team;
@@ -262,12 +272,21 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
         for (int j = 0; j < V; ++j) {
           const float xhat = ((xv[j] - x0) - mu) * rs;
           out[j] = rs * (__fmul_rn(dv[j], sc[j]) - mean_g - xhat * mean_gx);
-          if (pa) pa[j] += dv[j] * xhat;
-          if (pb) pb[j] += dv[j];
+          if constexpr (kReg) {
+            reg.a[k][j] += dv[j] * xhat;
+            if constexpr (!kRms) reg.b[k][j] += dv[j];
+          } else {
+            if (pa) pa[j] += dv[j] * xhat;
+            if (pb) pb[j] += dv[j];
+          }
         }
         store_pack<V>(dxr, i, out);
       }
     }
+  }
+  if constexpr (kReg) {
+    store_partials<V, K>(acc_a, reg.a);
+    store_partials<V, K>(acc_b, reg.b);
   }
   if (acc_a != nullptr) finish_partials<V, K>(acc_a, tpr, 0, cols, slab_a, blk.row_out);
   if (acc_b != nullptr) finish_partials<V, K>(acc_b, tpr, 0, cols, slab_b, blk.row_out);

@@ -105,6 +105,39 @@ __device__ __forceinline__ void zero_partials(float* slab) {
   }
 }
 
+// Partials accumulated in registers instead (16-bit rows, v3): acc[k][j] is this thread's running sum for
+// element j of its pack k, over its rows in the same order as the shared-memory slots would take them,
+// so the result is bitwise the same; store_partials writes them once into the thread's slots, before
+// finish_partials. It saves a shared-memory load and store per element and gradient in the row loop
+// (with 16-bit data 2x the elements per byte moved: that traffic, not HBM, capped the v2 kernels).
+// Only where the registers hold the partials beside the row (ptxas -v: no spills).
+template <int V, int K>
+struct RegPartials {
+  float a[K][V];
+  float b[K][V];
+  __device__ RegPartials() {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        a[k][j] = 0.0f;
+        b[k][j] = 0.0f;
+      }
+    }
+  }
+};
+
+template <int V, int K>
+__device__ __forceinline__ void store_partials(float* slab, const float (&acc)[K][V]) {
+  if (slab == nullptr) return;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const PartialSlot p = partial_slot<V, K>(slab, k);
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = acc[k][j];
+  }
+}
+
 // Sums the teams' partials of one slab in team order and writes them as row `row_out` of workspace
 // slab `out` (columns col0 + ...; those >= cols are padding). Block-uniform; starts with a barrier.
 // Column col0 + p, p = (k * tpr + lane) * V + j, is element j of pack k of lane `lane` in every team.

@@ -280,8 +280,11 @@ def test_gpu_and_cpu_agree(gpu):
 # gelu's two column tiles; 16384 beyond the norms' registers (fallback), 12289 odd (gelu: 4 tiles).
 # (16901, 2048): f32 P = 264, so the norms' fused backward runs 256-thread blocks (two per SM) of two
 # 128-thread teams (shared-memory team sums); bf16 P = 132: 512-thread blocks of four.
+# v3: 16-bit rows keep the partials in registers (norms: V = 8 and V = 1; gelu: every dtype) and gelu
+# loads two rows per team at a time in 16-bit (a team's last pair may be incomplete: odd rows per block,
+# rows < teams: (3, 7), (20001, 33), (1, 768)); f16 runs every shape too.
 PARTIAL_SHAPES = [(37, 1024), (3, 7), (20001, 33), (6007, 1000), (4099, 4095), (999, 4097),
-                  (1501, 12288), (333, 16384), (333, 12289), (16901, 2048)]
+                  (1501, 12288), (333, 16384), (333, 12289), (16901, 2048), (1, 768), (8193, 768)]
 
 
 def _bwd_fns():
@@ -295,7 +298,7 @@ def _bwd_fns():
     }
 
 
-@pytest.mark.parametrize("dtype", [mt.F32, mt.BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("dtype", [mt.F32, mt.BF16, mt.F16], ids=["f32", "bf16", "f16"])
 @pytest.mark.parametrize("shape", PARTIAL_SHAPES, ids=["x".join(map(str, s)) for s in PARTIAL_SHAPES])
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "gelu"])
 def test_backward_partials(gpu, op, shape, dtype):
@@ -321,11 +324,13 @@ def test_backward_partials(gpu, op, shape, dtype):
 @pytest.mark.parametrize("shape", [(3, 37, 1024), (4, 3, 12288), (2, 999, 33), (5, 1, 64)],
                          ids=["3x37x1024", "4x3x12288", "2x999x33", "5x1x64"])
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "gelu"])
-def test_backward_partials_row_groups(gpu, op, shape):
-    """vmap with batched parameters: G row groups, per-group partials must not mix."""
+@pytest.mark.parametrize("dtype", [mt.F32, mt.BF16], ids=["f32", "bf16"])
+def test_backward_partials_row_groups(gpu, op, shape, dtype):
+    """vmap with batched parameters: G row groups, per-group partials must not mix (bf16: the register
+    partials, gelu's row pairs straddling a group boundary)."""
     rng = np.random.default_rng(15)
     n, _, c = shape
-    x, g = mt.randn(rng, shape), mt.randn(rng, shape, scale=1.0)
+    x, g = mt.randn(rng, shape, dtype), mt.randn(rng, shape, dtype, scale=1.0)
     s, b = mt.randn(rng, (n, c), loc=1.0), mt.randn(rng, (n, c))
     ours, ref = _bwd_fns()[op]
     fn = jax.jit(jax.vmap(ours))
@@ -335,7 +340,7 @@ def test_backward_partials_row_groups(gpu, op, shape):
     for k in range(n):
         want = [w for w in ref(x[k], s[k], b[k], g[k]) if w is not None]
         for name, got, w in zip(("dscale", "dbias"), r1[1:], want[1:]):
-            mt.assert_close(got[k], w, mt.GRAD_TOL[mt.F32], dtype=mt.F32, what=f"{name}[{k}]")
+            mt.assert_close(got[k], w, mt.GRAD_TOL[dtype], dtype=mt.F32, what=f"{name}[{k}]")
 
 
 @pytest.mark.slow
