@@ -50,7 +50,10 @@ def markdown_table(results: list[Result]) -> str:
 
 
 def _commit() -> str | None:
-    """The git commit of the source tree this package was installed from, when it is a checkout."""
+    """The git commit of the source tree this package was installed from, when it is a checkout.
+    JAX_MEMOPS_COMMIT overrides it (a copied tree whose .git lags its files, as on a remote GPU machine)."""
+    if os.environ.get("JAX_MEMOPS_COMMIT"):
+        return os.environ["JAX_MEMOPS_COMMIT"]
     here = os.path.dirname(os.path.abspath(__file__))
     for path in (os.getcwd(), here):
         try:
