@@ -1,7 +1,8 @@
 // Softmax "auto" v3 forward of the sub-warp and block classes (softmax.cu's table): the register rows
 // of softmax_rows.cuh (same geometry, RowIter / RowSpan / row_reduce, same -inf/NaN rules) with more
 // bytes in flight and fewer instructions per element:
-//   * prefetch (kPrefetch, the default): a thread issues the loads of its next row group before it
+//   * prefetch (kPrefetch; an A/B option: measured 1-10% slower than kKeepExp / one raw set at
+//     C = 512..8192 on the H200): a thread issues the loads of its next row group before it
 //     works on the current one, into a second set of N = 4 raw packs, so 64 bytes per thread stay in
 //     flight through the reductions, barrier and stores (v2: only between them). Two raw sets (32
 //     registers) fit 64 registers (ptxas -v: 59-64, no spills) where raw + f32 exps do not (f32
@@ -17,8 +18,8 @@
 //   * sub-warp rows reduce by a max butterfly and then a sum butterfly (2 shuffles and 2 operations
 //     per step) instead of a butterfly of (max, sum) pairs (2 shuffles, a compare-select and an exp
 //     per step); block rows keep the one-barrier (max, sum) merge.
-// kKeepExp (the v3-noprefetch variant for f32): one row group in flight, the f32 exps kept (one exp
-// per element), as v2 but with the instructions above.
+// The default: one row group in flight; f32 keeps its exps (kKeepExp: one exp per element), 16-bit
+// types one raw set (two exps), as v2 but with the instructions above.
 #pragma once
 
 #include "softmax_rows.cuh"
