@@ -3,7 +3,7 @@
 process, hence one process per version), then one table: TB/s (% of the copy measured in the same
 run) per version, XLA's TB/s, and each version's speedup over v2 and over XLA.
 
-    python3 benchmarks/softmax_ab.py --out ab [--versions v2 v3-prefetch v3-2stage v3] [bench options...]
+    python3 benchmarks/softmax_ab.py --out ab [--versions v2 v3-prefetch v3] [bench options...]
 
 Extra options go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
 

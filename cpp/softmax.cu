@@ -218,9 +218,8 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // Which forward kernels "auto" runs. v3 by default; for A/B benchmarks only, the environment variable
 // JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects "v2" (the v2 kernels everywhere) or
 // "v3-prefetch" (the register classes prefetch the next row group; two raw register sets, two exps per
-// element) or "v3-2stage" (the bulk-copy cluster's first plan: two stages, up to three 256-thread CTAs
-// per SM). Any other value: v3. The backward is the same in all.
-enum class FwdVersion { kV2, kV3, kV3Prefetch, kV3TwoStage };
+// element). Any other value: v3. The backward is the same in all three.
+enum class FwdVersion { kV2, kV3, kV3Prefetch };
 
 FwdVersion fwd_version() {
   static const FwdVersion version = [] {
@@ -228,7 +227,6 @@ FwdVersion fwd_version() {
     const std::string v = env == nullptr ? "" : env;
     if (v == "v2") return FwdVersion::kV2;
     if (v == "v3-prefetch") return FwdVersion::kV3Prefetch;
-    if (v == "v3-2stage") return FwdVersion::kV3TwoStage;
     return FwdVersion::kV3;
   }();
   return version;
@@ -261,25 +259,24 @@ int tma_opt_ins(const DeviceInfo& dev) {
   return s;
 }
 
-// Clusters of k CTAs of `block` threads (256 or 512) of the bulk-copy kernel, each with `smem` bytes (a
-// multiple of 1 KB) of dynamic shared memory, that can be resident at once; 0 when no such cluster can
-// launch. The kernel is opted
+// Clusters of k CTAs of the bulk-copy kernel, each with `smem` bytes (a multiple of 1 KB) of dynamic
+// shared memory, that can be resident at once; 0 when no such cluster can launch. The kernel is opted
 // in (tma_opt_ins) to the device's largest dynamic shared memory and to non-portable cluster sizes
-// (k > 8). Cached per (block, k, smem), not per device (like blocks_per_sm).
+// (k > 8). Cached per (k, smem), not per device (like blocks_per_sm).
 template <auto Kernel>
-int tma_active_clusters(const DeviceInfo& dev, int block, int k, int smem) {
-  static std::atomic<int> cache[2][kMaxClusterNonPortable + 1][kSmemKb];  // 0: not asked; -1: cannot launch
+int tma_active_clusters(const DeviceInfo& dev, int k, int smem) {
+  static std::atomic<int> cache[kMaxClusterNonPortable + 1][kSmemKb];  // 0: not asked; -1: cannot launch
   const int opt_ins = tma_opt_ins<Kernel>(dev);
   const bool smem_ok = (opt_ins & 1) != 0;
   const bool non_portable_ok = (opt_ins & 2) != 0;
   const int kb = smem / 1024;
   if (!smem_ok || kb >= kSmemKb || k > kMaxClusterNonPortable || (k > kMaxCluster && !non_portable_ok)) return 0;
-  std::atomic<int>& slot = cache[block == smx::kTmaMaxBlock][k][kb];
+  std::atomic<int>& slot = cache[k][kb];
   int n = slot.load(std::memory_order_relaxed);
   if (n != 0) return std::max(n, 0);
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(k * dev.sm_count)), block, k, nullptr,
-                                                &attr, static_cast<size_t>(smem));
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(k * dev.sm_count)), smx::kTmaBlock, k,
+                                                nullptr, &attr, static_cast<size_t>(smem));
   if (cudaOccupancyMaxActiveClusters(&n, Kernel, &cfg) != cudaSuccess || n <= 0) {
     (void)cudaGetLastError();
     n = -1;
@@ -288,62 +285,38 @@ int tma_active_clusters(const DeviceInfo& dev, int block, int k, int smem) {
   return std::max(n, 0);
 }
 
-// A launch of the bulk-copy cluster class: cluster size k (1..16), CTAs of `block` threads, each holding
-// `stages` buffers of chunk = ceil(packs / k) packs in `smem` bytes of shared memory; `active` clusters
-// resident at once. k = 0: none fits or launches.
-struct TmaPlan {
-  int k = 0, block = 0, stages = 0, active = 0;
-  int64_t chunk = 0, smem = 0;
-};
-
-constexpr int64_t kTmaDeepChunk = 56 * 1024;  // largest chunk (bytes) that leaves >= 4 stages in 227 KB
-
-// Deep (the default): the smallest k whose chunk is <= 56 KB (else the largest k that launches), one
-// 512-thread CTA per SM with as many stages as fit (the most bytes in flight per SM: S - 1 rows
-// ahead). Two-stage (the first v3, JAX_MEMOPS_SOFTMAX_FWD=v3-2stage): among the k that fit two stages and launch, the one with the most
-// 256-thread CTAs resident, counted up to 2 per SM, the smallest k on ties.
-template <auto Kernel>
-TmaPlan plan_fwd_tma(const DeviceInfo& dev, int64_t packs, bool deep) {
-  const int64_t max_smem = int64_t{dev.max_smem_optin} - kTmaSmemReserve;
-  TmaPlan best;
-  int64_t best_score = 0;
-  for (int k = 1; k <= kMaxClusterNonPortable; k *= 2) {
-    TmaPlan p;
-    p.k = k, p.chunk = ceil_div(packs, k);
-    const int64_t bytes = p.chunk * 16;
-    p.block = deep ? smx::kTmaMaxBlock : smx::kTmaMaxBlock / 2;
-    p.stages = deep ? static_cast<int>(std::min<int64_t>(smx::kTmaMaxStages, max_smem / bytes)) : 2;
-    p.smem = ceil_div(p.stages * bytes, 1024) * 1024;
-    if (p.smem > max_smem && p.stages > 2) p.smem = ceil_div(--p.stages * bytes, 1024) * 1024;
-    if (p.stages < 2 || p.smem > max_smem) continue;
-    p.active = tma_active_clusters<Kernel>(dev, p.block, k, static_cast<int>(p.smem));
-    if (p.active == 0) continue;
-    if (deep) {  // the first k with a small enough chunk; else the largest that launches
-      if (bytes <= kTmaDeepChunk) return p;
-      best = p;
-      continue;
-    }
-    const int64_t score = std::min<int64_t>(int64_t{p.active} * k, 2 * int64_t{dev.sm_count});
-    if (score > best_score) best = p, best_score = score;
-  }
-  return best;
-}
-
-// The bulk-copy cluster class (sm_90), planned by plan_fwd_tma. *launched = false (and success) when no
-// plan fits or launches: the caller falls back to the v2 classes.
+// The bulk-copy cluster class (sm_90): the cluster size k (1..16) whose CTAs each hold chunk =
+// ceil(packs / k) packs twice (two stages) in shared memory. Among the sizes that fit and can launch,
+// the one with the most CTAs resident, counted up to 2 per SM (a second CTA per SM overlaps one CTA's
+// reduction with the other's loads; more adds little), the smallest k on ties (fewer CTAs in each
+// cluster barrier). *launched = false (and success) when no size fits or launches: the caller falls
+// back to the v2 classes.
 template <typename T>
-ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, bool deep, const T* x, T* y,
+ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y,
                           bool* launched) {
   constexpr auto kKernel = smx::softmax_fwd_tma_kernel<T>;
   *launched = false;
-  const TmaPlan p = plan_fwd_tma<kKernel>(dev, ceil_div(s.cols, kVec<T>), deep);
-  if (p.k == 0) return ffi::Error::Success();
-  const int64_t clusters = std::min<int64_t>(s.rows, p.active);
+  const int64_t packs = ceil_div(s.cols, kVec<T>);
+  const int64_t max_smem = int64_t{dev.max_smem_optin} - kTmaSmemReserve;
+  int best_k = 0, best_active = 0;
+  int64_t best_chunk = 0, best_smem = 0, best_score = 0;
+  for (int k = 1; k <= kMaxClusterNonPortable; k *= 2) {
+    const int64_t chunk = ceil_div(packs, k);
+    const int64_t smem = ceil_div(smx::kTmaStages * chunk * 16, 1024) * 1024;
+    if (smem > max_smem) continue;
+    const int active = tma_active_clusters<kKernel>(dev, k, static_cast<int>(smem));
+    const int64_t score = std::min<int64_t>(int64_t{active} * k, 2 * int64_t{dev.sm_count});
+    if (score > best_score) {
+      best_k = k, best_active = active, best_chunk = chunk, best_smem = smem, best_score = score;
+    }
+  }
+  if (best_k == 0) return ffi::Error::Success();
+  const int64_t clusters = std::min<int64_t>(s.rows, best_active);
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), p.block, p.k, stream,
-                                                &attr, static_cast<size_t>(p.smem));
-  if (cudaLaunchKernelEx(&cfg, kKernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk),
-                         p.stages) != cudaSuccess) {
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * best_k)), smx::kTmaBlock,
+                                                best_k, stream, &attr, static_cast<size_t>(best_smem));
+  if (cudaLaunchKernelEx(&cfg, kKernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(best_chunk)) !=
+      cudaSuccess) {
     (void)cudaGetLastError();  // a configuration error: the v2 classes take the row
     return ffi::Error::Success();
   }
@@ -355,7 +328,7 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
 // kernel, longer rows by the bulk-copy cluster on sm_90); *launched = false elsewhere (the v2 classes
 // then run: the register cluster where the bulk-copy one cannot launch, the 1024-thread CTA, stream).
 template <typename T>
-ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion version, const T* x, T* y,
+ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, bool prefetch, const T* x, T* y,
                          bool* launched) {
   *launched = false;
   if (!vec) return ffi::Error::Success();
@@ -367,16 +340,14 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
     const int block = tpr <= 32 ? smx::kSubWarpBlock : tpr;
     const int64_t groups = ceil_div(s.rows, block / tpr);
     *launched = true;
-    if (version == FwdVersion::kV3Prefetch) {
+    if (prefetch) {
       return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, false, true>>(
           dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
     }
     return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, sizeof(T) == 4, false>>(
         dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
   }
-  if (dev.cc_major >= 9 && s.cols <= INT_MAX) {
-    return launch_fwd_tma(dev, stream, s, version != FwdVersion::kV3TwoStage, x, y, launched);
-  }
+  if (dev.cc_major >= 9 && s.cols <= INT_MAX) return launch_fwd_tma(dev, stream, s, x, y, launched);
   return ffi::Error::Success();
 }
 
@@ -399,7 +370,7 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
     const bool vec = same_alignment({xp, yp});
     if (const FwdVersion version = fwd_version(); version != FwdVersion::kV2) {
       bool launched = false;
-      if (auto err = launch_fwd_v3(stream, s, vec, version, xp, yp, &launched);
+      if (auto err = launch_fwd_v3(stream, s, vec, version == FwdVersion::kV3Prefetch, xp, yp, &launched);
           err.failure() || launched) {
         return err;
       }

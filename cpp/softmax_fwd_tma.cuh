@@ -6,20 +6,19 @@
 //
 // A cluster of k CTAs (k = 1..16) owns one row at a time and walks rows base, base + step, ... (a
 // persistent grid of clusters). CTA r of the cluster holds packs [r * chunk, (r + 1) * chunk) of the
-// row's 16-byte-aligned body in one of S shared-memory stages (S x chunk x 16 bytes, S = 2..8); the
-// row's scalar head and tail (misaligned C) are read from global memory by the cluster's first lanes,
-// as in the register classes. Per row i, in each CTA:
-//   barrier (every thread is done with row i - 1's stage) -> thread 0 issues the bulk copy of row
-//   i + S - 1 into that stage -> wait for row i's stage -> per-thread max, then sum of exp(x - max)
+// row's 16-byte-aligned body in one of two shared-memory stages (2 x chunk x 16 bytes); the row's
+// scalar head and tail (misaligned C) are read from global memory by the cluster's first lanes, as in
+// the register classes. Per row, in each CTA:
+//   barrier (every thread is done with the other stage) -> thread 0 issues the next row's bulk copy
+//   into the other stage -> wait for this row's stage -> per-thread max, then sum of exp(x - max)
 //   (two reads of shared memory) -> (max, sum) merged over the block, then the cluster (DSMEM, as
 //   v2) -> y = exp(x - M) / S from shared memory, 16-byte streaming stores.
-// So S - 1 rows' chunks are in flight while a row is reduced and written. The host (launch_fwd_tma)
-// takes the smallest k whose chunk is <= 56 KB (k = 16 beyond), one 512-thread CTA per SM and as many
-// stages as its shared memory holds (H200, 227 KB: chunks of 32-56 KB, 4-7 stages, 96-192 KB of
-// reads in flight per SM). Measured on the H200 (benchmarks/RESULTS.md): the first version, S = 2 with
-// up to three 256-thread CTAs per SM (one row ahead, <= 96 KB in flight per SM, less whenever a CTA's
-// next row has landed), ran at 51% of the DRAM peak at f32 C = 131072 (ncu; the copy 86%) with every
-// cluster barrier exposed; it stays as an A/B option (JAX_MEMOPS_SOFTMAX_FWD=v3-2stage).
+// In flight per CTA: the next row's chunk for the whole time the current one is processed, i.e. up to
+// chunk x 16 bytes x (CTAs per SM) per SM. The host (launch_fwd_tma) takes the smallest k that lets
+// 2 CTAs share an SM (chunk <= ~56 KB: 64-112 KB in flight per SM; H200: f32 32768 -> k = 4, 3 CTAs
+// of 32 KB per SM; 50257 -> 4, 2 x 49 KB; 131072 -> 16, 3 x 32 KB, or 8, 1 x 64 KB where 16 is
+// refused), against the ~25-45 KB of reads that Little's law asks per SM at 3.8 TB/s and 1.5-3 us of
+// loaded latency.
 // Two exps per element (sum and output) and three reads of shared memory cost ~10 instructions per
 // element, ~1/3 of the issue slots the SM has at the copy's bandwidth (f32: 1.8 elements per SM-cycle
 // read; bf16 3.6), and 2 MUFU.EX2 per element use ~1/4-1/2 of the 16 per SM-cycle.
@@ -29,8 +28,8 @@
 
 namespace jm::cuda::smx {
 
-constexpr int kTmaMaxBlock = 512;        // threads per CTA: 512 (one CTA per SM) or 256 (the 2-stage A/B)
-constexpr int kTmaMaxStages = 8;         // row buffers per CTA
+constexpr int kTmaBlock = 256;           // threads per CTA
+constexpr int kTmaStages = 2;            // row buffers per CTA: the current row and the next
 
 // The packs [lo, lo + n) of a row's body that cluster rank `rank` holds.
 struct TmaShare {
@@ -39,14 +38,13 @@ struct TmaShare {
 };
 
 template <typename T>
-__global__ void __launch_bounds__(kTmaMaxBlock, 1)
-    softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk,
-                           int stages) {
+__global__ void __launch_bounds__(kTmaBlock, 1)
+    softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk) {
 #if JM_BULK_COPY
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
-  __shared__ uint64_t bar[kTmaMaxStages];
-  P* bufs = reinterpret_cast<P*>(dynamic_smem());  // [stages][chunk]
+  __shared__ uint64_t bar[kTmaStages];
+  P* stages = reinterpret_cast<P*>(dynamic_smem());  // [kTmaStages][chunk]
   const RowIter<true> it(0);
   const int tid = static_cast<int>(threadIdx.x);
   const int nt = static_cast<int>(blockDim.x);
@@ -59,29 +57,28 @@ __global__ void __launch_bounds__(kTmaMaxBlock, 1)
     const TmaShare share(sp.body, rank, chunk);
     const uint32_t bytes = static_cast<uint32_t>(share.n) * sizeof(P);
     mbar_arrive_expect(&bar[st], bytes);
-    if (bytes > 0) bulk_load(bufs + st * chunk, xr + sp.head + int64_t{share.lo} * V, bytes, &bar[st]);
+    if (bytes > 0) bulk_load(stages + st * chunk, xr + sp.head + int64_t{share.lo} * V, bytes, &bar[st]);
   };
 
-  if (tid == 0) {  // rows 0 .. S - 2 of this cluster into stages 0 .. S - 2
-    for (int st = 0; st < stages; ++st) mbar_init(&bar[st]);
-    for (int st = 0; st + 1 < stages && it.base + st * it.step < rows; ++st) issue(it.base + st * it.step, st);
+  if (tid == 0) {
+    for (int st = 0; st < kTmaStages; ++st) mbar_init(&bar[st]);
+    if (it.base < rows) issue(it.base, 0);
   }
   __syncthreads();  // the barriers are initialized before anyone waits on them
   int i = 0;
   for (int64_t row = it.base; row < rows; row += it.step, ++i) {
-    const int st = i % stages;
-    const int ahead = (i + stages - 1) % stages;  // row i - 1's stage, refilled with row i + S - 1
-    __syncthreads();  // every thread is done reading stage `ahead` (the previous row's output pass)
-    if (tid == 0 && row + (stages - 1) * it.step < rows) {
+    const int st = i & 1;
+    __syncthreads();  // every thread is done reading stage st ^ 1 (the previous row's output pass)
+    if (tid == 0 && row + it.step < rows) {
       fence_proxy_async_smem();
-      issue(row + (stages - 1) * it.step, ahead);
+      issue(row + it.step, st ^ 1);
     }
     const T* xr = x + row * int64_t{cols};
     T* yr = y + row * int64_t{cols};
     const RowSpan<T, V, int> sp(xr, cols, true);
     const TmaShare share(sp.body, rank, chunk);
-    const P* buf = bufs + st * chunk;
-    mbar_wait(&bar[st], static_cast<uint32_t>(i / stages) & 1u);  // stage st's (i / S)-th phase
+    const P* buf = stages + st * chunk;
+    mbar_wait(&bar[st], static_cast<uint32_t>(i >> 1) & 1u);
 
     float m = -INFINITY;
 #pragma unroll 4

@@ -548,7 +548,7 @@ print("OK")
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3-2stage", "v3"])
+@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3"])
 def test_gpu_fwd_versions(gpu, version):
     import os
     import subprocess
