@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A/B of the norms/GELU v3 kernels (branch norms-v3) against v2 (commit aac9416) in one GPU lease.
-# Run from a norms-v3 checkout that holds the v2 sources in ab-v2/ (untracked, so it travels to the
+# A/B of the norms/GELU v3 kernels (this tree) against v2 (commit aac9416) in one GPU lease.
+# Run from a checkout that holds the v2 sources in ab-v2/ (untracked, so it travels to the
 # device machine), made beforehand on a machine with the git history:
 #   git archive aac9416 | (mkdir -p ab-v2 && tar -x -C ab-v2)
 # Then on the GPU, two calls of <= 10 min on a warm machine (the builds stay in /tmp/site-v2|v3):
