@@ -33,13 +33,17 @@ SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056)
 # (misaligned rows), clusters (7 CTAs; 8 x 512 or 16 x 512 / 8 x 1024; 16-bit: 8 x 1024 or 16 x 512),
 # the two-pass stream class.
 SOFTMAX_CLASS_SHAPES = [(67, 100), (9, 1000), (3, 4097), (3, 50257), (2, 131072), (2, 262144), (2, 262147)]
-# Forward v3 (cpp/softmax_fwd_regs.cuh, softmax_fwd_tma.cuh), each in a fixed dtype: the sub-warp class
-# with more row groups than the H200's resident CTAs (misaligned rows); the bulk-copy cluster
-# with k = 1 and with more rows than resident clusters (stage 1 used; misaligned); k = 16 x 129 KB
-# (1 CTA per SM, ~8 clusters resident) with 3 rows per cluster (stage 0 refilled: mbarrier parity 1);
-# the stream class beyond the bulk-copy cluster's capacity (f32 rows over 16 x ~112 KB).
+# Forward v3/v4 (cpp/softmax_fwd_regs.cuh, softmax_fwd_tma_pipe.cuh, softmax_fwd_tma.cuh; v4 is the
+# default), each in a fixed dtype: the sub-warp class with more row groups than the H200's resident CTAs
+# (misaligned rows); v4's pipelined bulk-copy cluster with fewer rows than clusters (f32 8193: k = 2,
+# misaligned), at k ~ 15-16 x 4 CTAs per SM (bf16 131073, misaligned), at k = 16 x 2 CTAs per SM with
+# 68 rows for ~16 resident clusters (f32 131072: 4-5 rows per cluster, so stage 0 is refilled and
+# waited on with parity 1, and the slots and block partials are reused), at k = 16 x 1 CTA per SM
+# (f32 262147, 64 KB buffers, misaligned); v3's two-buffer plan where three buffers do not fit (f32
+# 400000); the stream class beyond both (f32 rows over 16 x ~112 KB).
 SOFTMAX_V3_SHAPES = [((40000, 33), jnp.float32), ((3, 8193), jnp.float32), ((60, 131073), jnp.bfloat16),
-                     ((24, 262147), jnp.float32), ((2, 600001), jnp.float32)]
+                     ((68, 131072), jnp.float32), ((9, 262147), jnp.float32), ((3, 400000), jnp.float32),
+                     ((2, 600001), jnp.float32)]
 TOL = {jnp.float32: 2e-5, jnp.bfloat16: 2e-2, jnp.float16: 4e-3}
 
 

@@ -3,7 +3,10 @@
 process, hence one process per version), then one table: TB/s (% of the copy measured in the same
 run) per version, XLA's TB/s, and each version's speedup over v2 and over XLA.
 
-    python3 benchmarks/softmax_ab.py --out ab [--versions v2 v3-prefetch v3] [bench options...]
+    python3 benchmarks/softmax_ab.py --out ab [--versions v2 v3-tma v4] [bench options...]
+
+Versions: v2, v3-prefetch, v3-tma (= v3: v3's two-buffer bulk-copy cluster for long rows), v4 (the
+default: the pipelined bulk-copy cluster); anything else runs v4.
 
 Extra options go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
 
@@ -19,7 +22,7 @@ import sys
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="softmax-ab")
-    p.add_argument("--versions", nargs="+", default=["v2", "v3-prefetch", "v3"])
+    p.add_argument("--versions", nargs="+", default=["v2", "v3-tma", "v4"])
     args, bench_args = p.parse_known_args()
     results = {}
     for v in args.versions:

@@ -10,10 +10,12 @@
 //  class      rt          CTA                            where the row lives             C
 //  sub-warp   4..32       256 threads, 256/rt rows       registers; xor shuffles         <= 512 | 1024
 //  block      64..512     rt threads, one row            registers; smem warp partials   <= 8192 | 16384
-//  bulk-copy  (forward,   k = 1..16 CTAs of 256 threads  shared memory of k CTAs, two    <= k x 2^15 |
-//   cluster   sm_90; v3)  (k from the occupancy API),    row buffers filled one row       k x 2^16
-//                         one row at a time              ahead by cp.async.bulk; DSMEM   (48 KB per CTA;
-//                                                        (max, sum)                      up to ~112 KB)
+//  bulk-copy  (forward,   k = 1..16 CTAs of 256 threads  shared memory of k CTAs, three  v4: 16 x ~75 KB
+//   cluster   sm_90; v4)  (k: up to 4 CTAs per SM, from  row buffers (v3: two) filled   / 3 (f32 C ~ 307K,
+//                         the occupancy API), rows       by cp.async.bulk; DSMEM (max,   16-bit ~614K);
+//                         pipelined: row i's cluster     sum); one smem pass for the     beyond: v3's two
+//                         barrier overlaps row i + 1's   partials                        buffers (~458K)
+//                         reduction
 //  cluster    1024..8192  k <= 8 CTAs of 512 threads     registers of k CTAs; the        <= 131072 | 262144
 //                         (k <= 16 where the device      row's (max, sum) or dot via     (8 x 512: 65536
 //                         allows it, else 8 of 1024),    DSMEM                           | 131072)
@@ -21,8 +23,9 @@
 //  stream     any         up to 1024 threads, one row    HBM: two passes (3 fwd, 5 bwd   longer
 //                                                        tensor passes)
 // The forward takes the bulk-copy cluster for every row beyond the block class where it can launch
-// (up to 16 x ~112 KB per row: f32 C ~ 458K); the register cluster class serves the backward, and the
-// forward only where the bulk-copy one cannot launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below).
+// (v4's three buffers up to 16 x ~75 KB per row, then v3's two up to 16 x ~112 KB: f32 C ~ 458K);
+// the register cluster class serves the backward, and the forward only where no bulk-copy one can
+// launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below).
 // Why: every register kernel is __launch_bounds__(1024, 1), <= 64 registers (ptxas -v: 48-64, no
 // spills), so an SM holds 1024 threads. More elements per thread spill (ptxas converts 16-bit packs
 // to float eagerly: unpack_fresh in cuda_common.cuh stops that). Sub-warp rows put several rows in a
@@ -36,7 +39,9 @@
 // or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
 // scalar accesses.
-// Forward v3 (the default; softmax_fwd_regs.cuh, softmax_fwd_tma.cuh): the sub-warp and block classes
+// Forward v4 (the default) = v3's register classes + the pipelined bulk-copy cluster
+// (softmax_fwd_tma_pipe.cuh; JAX_MEMOPS_SOFTMAX_FWD=v3-tma runs v3's, softmax_fwd_tma.cuh, for A/B).
+// Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh): the sub-warp and block classes
 // with ex2.approx.ftz and a max.NaN max, one row group in flight (f32 keeps one exp per element in
 // registers, 16-bit types keep raw packs and take two exps); sub-warp rows reduce by a max butterfly
 // then a sum butterfly (no exp per shuffle step); long rows by the bulk-copy cluster. Measured on the
@@ -51,6 +56,7 @@
 #include "softmax_ladder.h"
 #include "softmax_fwd_regs.cuh"
 #include "softmax_fwd_tma.cuh"
+#include "softmax_fwd_tma_pipe.cuh"
 #include "softmax_rows.cuh"
 #include "softmax_stream.cuh"
 
@@ -215,11 +221,13 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v3 by default; for A/B benchmarks only, the environment variable
-// JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects "v2" (the v2 kernels everywhere) or
-// "v3-prefetch" (the register classes prefetch the next row group; two raw register sets, two exps per
-// element). Any other value: v3. The backward is the same in all three.
-enum class FwdVersion { kV2, kV3, kV3Prefetch };
+// Which forward kernels "auto" runs. v4 by default: v3's register classes (no prefetch) and, for long
+// rows, the pipelined bulk-copy cluster (softmax_fwd_tma_pipe.cuh). For A/B benchmarks only, the
+// environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects "v3-tma" (or "v3": the
+// v3 bulk-copy cluster, softmax_fwd_tma.cuh, for long rows), "v3-prefetch" (that, and the register
+// classes prefetch the next row group; two raw register sets, two exps per element) or "v2" (the v2
+// kernels everywhere). Any other value: v4. The backward is the same in all of them.
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV4 };
 
 FwdVersion fwd_version() {
   static const FwdVersion version = [] {
@@ -227,12 +235,13 @@ FwdVersion fwd_version() {
     const std::string v = env == nullptr ? "" : env;
     if (v == "v2") return FwdVersion::kV2;
     if (v == "v3-prefetch") return FwdVersion::kV3Prefetch;
-    return FwdVersion::kV3;
+    if (v == "v3" || v == "v3-tma") return FwdVersion::kV3;
+    return FwdVersion::kV4;
   }();
   return version;
 }
 
-constexpr int kTmaSmemReserve = 1024;  // the TMA kernel's static shared memory (ptxas -v: 544 bytes)
+constexpr int kTmaSmemReserve = 1024;  // the TMA kernels' static shared memory (ptxas -v: 544, 560 bytes)
 constexpr int kSmemKb = 256;           // KB slots of the occupancy cache (227 KB per block on Hopper)
 
 // Function attributes belong to the device's context, so the opt-ins are made once per device (a
@@ -324,11 +333,72 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   return check_launch("softmax_fwd (bulk-copy cluster)");
 }
 
-// The v3 forward where it applies (16-byte accesses; sub-warp and block classes by the register
-// kernel, longer rows by the bulk-copy cluster on sm_90); *launched = false elsewhere (the v2 classes
-// then run: the register cluster where the bulk-copy one cannot launch, the 1024-thread CTA, stream).
+// The v4 bulk-copy cluster (softmax_fwd_tma_pipe.cuh, sm_90): kTmaPipeStages row buffers of chunk =
+// ceil(packs / k) packs per CTA. Rule: among k = 1..16 (any size; chunks shrink as k grows) whose three
+// buffers fit and whose clusters can launch, the most resident CTAs counted up to kTmaPipeCtasPerSm
+// per SM, the smallest k on ties. Why 4 per SM: each CTA is one serial row chain (stage wait ->
+// reduction -> block barrier -> cluster barrier -> stores); v3's measurements (1 CTA per SM: 0.72-0.81x
+// of 3) say the SM needs several chains, and v4's pipelining hides the cluster barrier, so 4 chains
+// (32 warps, 8 per scheduler) with one row share loading in each (H200: 4 x 16 KB f32 32768 at k = 8,
+// bf16 131072 at k = 16: ~64 KB in flight per SM, over the ~45 KB that 3.8 TB/s x ~1.5 us asks) are
+// enough; more would only shrink the shares (more per-row overhead per byte, larger k) for no more
+// bytes in flight. Smallest k: fewer CTAs in each barrier and fewer DSMEM reads. Where nothing fits
+// (f32 rows over 16 x ~75 KB, C > ~300K) or launches: *launched = false, and v3's two-stage plan runs.
+// JAX_MEMOPS_SOFTMAX_FWD_K=k (1..16; read once per process), for tests and A/B of plans only: v4's
+// plan considers cluster size k alone (where it does not fit or launch, v3's plan runs). 0: the rule.
+int forced_pipe_k() {
+  static const int k = [] {
+    const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_FWD_K");
+    const int v = env == nullptr ? 0 : std::atoi(env);
+    return v >= 1 && v <= kMaxClusterNonPortable ? v : 0;
+  }();
+  return k;
+}
+
 template <typename T>
-ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, bool prefetch, const T* x, T* y,
+ffi::Error launch_fwd_tma_pipe(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y,
+                               bool* launched) {
+  constexpr auto kKernel = smx::softmax_fwd_tma_pipe_kernel<T>;
+  *launched = false;
+  const int64_t packs = ceil_div(s.cols, kVec<T>);
+  const int64_t max_smem = int64_t{dev.max_smem_optin} - kTmaSmemReserve;
+  const int64_t cap = int64_t{smx::kTmaPipeCtasPerSm} * dev.sm_count;
+  int best_k = 0, best_active = 0;
+  int64_t best_chunk = 0, best_smem = 0, best_score = 0;
+  const int forced = forced_pipe_k();
+  for (int k = 1; k <= kMaxClusterNonPortable; ++k) {
+    if (forced != 0 && k != forced) continue;
+    const int64_t chunk = ceil_div(packs, k);
+    // A rank with no packs: a smaller k has this chunk (unless k is forced: tests of empty ranks).
+    if (forced == 0 && k > 1 && ceil_div(packs, chunk) < k) continue;
+    const int64_t smem = ceil_div(smx::kTmaPipeStages * chunk * 16, 1024) * 1024;
+    if (smem > max_smem) continue;
+    const int active = tma_active_clusters<kKernel>(dev, k, static_cast<int>(smem));
+    const int64_t score = std::min<int64_t>(int64_t{active} * k, cap);
+    if (score > best_score) {
+      best_k = k, best_active = active, best_chunk = chunk, best_smem = smem, best_score = score;
+    }
+  }
+  if (best_k == 0) return ffi::Error::Success();
+  const int64_t clusters = std::min<int64_t>(s.rows, best_active);
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * best_k)), smx::kTmaBlock,
+                                                best_k, stream, &attr, static_cast<size_t>(best_smem));
+  if (cudaLaunchKernelEx(&cfg, kKernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(best_chunk)) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();  // a configuration error: v3's plan (then the v2 classes) takes the row
+    return ffi::Error::Success();
+  }
+  *launched = true;
+  return check_launch("softmax_fwd (pipelined bulk-copy cluster)");
+}
+
+// The v3/v4 forward where it applies (16-byte accesses; sub-warp and block classes by the register
+// kernel, longer rows by the bulk-copy cluster on sm_90: v4's pipelined one when `pipe`, else or where
+// that cannot launch v3's); *launched = false elsewhere (the v2 classes then run: the register cluster
+// where no bulk-copy one can launch, the 1024-thread CTA, stream).
+template <typename T>
+ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, bool prefetch, bool pipe, const T* x, T* y,
                          bool* launched) {
   *launched = false;
   if (!vec) return ffi::Error::Success();
@@ -347,8 +417,11 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, bool prefetc
     return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, sizeof(T) == 4, false>>(
         dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
   }
-  if (dev.cc_major >= 9 && s.cols <= INT_MAX) return launch_fwd_tma(dev, stream, s, x, y, launched);
-  return ffi::Error::Success();
+  if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
+  if (pipe) {
+    if (auto err = launch_fwd_tma_pipe(dev, stream, s, x, y, launched); err.failure() || *launched) return err;
+  }
+  return launch_fwd_tma(dev, stream, s, x, y, launched);
 }
 
 ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
@@ -370,7 +443,8 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
     const bool vec = same_alignment({xp, yp});
     if (const FwdVersion version = fwd_version(); version != FwdVersion::kV2) {
       bool launched = false;
-      if (auto err = launch_fwd_v3(stream, s, vec, version == FwdVersion::kV3Prefetch, xp, yp, &launched);
+      if (auto err = launch_fwd_v3(stream, s, vec, version == FwdVersion::kV3Prefetch,
+                                   version == FwdVersion::kV4, xp, yp, &launched);
           err.failure() || launched) {
         return err;
       }

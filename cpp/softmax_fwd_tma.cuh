@@ -1,4 +1,6 @@
-// Softmax "auto" v3 forward for long rows (sm_90): the cluster class with the row in shared memory,
+// Softmax "auto" v3 forward for long rows (sm_90; since v4 the A/B option JAX_MEMOPS_SOFTMAX_FWD=v3-tma
+// and v4's fallback for rows whose three buffers do not fit: softmax_fwd_tma_pipe.cuh pipelines this
+// design across rows): the cluster class with the row in shared memory,
 // filled by bulk copies (cp.async.bulk + mbarrier) one row ahead, so that the loads of a cluster's
 // next row run while it reduces and writes the current one. (The v2 register cluster class of
 // softmax_rows.cuh issued a row's loads only after the previous row's cluster barrier and stores:

@@ -127,8 +127,9 @@ def test_big_softmax_backward(big):
     dy.delete()
 
 
-# The cluster class of "auto" (a row over 8 CTAs of 1024 threads) past element 2**31: 16385 rows of
-# 131072 bf16 elements (4 GiB per tensor).
+# The cluster classes of "auto" past element 2**31: 16385 rows of 131072 bf16 elements (4 GiB per
+# tensor); the forward runs the pipelined bulk-copy cluster (v4, sm_90: int64 row offsets of its bulk
+# copies and stores), the backward the register cluster (a row over 8 CTAs of 1024 threads).
 CLUSTER_C = 131072
 CLUSTER_N = 2**31 // CLUSTER_C + 1
 CLUSTER_ROWS = np.array([0, 1, CLUSTER_N - 2, CLUSTER_N - 1])

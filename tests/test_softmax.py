@@ -440,10 +440,12 @@ def test_kernels_reject_unknown_index(device, index):
 # ----------------------------------------------------------------------------------------------
 
 # A thread holds 16 f32 / 32 bf16-f16 row elements: sub-warp rows (4..32 threads) up to C = 512 / 1024,
-# one block per row up to 8192 / 16384; beyond, the forward (v3, sm_90) takes the bulk-copy cluster of k
-# CTAs, each holding ceil(C / 4 or 8 / k) 16-byte packs twice in shared memory (H200: k = 1 at 8193,
-# 2 at 16385, 4 at 32768 and 50257, 8 at 65536, 16 at 131072 and, with ~64 KB per CTA, 262144), and
-# the two-pass stream class past 16 x ~112 KB per row (f32 600001); the backward (and the forward on
+# one block per row up to 8192 / 16384; beyond, the forward (v4, sm_90) takes the pipelined bulk-copy
+# cluster of k CTAs, each holding ceil(C / 4 or 8 / k) 16-byte packs three times in shared memory, k
+# the smallest size with 4 CTAs per SM where one exists (H200, f32: k = 2 at 8193, 4 at 16385, 8 at
+# 32768, ~12-16 at 50257, 16 at 131072 (2 per SM) and 262144 (1 per SM, ~64 KB per buffer)), v3's
+# two-buffer plan past 16 x ~75 KB per row, and the two-pass stream class past 16 x ~112 KB per row
+# (f32 600001); the backward (and the forward on
 # other GPUs) a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512 threads: 65536 / 131072), the
 # stream class beyond. Values on both sides of each limit; C
 CLASS_COLS = [1, 2, 7, 31, 33, 127, 128, 129, 512, 513, 1000, 1023, 1024, 1025, 2047, 4096, 4097, 8191,
@@ -528,35 +530,63 @@ def test_auto_many_rows(device, rng, shape, dtype):
 
 # The forward's A/B switch (cpp/softmax.cu): JAX_MEMOPS_SOFTMAX_FWD, read once per process, so each
 # version runs in a fresh interpreter; every class of each version against the float64 reference.
+# Rows of 12 or more end with _special_rows (NaN, +inf, all -inf, masked halves, huge logits, ...).
 _VERSION_SCRIPT = r"""
 import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
 sys.path.insert(0, {tests!r})
 import memops_testing as mt
+from test_softmax import _special_rows
 rng = np.random.default_rng(0)
 for dtype in mt.DTYPES:
-    for rows, c in ((40000, 33), (300, 1000), (50, 4097), (20, 8193), (300, 50257), (40, 131072), (3, 600001)):
+    for rows, c in {shapes!r}:
         x = mt.randn(rng, (rows, c), np.float32, scale=3.0)
         x[0, ::3] = -np.inf
-        x[1] = -np.inf
-        x[2, c // 2] = np.nan
+        if rows >= 3:
+            x[1] = -np.inf
+            x[2, c // 2] = np.nan
+        if rows >= 12:
+            x[-10:] = _special_rows(rng, c, np.float32)
         x = x.astype(dtype)
         y = jax.jit(jm.softmax)(jax.device_put(x, jax.devices("gpu")[0]))
         mt.assert_close(y, mt.ref_softmax(x), mt.FWD_TOL[dtype], dtype=dtype, what=f"{{dtype}} {{(rows, c)}}")
 print("OK")
 """
+VERSION_SHAPES = [(40000, 33), (300, 1000), (50, 4097), (20, 8193), (300, 50257), (40, 131072), (3, 600001)]
 
 
-@pytest.mark.gpu
-@pytest.mark.slow
-@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3"])
-def test_gpu_fwd_versions(gpu, version):
+def _run_fwd_script(shapes, **env_vars):
     import os
     import subprocess
     import sys
 
     tests = os.path.dirname(os.path.abspath(__file__))
     # No preallocation in the child: this process may already hold 75% of the GPU (JAX's default).
-    env = dict(os.environ, JAX_MEMOPS_SOFTMAX_FWD=version, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    out = subprocess.run([sys.executable, "-c", _VERSION_SCRIPT.format(tests=tests)], env=env, cwd="/",
-                         capture_output=True, text=True, timeout=600)
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", **env_vars)
+    out = subprocess.run([sys.executable, "-c", _VERSION_SCRIPT.format(tests=tests, shapes=shapes)], env=env,
+                         cwd="/", capture_output=True, text=True, timeout=900)
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-2000:] + out.stderr[-4000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3-tma", "v4"])
+def test_gpu_fwd_versions(gpu, version):
+    _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
+
+
+# v4's pipelined bulk-copy cluster (cpp/softmax_fwd_tma_pipe.cuh) under its own plan ("") and with the
+# cluster size forced by JAX_MEMOPS_SOFTMAX_FWD_K (the rule never picks k = 1 on the H200; where the
+# forced k does not fit, v3's plan runs). At least 7 rows per resident cluster where the plan has ~4
+# CTAs per SM (each stage is refilled twice: mbarrier parities 0, 1, 0), one row, misaligned rows
+# (50257, 131073), the special rows; v3's fallback at f32 400000 (three buffers of 16 x 100 KB do not
+# fit: two do). k = 16 at 8193: 129 packs per CTA for 256 threads (threads without packs); k = 1:
+# 8193, 16385, bf16 32768.
+PIPE_SHAPES = [(1900, 8193), (3, 16385), (1, 50257), (320, 50257), (470, 32768), (130, 131072), (260, 131073),
+               (12, 400000)]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("k", ["", "1", "16"], ids=["plan", "k1", "k16"])
+def test_gpu_fwd_tma_pipe(gpu, k):
+    _run_fwd_script(PIPE_SHAPES, JAX_MEMOPS_SOFTMAX_FWD="v4", JAX_MEMOPS_SOFTMAX_FWD_K=k)
