@@ -216,10 +216,14 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
 // Which forward kernels "auto" runs. v3 by default; for A/B benchmarks only, the environment variable
-// JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects "v2" (the v2 kernels everywhere) or
+// JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects "v2" (the v2 kernels everywhere),
 // "v3-prefetch" (the register classes prefetch the next row group; two raw register sets, two exps per
-// element). Any other value: v3. The backward is the same in all three.
-enum class FwdVersion { kV2, kV3, kV3Prefetch };
+// element), "v4-n2" (the sub-warp and block classes by softmax_fwd_half_kernel: 2 packs per thread,
+// <= 32 registers, 2048 threads per SM; tpr doubles, block rows of up to 1024 threads, so the classes
+// keep v3's C limits) or "v4-n2-512" (the same up to 512-thread rows, C <= 4096 f32 / 8192 16-bit; v3's
+// 512-thread rows of 4 packs from there to 8192 / 16384). Any other value: v3. The backward is the same
+// in all.
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV4N2, kV4N2Upto512 };
 
 FwdVersion fwd_version() {
   static const FwdVersion version = [] {
@@ -227,6 +231,8 @@ FwdVersion fwd_version() {
     const std::string v = env == nullptr ? "" : env;
     if (v == "v2") return FwdVersion::kV2;
     if (v == "v3-prefetch") return FwdVersion::kV3Prefetch;
+    if (v == "v4-n2") return FwdVersion::kV4N2;
+    if (v == "v4-n2-512") return FwdVersion::kV4N2Upto512;
     return FwdVersion::kV3;
   }();
   return version;
@@ -328,12 +334,31 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
 // kernel, longer rows by the bulk-copy cluster on sm_90); *launched = false elsewhere (the v2 classes
 // then run: the register cluster where the bulk-copy one cannot launch, the 1024-thread CTA, stream).
 template <typename T>
-ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, bool prefetch, const T* x, T* y,
+ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion version, const T* x, T* y,
                          bool* launched) {
   *launched = false;
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
+  const bool prefetch = version == FwdVersion::kV3Prefetch;
+  if (version == FwdVersion::kV4N2 || version == FwdVersion::kV4N2Upto512) {
+    // Half the packs per thread: twice the threads per row (rt2 <= 1024 exactly where v3's rt <= 512).
+    const int64_t rt2 = std::max<int64_t>(
+        smx::kMinTpr, next_pow2(ceil_div(s.cols, smx::fwd_elems_per_thread<T, smx::kFwdPacksHalf>())));
+    if (rt2 <= (version == FwdVersion::kV4N2 ? kMaxBlock : kMaxBlock / 2)) {
+      const int tpr = static_cast<int>(rt2);
+      const int block = tpr <= 32 ? smx::kSubWarpBlock : tpr;
+      const int64_t groups = ceil_div(s.rows, block / tpr);
+      constexpr bool kKeepExp = sizeof(T) == 4;
+      *launched = true;
+      if (tpr <= 32) {
+        return launch_persistent<smx::softmax_fwd_half_kernel<T, true, kKeepExp>>(
+            dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
+      }
+      return launch_persistent<smx::softmax_fwd_half_kernel<T, false, kKeepExp>>(
+          dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
+    }
+  }
   const int64_t rt = std::max<int64_t>(smx::kMinTpr, next_pow2(ceil_div(s.cols, smx::fwd_elems_per_thread<T>())));
   if (rt <= kMaxBlock / 2) {  // sub-warp and block classes
     const int tpr = static_cast<int>(rt);
@@ -370,7 +395,7 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
     const bool vec = same_alignment({xp, yp});
     if (const FwdVersion version = fwd_version(); version != FwdVersion::kV2) {
       bool launched = false;
-      if (auto err = launch_fwd_v3(stream, s, vec, version == FwdVersion::kV3Prefetch, xp, yp, &launched);
+      if (auto err = launch_fwd_v3(stream, s, vec, version, xp, yp, &launched);
           err.failure() || launched) {
         return err;
       }

@@ -528,17 +528,24 @@ def test_auto_many_rows(device, rng, shape, dtype):
 
 # The forward's A/B switch (cpp/softmax.cu): JAX_MEMOPS_SOFTMAX_FWD, read once per process, so each
 # version runs in a fresh interpreter; every class of each version against the float64 reference.
+# v4-n2 (2 packs per thread: f32 8 elements, 16-bit 16) at its class boundaries: sub-warp up to C = 256
+# f32 / 512 16-bit (255, 256, 257: tpr 32 | 64; 33 misaligned with 40000 rows: more row groups than
+# resident CTAs), block rows of 64..1024 threads (1000; 4095 / 4097: v4-n2-512's switch to v3's
+# kernel in f32; 8192: 1024 threads, more rows than resident CTAs; 8193: the bulk-copy cluster). Row 3
+# has its first half -inf: threads of only -inf in the block rows (their kept exps rescale to 0).
 _VERSION_SCRIPT = r"""
 import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
 sys.path.insert(0, {tests!r})
 import memops_testing as mt
 rng = np.random.default_rng(0)
 for dtype in mt.DTYPES:
-    for rows, c in ((40000, 33), (300, 1000), (50, 4097), (20, 8193), (300, 50257), (40, 131072), (3, 600001)):
+    for rows, c in ((40000, 33), (5000, 255), (5000, 256), (3000, 257), (300, 1000), (600, 4095), (50, 4097),
+                    (600, 8192), (20, 8193), (300, 50257), (40, 131072), (3, 600001)):
         x = mt.randn(rng, (rows, c), np.float32, scale=3.0)
         x[0, ::3] = -np.inf
         x[1] = -np.inf
         x[2, c // 2] = np.nan
+        x[3, : c // 2] = -np.inf
         x = x.astype(dtype)
         y = jax.jit(jm.softmax)(jax.device_put(x, jax.devices("gpu")[0]))
         mt.assert_close(y, mt.ref_softmax(x), mt.FWD_TOL[dtype], dtype=dtype, what=f"{{dtype}} {{(rows, c)}}")
@@ -548,7 +555,7 @@ print("OK")
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3"])
+@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v4-n2", "v4-n2-512"])
 def test_gpu_fwd_versions(gpu, version):
     import os
     import subprocess
