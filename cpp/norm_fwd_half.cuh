@@ -7,14 +7,15 @@
 // row split (RowSpan: scalar head, 16-byte body, scalar tail; edge0 kept), same exact two-pass
 // statistics. Classes at N = 4 (plan_norm_rows<T, kRowPacksHalf>): team rows C <= 32*4*V + V - 1
 // (f32 515, 16-bit 1031), block rows C <= 768*4*V + V - 1 (f32 12291, 16-bit 24583); norms.cu runs
-// v3's classes beyond (then v1), and v3 for rows > INT_MAX - 1024 (32-bit row indices here).
+// v3's classes beyond (then v1), and v3 for rows > INT_MAX - 768 (32-bit row indices here).
 // Occupancy: block rows are compiled for 2 x 768 threads per SM (<= 40 registers: 1536 threads,
-// 75%; v3 768 at <= 80), team rows for 4 x 256 (<= 64: 1024, 50%; at 40 or 48 registers their
-// per-thread row state (several rows per block; block rows keep it in uniform registers) spills).
+// 75%; v3 768 at <= 80); team rows, whose row state is per thread (several rows per block; block rows
+// keep it in uniform registers), for 5 x 256 (RMSNorm, <= 48: 1280, 62.5%) or 4 x 256 (LayerNorm,
+// <= 64: 1024, 50%; at 48 it spills).
 // What keeps block rows within 40 registers (ptxas -v, no spills; norm_fwd_rows_kernel at N = 4 under
 // that bound spills 70-340 bytes): the class is a template argument as in v3, and
-//   * a thread's empty slots hold zero packs: pass 1 (sum x, or x^2) runs without a branch per pack
-//     (the conditional loads otherwise leave predicated copies of the packs);
+//   * a thread's empty slots hold zero packs (load_stream_or): pass 1 (sum x, or x^2) runs without a
+//     branch per pack (the conditional loads otherwise leave predicated copies of the packs);
 //   * the row geometry by shifts (tpr is a power of two), no integer division;
 //   * one 64-bit row offset serves x, y and the edges;
 //   * pass 3 takes a pack's parameters 4 columns (one float4 of scale, one of bias) at a time;
@@ -22,8 +23,7 @@
 //     <= 2 ulp): the IEEE division and square root have slow-path subroutine calls, whose clobbered
 //     registers cost spills (the results differ from v3 by a few ulp of the statistics);
 //   * the parameter row of a row (vmap's row groups) by a 32-bit division (param_row_u32): param_row's
-//     64-bit one is a call whose clobbered registers cost spills. The host runs this kernel only for
-//     rows <= INT_MAX.
+//     64-bit one is a call whose clobbered registers cost spills.
 #pragma once
 
 #include "norm_rows.cuh"
@@ -41,7 +41,7 @@ __device__ __forceinline__ const float* param_row_u32(const ParamView& p, int r,
 
 template <typename T, bool kRms, bool kBlockRow>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
-                                  kBlockRow ? 2 : 4)
+                                  kBlockRow ? 2 : kRms ? 5 : 4)
     norm_fwd_half_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, T* __restrict__ y,
                          float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int cols,
                          float epsilon, int tpr) {
@@ -67,8 +67,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const int i = lane + k * rt;
-      raw[k] = P{};
-      if (i < sp.body) raw[k] = load_stream<V>(x + off + sp.head, i);
+      raw[k] = load_stream_or<V>(x + off + sp.head, i, i < sp.body, 0u);
     }
     const float edge0 = lane < sp.edges() ? to_float(x[off + sp.edge_col(lane, cols)]) : 0.0f;
 

@@ -157,17 +157,11 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
 
 // ---- v4-n2: half the packs, 32 registers ------------------------------------------------------------
 
-// A pack of -inf: the filler of a thread's empty slots, so the max and sum passes run without a branch
-// per pack (max unchanged, exp(-inf - ref) = 0); only the stores test the slot.
-template <typename T, int V>
-__device__ __forceinline__ Pack<T, V> neg_inf_pack() {
-  static_assert(sizeof(Pack<T, V>) == 16);
-  constexpr uint32_t w = sizeof(T) == 4 ? 0xff800000u : std::is_same_v<T, __half> ? 0xfc00fc00u : 0xff80ff80u;
-  const uint4 u = make_uint4(w, w, w, w);
-  Pack<T, V> p;
-  memcpy(&p, &u, sizeof(u));
-  return p;
-}
+// A 32-bit word of -inf elements of T: the filler of a thread's empty slots, so the max and sum passes
+// run without a branch per pack (max unchanged, exp(-inf - ref) = 0); only the stores test the slot.
+template <typename T>
+inline constexpr uint32_t kNegInfWord =
+    sizeof(T) == 4 ? 0xff800000u : std::is_same_v<T, __half> ? 0xfc00fc00u : 0xff80ff80u;
 
 // The v4-n2 forward of the sub-warp (kSubWarp: tpr <= 32, 256-thread CTAs) and block classes (one row
 // per CTA of tpr = 64..1024 threads): softmax_fwd_regs_kernel's math (max.NaN, ex2.approx.ftz, sub-warp
@@ -200,7 +194,7 @@ __global__ void __launch_bounds__(kMaxBlock, 2)
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const int i = lane + k * tpr;
-      raw[k] = i < sp.body ? load_stream<V>(x + off + sp.head, i) : neg_inf_pack<T, V>();
+      raw[k] = load_stream_or<V>(x + off + sp.head, i, i < sp.body, kNegInfWord<T>);
     }
 
     float v[kKeepExp ? N : 1][V];  // kKeepExp: the packs as floats, then their exps
