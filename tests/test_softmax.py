@@ -545,7 +545,8 @@ for dtype in mt.DTYPES:
         x[0, ::3] = -np.inf
         x[1] = -np.inf
         x[2, c // 2] = np.nan
-        x[3, : c // 2] = -np.inf
+        if rows > 3:
+            x[3, : c // 2] = -np.inf
         x = x.astype(dtype)
         y = jax.jit(jm.softmax)(jax.device_put(x, jax.devices("gpu")[0]))
         mt.assert_close(y, mt.ref_softmax(x), mt.FWD_TOL[dtype], dtype=dtype, what=f"{{dtype}} {{(rows, c)}}")
