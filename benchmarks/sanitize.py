@@ -4,9 +4,15 @@ computes garbage fails even where the sanitizer sees nothing.
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false compute-sanitizer --tool memcheck python benchmarks/sanitize.py
 (no preallocation: memcheck only sees out-of-bounds accesses that leave a real allocation.)
+
+The A/B kernel versions (read from the environment once per process) need their own process:
+    JAX_MEMOPS_SOFTMAX_FWD=v4-n2 JAX_MEMOPS_NORM_FWD=v4 python benchmarks/sanitize.py --v4
+runs only the shapes of the v4 kernels (softmax_fwd_half_kernel, norm_fwd_half_kernel) under those
+versions (benchmarks/gpu_check.sh's sanitize stage runs both workloads under both tools).
 """
 
 import functools
+import os
 import sys
 
 import jax
@@ -44,6 +50,20 @@ SOFTMAX_CLASS_SHAPES = [(67, 100), (9, 1000), (3, 4097), (3, 50257), (2, 131072)
 SOFTMAX_V3_SHAPES = [((40000, 33), jnp.float32), ((3, 8193), jnp.float32), ((60, 131073), jnp.bfloat16),
                      ((68, 131072), jnp.float32), ((9, 262147), jnp.float32), ((3, 400000), jnp.float32),
                      ((2, 600001), jnp.float32)]
+# v4 (--v4, under JAX_MEMOPS_SOFTMAX_FWD=v4-n2 JAX_MEMOPS_NORM_FWD=v4). Softmax, 2 packs per thread: the
+# sub-warp class with more row groups than resident CTAs (misaligned), tpr 32 (bf16 255), block rows of
+# 64 (f32 257, misaligned) and 128 (f16 1000), 1024 threads with more rows than resident CTAs (f32
+# 8192) and in bf16 (16384), 513 threads (f32 4097, misaligned). Norms, 4 packs per thread: team rows
+# (33; 64 with many rows; 1001 misaligned), f32 block rows of 64 (1028) with more rows than resident
+# blocks (4000 x 768), block rows (2056; 4097 misaligned; 12288: 768 f32 / 384 16-bit threads), and
+# v3's kernel beyond (f32 12292).
+SOFTMAX_V4_SHAPES = [((40000, 33), jnp.float32), ((9, 255), jnp.bfloat16), ((3, 257), jnp.float32),
+                     ((3, 1000), jnp.float16), ((300, 8192), jnp.float32), ((3, 16384), jnp.bfloat16),
+                     ((3, 4097), jnp.float32)]
+NORM_V4_SHAPES = [((5, 33), jnp.float32), ((300, 64), jnp.bfloat16), ((3, 1001), jnp.float16),
+                  ((3, 1028), jnp.float32), ((4000, 768), jnp.float32), ((2, 2056), jnp.bfloat16),
+                  ((3, 4097), jnp.float32), ((2, 12288), jnp.float32), ((2, 12288), jnp.bfloat16),
+                  ((1, 12292), jnp.float32)]
 TOL = {jnp.float32: 2e-5, jnp.bfloat16: 2e-2, jnp.float16: 4e-3}
 
 
@@ -84,6 +104,12 @@ def main():
         return jax.jit(jax.vmap(lambda x, s, b: jax.grad(
             lambda x, s, b: jnp.sum(f(x, s, b).astype(jnp.float32) * x.astype(jnp.float32)), (0, 1, 2))(x, s, b)))
 
+    v4 = "--v4" in sys.argv[1:]
+    if v4:
+        want = {"JAX_MEMOPS_SOFTMAX_FWD": "v4-n2", "JAX_MEMOPS_NORM_FWD": "v4"}
+        if any(os.environ.get(k) != v for k, v in want.items()):
+            sys.exit("--v4 needs " + " ".join(f"{k}={v}" for k, v in want.items()))
+        ops = {k: ops[k] for k in ("softmax", "layer_norm", "rms_norm")}
     compiled = {name: (fwd_bwd(ours), fwd_bwd(ref), vmapped(ours), vmapped(ref))
                 for name, (ours, ref) in ops.items()}
     dtypes = list(TOL)
@@ -94,6 +120,22 @@ def main():
         print(f"[{n}] {label}", flush=True)  # the last line names the culprit if a tool crashes
         check(label, fn(*args), ref_fn(*jax.device_put(args, cpu)), tol)
         n += 1
+
+    if v4:
+        for names, shapes in ((("softmax",), SOFTMAX_V4_SHAPES), (("layer_norm", "rms_norm"), NORM_V4_SHAPES)):
+            for shape, dtype in shapes:
+                key, kx, ks, kb = jax.random.split(key, 4)
+                x = 2 * jax.random.normal(kx, shape)
+                if names == ("softmax",):
+                    x = x.at[..., 1::3].set(-jnp.inf)
+                x = x.astype(dtype)
+                s = 1 + 0.1 * jax.random.normal(ks, shape[-1:])
+                b = 0.1 * jax.random.normal(kb, shape[-1:])
+                for name in names:
+                    ours, ref = compiled[name][:2]
+                    run_check(f"{name} v4 {jnp.dtype(dtype).name} {shape} fwd+bwd", ours, ref, (x, s, b), 10 * TOL[dtype])
+        print(f"sanitize workload (v4): {n} checks passed on {jax.devices()[0].device_kind}")
+        return
 
     for i, shape in enumerate(SHAPES):
         dtype = dtypes[i % len(dtypes)]

@@ -1,14 +1,16 @@
-"""A/B of the softmax forward kernel versions on one GPU: `jax-memops bench --ops softmax --dirs fwd
---parts sweep` once per version of cpp/softmax.cu's JAX_MEMOPS_SOFTMAX_FWD switch (read once per
-process, hence one process per version), then one table: TB/s (% of the copy measured in the same
-run) per version, XLA's TB/s, and each version's speedup over v2 and over XLA.
+"""A/B of forward kernel versions on one GPU: `jax-memops bench --ops OPS --dirs fwd --parts sweep` once per
+value of an A/B environment variable (read once per process, hence one process per version), then one
+table: TB/s (% of the copy measured in the same run) per version, XLA's TB/s, and each version's speedup
+over the first version and over XLA.
 
-    python3 benchmarks/softmax_ab.py --out ab [--versions v2 v3-tma v4] [bench options...]
+    python3 benchmarks/softmax_ab.py --out ab [--versions v3 v4 v4-n2 v4-n2-512] [bench options...]
+    python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_NORM_FWD --ops layer_norm rms_norm \\
+        --versions v3 v4 --out ab-norms          # (benchmarks/norms_ab.py: these defaults)
 
-Versions: v2, v3-prefetch, v3-tma (= v3: v3's two-buffer bulk-copy cluster for long rows), v4 (the
-default: the pipelined bulk-copy cluster); anything else runs v4.
-
-Extra options go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
+Variables: JAX_MEMOPS_SOFTMAX_FWD (cpp/softmax.cu: v2, v3-prefetch, v3 (= v3-tma: v3's two-buffer
+bulk-copy cluster for long rows), v4-n2, v4-n2-512; anything else is v4, the default: v3's register
+classes and the pipelined bulk-copy cluster) and JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v4; anything else is v3). Extra options go to the bench
+(e.g. --dtypes float32 --cols 1024 131072)."""
 
 from __future__ import annotations
 
@@ -19,33 +21,36 @@ import subprocess
 import sys
 
 
-def main() -> int:
+def main(argv=None, var="JAX_MEMOPS_SOFTMAX_FWD", ops=("softmax",), versions=("v2", "v3", "v4"),
+         out="softmax-ab") -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="softmax-ab")
-    p.add_argument("--versions", nargs="+", default=["v2", "v3-tma", "v4"])
-    args, bench_args = p.parse_known_args()
+    p.add_argument("--out", default=out)
+    p.add_argument("--var", default=var, help="the A/B environment variable")
+    p.add_argument("--ops", nargs="+", default=list(ops))
+    p.add_argument("--versions", nargs="+", default=list(versions))
+    args, bench_args = p.parse_known_args(argv)
     results = {}
     for v in args.versions:
         out = os.path.join(args.out, v)
-        cmd = [sys.executable, "-P", "-m", "jax_memops.cli", "bench", "--ops", "softmax", "--dirs", "fwd",
+        cmd = [sys.executable, "-P", "-m", "jax_memops.cli", "bench", "--ops", *args.ops, "--dirs", "fwd",
                "--parts", "sweep", "--out", out, *bench_args]
-        print(f"== JAX_MEMOPS_SOFTMAX_FWD={v}: {' '.join(cmd[2:])}", flush=True)
-        rc = subprocess.run(cmd, env=dict(os.environ, JAX_MEMOPS_SOFTMAX_FWD=v)).returncode
+        print(f"== {args.var}={v}: {' '.join(cmd[2:])}", flush=True)
+        rc = subprocess.run(cmd, env=dict(os.environ, **{args.var: v})).returncode
         if rc != 0:
             print(f"version {v}: bench failed (rc={rc})", flush=True)
             continue
         with open(os.path.join(out, "results.json")) as f:
-            results[v] = {(r["dtype"], r["shape"][-1]): r for r in json.load(f)["results"]
-                          if r["op"] == "softmax" and r["direction"] == "fwd"}
+            results[v] = {(r["op"], r["dtype"], r["shape"][-1]): r for r in json.load(f)["results"]
+                          if r["op"] in args.ops and r["direction"] == "fwd"}
     if not results:
         return 1
     versions = list(results)
     keys = sorted({k for r in results.values() for k in r})
-    head = ["dtype", "C"] + [f"{v} TB/s (%copy)" for v in versions] + ["XLA TB/s"]
+    head = ["op", "dtype", "C"] + [f"{v} TB/s (%copy)" for v in versions] + ["XLA TB/s"]
     head += [f"{v}/{versions[0]}" for v in versions[1:]] + [f"{v}/XLA" for v in versions]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in keys:
-        row = [key[0], str(key[1])]
+        row = [key[0], key[1], str(key[2])]
         rs = [results[v].get(key) for v in versions]
         row += [f"{r['ours_gbps'] / 1e3:.2f} ({r['pct_of_copy']:.0f}%)" if r else "-" for r in rs]
         xla = next((r for r in rs if r), None)

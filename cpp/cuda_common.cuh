@@ -163,6 +163,18 @@ __device__ __forceinline__ Pack<T, V> load_stream(const T* base, int64_t pack) {
     return *p;
   }
 }
+// load_stream of a 16-byte pack where `in`, else 4 words of `fill` (e.g. 0: zeros of every type). The
+// choice is made on whole 32-bit words: a per-element select (`in ? load_stream(...) : Pack{...}`)
+// compiles to two byte permutes per 16-bit pair.
+template <int V, typename T>
+__device__ __forceinline__ Pack<T, V> load_stream_or(const T* base, int64_t pack, bool in, uint32_t fill) {
+  static_assert(sizeof(Pack<T, V>) == 16);
+  uint4 u = make_uint4(fill, fill, fill, fill);
+  if (in) u = __ldcs(reinterpret_cast<const uint4*>(base) + pack);
+  Pack<T, V> out;
+  memcpy(&out, &u, sizeof(u));
+  return out;
+}
 // A 16-byte pack of shared memory in one access (ld.shared.v4). A plain `*p` whose elements are used
 // one by one (pack_max_nan's f32 branch) compiles to four 4-byte loads.
 template <int V, typename T>

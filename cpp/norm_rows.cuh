@@ -43,6 +43,9 @@ constexpr int kMaxRowBlock = 768;
 template <typename T>
 inline constexpr int kRowPacks = 8;
 
+// v4 (an A/B option, JAX_MEMOPS_NORM_FWD=v4; norm_fwd_half.cuh): half the packs per thread.
+inline constexpr int kRowPacksHalf = 4;
+
 // This thread's place in the row geometry: lane among the row's rt threads, which of the block's rows
 // (group), and the block's row loop (first row, stride), uniform over the block as the barriers need.
 template <bool kBlockRow>
@@ -229,8 +232,9 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
   }
 }
 
-// Geometry of norm_fwd_rows_kernel for C columns of T: team (tpr <= 32) or block rows (tpr = the block,
-// one row each); ok == false beyond the block class (C > 1024 * 32 + V - 1).
+// Geometry of norm_fwd_rows_kernel with N packs per thread for C columns of T: team (tpr <= 32) or
+// block rows (tpr = the block, one row each); ok == false beyond the block class
+// (C > 768 * N * V + V - 1).
 struct RowsPlan {
   bool ok = false;
   bool block_rows = false;
@@ -239,10 +243,9 @@ struct RowsPlan {
   int rows_per_block = 0;
 };
 
-template <typename T>
+template <typename T, int64_t N = kRowPacks<T>>
 RowsPlan plan_norm_rows(int64_t cols) {
   constexpr int64_t V = kVec<T>;
-  constexpr int64_t N = kRowPacks<T>;
   const int64_t packs = cols / V;  // the most body packs a row can have
   RowsPlan p;
   if (packs <= 32 * N) {

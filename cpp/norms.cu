@@ -8,15 +8,32 @@
 // Backward: norm_bwd_fused_kernel (x and dy in registers, dscale/dbias partials) for C <= 12288
 // vectorized / 4096 unvectorized, else norm_bwd_kernel plus column sums.
 #include "cuda_common.cuh"
+#include "norm_fwd_half.cuh"
 #include "norm_rows.cuh"
 #include "partials.cuh"
 #include "bindings.h"
 #include "handlers.h"
 
+#include <climits>
+#include <cstdlib>
+#include <string>
+
 namespace ffi = xla::ffi;
 
 namespace jm::cuda {
 namespace {
+
+// Which register-row forward runs: v3 (norm_rows.cuh) by default; for A/B benchmarks only, the
+// environment variable JAX_MEMOPS_NORM_FWD=v4 (read once per process) selects norm_fwd_half.cuh's
+// kernels (half the packs per thread, more threads per SM) where their classes reach (C <= 12291 f32
+// / 24583 16-bit), v3 beyond. Any other value: v3. The backward is the same in both.
+bool norm_fwd_v4() {
+  static const bool v4 = [] {
+    const char* env = std::getenv("JAX_MEMOPS_NORM_FWD");
+    return env != nullptr && std::string(env) == "v4";
+  }();
+  return v4;
+}
 
 // Batched-load budget (registers, see kBatch) where the loop body loads scale/bias too.
 constexpr int kParamBatchRegs = 8;
@@ -323,16 +340,24 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(y.untyped_data());
     // The row in registers (norm_rows.cuh) when it fits and x, y split the same way into 16-byte packs.
-    const RowsPlan plan = plan_norm_rows<T>(s.cols);
+    RowsPlan plan = plan_norm_rows<T>(s.cols);
     const auto addr = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
-    if (plan.ok && s.cols > 0 && (addr(xp) - addr(yp)) % 16 == 0) {
-      auto run = [&](auto kernel) -> ffi::Error {
-        int64_t grid = 0;
-        if (auto err = resident_blocks(kernel, plan.block, 0, what, &grid); err.failure()) return err;
-        grid = std::min(grid, ceil_div(s.rows, plan.rows_per_block));
-        return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(plan.block), 0, stream, what, xp, scale,
-                      bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon, plan.tpr);
-      };
+    const bool same_split = s.cols > 0 && (addr(xp) - addr(yp)) % 16 == 0;
+    auto run = [&](auto kernel) -> ffi::Error {
+      int64_t grid = 0;
+      if (auto err = resident_blocks(kernel, plan.block, 0, what, &grid); err.failure()) return err;
+      grid = std::min(grid, ceil_div(s.rows, plan.rows_per_block));
+      return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(plan.block), 0, stream, what, xp, scale,
+                    bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon, plan.tpr);
+    };
+    // v4 (JAX_MEMOPS_NORM_FWD=v4): its 32-bit row indices need rows + a block's rows <= INT_MAX.
+    if (same_split && norm_fwd_v4() && s.rows <= int64_t{INT_MAX} - kMaxRowBlock) {
+      if (const RowsPlan half = plan_norm_rows<T, kRowPacksHalf>(s.cols); half.ok) {
+        plan = half;
+        return plan.block_rows ? run(norm_fwd_half_kernel<T, kRms, true>) : run(norm_fwd_half_kernel<T, kRms, false>);
+      }
+    }
+    if (plan.ok && same_split) {
       return plan.block_rows ? run(norm_fwd_rows_kernel<T, kRms, true>) : run(norm_fwd_rows_kernel<T, kRms, false>);
     }
     // Longer rows: the v1 row kernel (the row cached in shared memory where it fits).

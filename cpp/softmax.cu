@@ -225,9 +225,13 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // rows, the pipelined bulk-copy cluster (softmax_fwd_tma_pipe.cuh). For A/B benchmarks only, the
 // environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects "v3-tma" (or "v3": the
 // v3 bulk-copy cluster, softmax_fwd_tma.cuh, for long rows), "v3-prefetch" (that, and the register
-// classes prefetch the next row group; two raw register sets, two exps per element) or "v2" (the v2
-// kernels everywhere). Any other value: v4. The backward is the same in all of them.
-enum class FwdVersion { kV2, kV3, kV3Prefetch, kV4 };
+// classes prefetch the next row group; two raw register sets, two exps per element), "v4-n2" (v4 with
+// the sub-warp and block classes by softmax_fwd_half_kernel: 2 packs per thread, <= 32 registers, 2048
+// threads per SM; tpr doubles, block rows of up to 1024 threads, so the classes keep v3's C limits),
+// "v4-n2-512" (the same up to 512-thread rows, C <= 4096 f32 / 8192 16-bit; v3's 512-thread rows of 4
+// packs from there to 8192 / 16384) or "v2" (the v2 kernels everywhere). Any other value: v4. The
+// backward is the same in all of them.
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV4, kV4N2, kV4N2Upto512 };
 
 FwdVersion fwd_version() {
   static const FwdVersion version = [] {
@@ -236,6 +240,8 @@ FwdVersion fwd_version() {
     if (v == "v2") return FwdVersion::kV2;
     if (v == "v3-prefetch") return FwdVersion::kV3Prefetch;
     if (v == "v3" || v == "v3-tma") return FwdVersion::kV3;
+    if (v == "v4-n2") return FwdVersion::kV4N2;
+    if (v == "v4-n2-512") return FwdVersion::kV4N2Upto512;
     return FwdVersion::kV4;
   }();
   return version;
@@ -394,16 +400,35 @@ ffi::Error launch_fwd_tma_pipe(const DeviceInfo& dev, cudaStream_t stream, RowSh
 }
 
 // The v3/v4 forward where it applies (16-byte accesses; sub-warp and block classes by the register
-// kernel, longer rows by the bulk-copy cluster on sm_90: v4's pipelined one when `pipe`, else or where
-// that cannot launch v3's); *launched = false elsewhere (the v2 classes then run: the register cluster
+// kernel, longer rows by the bulk-copy cluster on sm_90: v4's pipelined one unless `version` is v3
+// or v3-prefetch, else or where that cannot launch v3's); *launched = false elsewhere (the v2 classes then run: the register cluster
 // where no bulk-copy one can launch, the 1024-thread CTA, stream).
 template <typename T>
-ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, bool prefetch, bool pipe, const T* x, T* y,
+ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion version, const T* x, T* y,
                          bool* launched) {
   *launched = false;
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
+  const bool prefetch = version == FwdVersion::kV3Prefetch;
+  if (version == FwdVersion::kV4N2 || version == FwdVersion::kV4N2Upto512) {
+    // Half the packs per thread: twice the threads per row (rt2 <= 1024 exactly where v3's rt <= 512).
+    const int64_t rt2 = std::max<int64_t>(
+        smx::kMinTpr, next_pow2(ceil_div(s.cols, smx::fwd_elems_per_thread<T, smx::kFwdPacksHalf>())));
+    if (rt2 <= (version == FwdVersion::kV4N2 ? kMaxBlock : kMaxBlock / 2)) {
+      const int tpr = static_cast<int>(rt2);
+      const int block = tpr <= 32 ? smx::kSubWarpBlock : tpr;
+      const int64_t groups = ceil_div(s.rows, block / tpr);
+      constexpr bool kKeepExp = sizeof(T) == 4;
+      *launched = true;
+      if (tpr <= 32) {
+        return launch_persistent<smx::softmax_fwd_half_kernel<T, true, kKeepExp>>(
+            dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
+      }
+      return launch_persistent<smx::softmax_fwd_half_kernel<T, false, kKeepExp>>(
+          dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
+    }
+  }
   const int64_t rt = std::max<int64_t>(smx::kMinTpr, next_pow2(ceil_div(s.cols, smx::fwd_elems_per_thread<T>())));
   if (rt <= kMaxBlock / 2) {  // sub-warp and block classes
     const int tpr = static_cast<int>(rt);
@@ -418,7 +443,7 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, bool prefetc
         dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
-  if (pipe) {
+  if (version != FwdVersion::kV3 && version != FwdVersion::kV3Prefetch) {
     if (auto err = launch_fwd_tma_pipe(dev, stream, s, x, y, launched); err.failure() || *launched) return err;
   }
   return launch_fwd_tma(dev, stream, s, x, y, launched);
@@ -443,8 +468,7 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
     const bool vec = same_alignment({xp, yp});
     if (const FwdVersion version = fwd_version(); version != FwdVersion::kV2) {
       bool launched = false;
-      if (auto err = launch_fwd_v3(stream, s, vec, version == FwdVersion::kV3Prefetch,
-                                   version == FwdVersion::kV4, xp, yp, &launched);
+      if (auto err = launch_fwd_v3(stream, s, vec, version, xp, yp, &launched);
           err.failure() || launched) {
         return err;
       }

@@ -40,11 +40,15 @@ constexpr int kMaxClusterNonPortable = 16;  // Hopper's limit, after an opt-in p
 // float eagerly (2x the registers), which unpack_fresh (cuda_common.cuh) prevents.
 constexpr int kFwdPacks = 4;
 constexpr int kBwdPacks = 4;
+// The v4-n2 forward (softmax_fwd_regs.cuh; an A/B option): half the packs, <= 32 registers, so an SM
+// holds 2048 threads (twice v3's warps, the same bytes in flight).
+constexpr int kFwdPacksHalf = 2;
 
-// Row elements one thread of a register kernel holds (its capacity is rt times this).
-template <typename T>
+// Row elements one thread of a register kernel holds (its capacity is rt times this); N: packs per
+// thread (the v4-n2 forward holds kFwdPacksHalf).
+template <typename T, int N = kFwdPacks>
 constexpr int fwd_elems_per_thread() {
-  return kFwdPacks * kVec<T>;
+  return N * kVec<T>;
 }
 template <typename T>
 constexpr int bwd_elems_per_thread() {

@@ -457,3 +457,78 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
     for k in range(n):
         mt.assert_close(y[k], mt.ref_layer_norm(x[k], s[k], b[k]), mt.FWD_TOL[dtype], dtype=dtype, what=f"y[{k}]")
         mt.assert_close(r[k], mt.ref_rms_norm(x[k], s[k]), mt.FWD_TOL[dtype], dtype=dtype, what=f"rms y[{k}]")
+
+
+# The norm forward's A/B switch (cpp/norms.cu): JAX_MEMOPS_NORM_FWD=v4 (norm_fwd_half.cuh: 4 packs per
+# thread; read once per process, so it runs in a fresh interpreter). Its classes, f32 / 16-bit:
+#   team rows (tpr 4..32): C <= 515 / 1031 -- (1, 1), (7, 3), (300, 33) edges only or mostly; (60001, 64)
+#     many rows; (8001, 515) the last f32 team width (tpr 32), many rows;
+#   block rows (64..768 threads): (129, 516) f32 64 threads / team; (20, 1000); (300, 1001) misaligned;
+#     (8001, 768) many rows of 64-thread blocks (more rows than resident blocks); (65, 1031) / (65, 1032)
+#     the last 16-bit team width / 16-bit block rows of 64; (33, 4097) misaligned; (700, 12288) many rows;
+#     (9, 12289); (5, 12291) the last f32 v4 width (768 threads);
+#   v3 beyond: (5, 12292) f32 v3 block rows / 16-bit v4; (5, 24583) the last 16-bit v4 width; (3, 24584)
+#     16-bit v3 block rows / f32 v1; (3, 50257) v1 for all.
+# Each with a NaN row and a constant row; without parameters too; vmap with batched (per-group,
+# misaligned) parameters; large mean / tiny variance (x = 1e4 + 1e-2 noise, epsilon 1e-12) in every
+# class with the backward, which reads the saved mean and rstd.
+_NORM_V4_SCRIPT = r"""
+import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
+sys.path.insert(0, {tests!r})
+import memops_testing as mt
+gpu = jax.devices("gpu")[0]
+put = lambda *a: [jax.device_put(t, gpu) for t in a]
+rng = np.random.default_rng(19)
+shapes = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 515), (129, 516), (20, 1000), (300, 1001), (8001, 768),
+          (65, 1031), (65, 1032), (33, 4097), (700, 12288), (9, 12289), (5, 12291), (5, 12292), (5, 24583),
+          (3, 24584), (3, 50257)]
+ln, rms = jax.jit(jm.layer_norm), jax.jit(jm.rms_norm)
+ln0, rms0 = jax.jit(lambda t: jm.layer_norm(t)), jax.jit(lambda t: jm.rms_norm(t))
+for dtype in mt.DTYPES:
+    for rows, c in shapes:
+        x = mt.randn(rng, (rows, c), np.float32, scale=2.0, loc=0.5)
+        if rows > 2:
+            x[1, c // 2] = np.nan
+            x[2, :] = 1.25
+        x = x.astype(dtype)
+        s, b = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,))
+        what = f"{{dtype}} {{(rows, c)}}"
+        tol = mt.FWD_TOL[dtype]
+        mt.assert_close(ln(*put(x, s, b)), mt.ref_layer_norm(x, s, b), tol, dtype=dtype, what="layer_norm " + what)
+        mt.assert_close(rms(*put(x, s)), mt.ref_rms_norm(x, s), tol, dtype=dtype, what="rms_norm " + what)
+        mt.assert_close(ln0(*put(x)), mt.ref_layer_norm(x), tol, dtype=dtype, what="layer_norm no params " + what)
+        mt.assert_close(rms0(*put(x)), mt.ref_rms_norm(x), tol, dtype=dtype, what="rms_norm no params " + what)
+for dtype in (mt.F32, mt.BF16):
+    for n, r, c in ((3, 5, 33), (2, 7, 1001), (2, 3, 4097), (4, 9, 1027)):
+        x = mt.randn(rng, (n, r, c), dtype)
+        s, b = mt.randn(rng, (n, c), loc=1.0), mt.randn(rng, (n, c))
+        y = jax.jit(jax.vmap(jm.layer_norm))(*put(x, s, b))
+        z = jax.jit(jax.vmap(jm.rms_norm))(*put(x, s))
+        for k in range(n):
+            mt.assert_close(y[k], mt.ref_layer_norm(x[k], s[k], b[k]), mt.FWD_TOL[dtype], dtype=dtype, what=f"vmap y[{{k}}]")
+            mt.assert_close(z[k], mt.ref_rms_norm(x[k], s[k]), mt.FWD_TOL[dtype], dtype=dtype, what=f"vmap rms y[{{k}}]")
+lne = lambda a, p, q: jm.layer_norm(a, p, q, epsilon=1e-12)
+for c in (33, 515, 768, 1001, 2056, 4097, 12288, 12291, 24580):
+    x = (1e4 + 1e-2 * rng.standard_normal((37, c))).astype(np.float32)
+    s, b = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,))
+    g = mt.randn(rng, x.shape, scale=1.0)
+    mt.assert_close(jax.jit(lne)(*put(x, s, b)), mt.ref_layer_norm(x, s, b, 1e-12), 1e-4, dtype=mt.F32, what=f"large mean {{c}}")
+    dx = jax.jit(lambda a, p, q, h: jax.vjp(lne, a, p, q)[1](h)[0])(*put(x, s, b, g))
+    rdx = mt.ref_layer_norm_vjp(x, s, b, 1e-12, g)[0]
+    mt.assert_close(dx, rdx, 1e-3, dtype=mt.F32, what=f"large mean dx {{c}}", mag=mt.ref_layer_norm_vjp_mag(x, s, 1e-12, g))
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("version", ["v4", "v3"])
+def test_norm_forward_versions(gpu, version):
+    import os
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    # No preallocation in the child: this process may already hold 75% of the GPU (JAX's default).
+    env = dict(os.environ, JAX_MEMOPS_NORM_FWD=version, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    out = subprocess.run([sys.executable, "-c", _NORM_V4_SCRIPT.format(tests=tests)], env=env, cwd="/",
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-2000:] + out.stderr[-4000:]

@@ -530,7 +530,13 @@ def test_auto_many_rows(device, rng, shape, dtype):
 
 # The forward's A/B switch (cpp/softmax.cu): JAX_MEMOPS_SOFTMAX_FWD, read once per process, so each
 # version runs in a fresh interpreter; every class of each version against the float64 reference.
-# Rows of 12 or more end with _special_rows (NaN, +inf, all -inf, masked halves, huge logits, ...).
+# Rows of 12 or more end with _special_rows (NaN, +inf, all -inf, masked halves, huge logits, ...); rows
+# of 4 or more have row 3's first half -inf (threads of only -inf in the block rows: their kept exps
+# rescale to 0). VERSION_SHAPES include v4-n2's class boundaries (2 packs per thread: f32 8 elements,
+# 16-bit 16): sub-warp up to C = 256 f32 / 512 16-bit (255, 256, 257: tpr 32 | 64; 33 misaligned with
+# 40000 rows: more row groups than resident CTAs), block rows of 64..1024 threads (1000; 4095 / 4097:
+# v4-n2-512's switch to v3's kernel in f32; 8192: 1024 threads, more rows than resident CTAs; 8193: the
+# bulk-copy cluster).
 _VERSION_SCRIPT = r"""
 import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
 sys.path.insert(0, {tests!r})
@@ -544,6 +550,8 @@ for dtype in mt.DTYPES:
         if rows >= 3:
             x[1] = -np.inf
             x[2, c // 2] = np.nan
+        if rows > 3:
+            x[3, : c // 2] = -np.inf
         if rows >= 12:
             x[-10:] = _special_rows(rng, c, np.float32)
         x = x.astype(dtype)
@@ -551,7 +559,8 @@ for dtype in mt.DTYPES:
         mt.assert_close(y, mt.ref_softmax(x), mt.FWD_TOL[dtype], dtype=dtype, what=f"{{dtype}} {{(rows, c)}}")
 print("OK")
 """
-VERSION_SHAPES = [(40000, 33), (300, 1000), (50, 4097), (20, 8193), (300, 50257), (40, 131072), (3, 600001)]
+VERSION_SHAPES = [(40000, 33), (5000, 255), (5000, 256), (3000, 257), (300, 1000), (600, 4095), (50, 4097),
+                  (600, 8192), (20, 8193), (300, 50257), (40, 131072), (3, 600001)]
 
 
 def _run_fwd_script(shapes, **env_vars):
@@ -569,7 +578,7 @@ def _run_fwd_script(shapes, **env_vars):
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3-tma", "v4"])
+@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3-tma", "v4", "v4-n2", "v4-n2-512"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
