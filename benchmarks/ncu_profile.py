@@ -4,7 +4,7 @@ Inputs, compilation and a warm-up run happen first; only then is the profiler st
 through the driver), so with `--profile-from-start off` ncu sees exactly the kernels of the timed calls,
 in the order printed here:
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform \\
     ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \\
         --section WarpStateStats --section LaunchStats python3 benchmarks/ncu_profile.py \\
         softmax:fwd:float32:1024 layer_norm:bwd:bfloat16:8192:ours ...
