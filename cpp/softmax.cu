@@ -128,21 +128,45 @@ cudaLaunchConfig_t cluster_config(dim3 grid, int block, int k, cudaStream_t stre
   return cfg;
 }
 
+constexpr int kTmaSmemReserve = 1024;  // the TMA kernels' static shared memory (ptxas -v: 544, 560 bytes)
+
+// Function attributes belong to the device's context, so the opt-ins are made once per device (a
+// process-wide flag would leave every other GPU of a multi-GPU process without them: its launches
+// refused, the v2 classes taking every row). Bit 0: the dynamic shared memory opt-in took; bit 1: the
+// non-portable cluster sizes took; bit 2: set once asked (0: not asked on this device yet). kDynSmem:
+// also opt in to the device's largest dynamic shared memory (the bulk-copy kernels).
+template <auto Kernel, bool kDynSmem>
+int func_opt_ins(const DeviceInfo& dev) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> state[kMaxDevices];
+  const bool cacheable = dev.device >= 0 && dev.device < kMaxDevices;
+  if (cacheable) {
+    if (const int s = state[dev.device].load(std::memory_order_relaxed); s != 0) return s;
+  }
+  int s = 4;
+  if (kDynSmem && cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       dev.max_smem_optin - kTmaSmemReserve) == cudaSuccess) {
+    s |= 1;
+  }
+  (void)cudaGetLastError();
+  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) s |= 2;
+  (void)cudaGetLastError();
+  if (cacheable) state[dev.device].store(s, std::memory_order_relaxed);
+  return s;
+}
+
 // Clusters of k CTAs of `block` threads of Kernel that can be resident at once; 0 when such a cluster
-// cannot launch (the query fails or finds none). k > 8 opts the kernel in to non-portable cluster
-// sizes first. Cached like blocks_per_sm.
+// cannot launch (the query fails or finds none). k > 8 needs the kernel's opt-in to non-portable
+// cluster sizes on this device (func_opt_ins: once per device; it was once per process, which left a
+// second GPU's k = 16 launches refused and its rows to the fallback classes). The count is cached like
+// blocks_per_sm.
 template <auto Kernel>
 int active_clusters(const DeviceInfo& dev, int block, int k) {
   static std::atomic<int> cache[2][kMaxClusterNonPortable + 1];  // 0: not asked yet; -1: cannot launch
+  if (k > kMaxCluster && (func_opt_ins<Kernel, false>(dev) & 2) == 0) return 0;
   std::atomic<int>& slot = cache[block == kMaxBlock ? 1 : 0][k];
   int n = slot.load(std::memory_order_relaxed);
   if (n != 0) return std::max(n, 0);
-  if (k > kMaxCluster &&
-      cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-    (void)cudaGetLastError();
-    slot.store(-1, std::memory_order_relaxed);
-    return 0;
-  }
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg =
       cluster_config(dim3(static_cast<unsigned>(k * dev.sm_count)), block, k, nullptr, &attr);
@@ -247,41 +271,16 @@ FwdVersion fwd_version() {
   return version;
 }
 
-constexpr int kTmaSmemReserve = 1024;  // the TMA kernels' static shared memory (ptxas -v: 544, 560 bytes)
 constexpr int kSmemKb = 256;           // KB slots of the occupancy cache (227 KB per block on Hopper)
-
-// Function attributes belong to the device's context, so the opt-ins are made once per device (a
-// process-wide flag would leave every other GPU of a multi-GPU process without them: its launches
-// refused, the v2 classes taking every row). Bit 0: the dynamic shared memory opt-in took; bit 1: the
-// non-portable cluster sizes took; bit 2: set once asked (0: not asked on this device yet).
-template <auto Kernel>
-int tma_opt_ins(const DeviceInfo& dev) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> state[kMaxDevices];
-  const bool cacheable = dev.device >= 0 && dev.device < kMaxDevices;
-  if (cacheable) {
-    if (const int s = state[dev.device].load(std::memory_order_relaxed); s != 0) return s;
-  }
-  int s = 4;
-  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           dev.max_smem_optin - kTmaSmemReserve) == cudaSuccess) {
-    s |= 1;
-  }
-  (void)cudaGetLastError();
-  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) s |= 2;
-  (void)cudaGetLastError();
-  if (cacheable) state[dev.device].store(s, std::memory_order_relaxed);
-  return s;
-}
 
 // Clusters of k CTAs of the bulk-copy kernel, each with `smem` bytes (a multiple of 1 KB) of dynamic
 // shared memory, that can be resident at once; 0 when no such cluster can launch. The kernel is opted
-// in (tma_opt_ins) to the device's largest dynamic shared memory and to non-portable cluster sizes
+// in (func_opt_ins) to the device's largest dynamic shared memory and to non-portable cluster sizes
 // (k > 8). Cached per (k, smem), not per device (like blocks_per_sm).
 template <auto Kernel>
 int tma_active_clusters(const DeviceInfo& dev, int k, int smem) {
   static std::atomic<int> cache[kMaxClusterNonPortable + 1][kSmemKb];  // 0: not asked; -1: cannot launch
-  const int opt_ins = tma_opt_ins<Kernel>(dev);
+  const int opt_ins = func_opt_ins<Kernel, true>(dev);
   const bool smem_ok = (opt_ins & 1) != 0;
   const bool non_portable_ok = (opt_ins & 2) != 0;
   const int kb = smem / 1024;
