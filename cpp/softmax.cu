@@ -155,6 +155,24 @@ int func_opt_ins(const DeviceInfo& dev) {
   return s;
 }
 
+// The occupancy query of active_clusters and tma_active_clusters: clusters of k CTAs of `block` threads
+// with `smem` bytes of dynamic shared memory each that can be resident at once, 0 when none can launch;
+// remembered in `slot` (0: not asked yet; -1: cannot launch).
+template <auto Kernel>
+int cached_active_clusters(std::atomic<int>& slot, const DeviceInfo& dev, int block, int k, int smem) {
+  int n = slot.load(std::memory_order_relaxed);
+  if (n != 0) return std::max(n, 0);
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(k * dev.sm_count)), block, k, nullptr,
+                                                &attr, static_cast<size_t>(smem));
+  if (cudaOccupancyMaxActiveClusters(&n, Kernel, &cfg) != cudaSuccess || n <= 0) {
+    (void)cudaGetLastError();  // not sticky; the caller falls back to another class
+    n = -1;
+  }
+  slot.store(n, std::memory_order_relaxed);
+  return std::max(n, 0);
+}
+
 // Clusters of k CTAs of `block` threads of Kernel that can be resident at once; 0 when such a cluster
 // cannot launch (the query fails or finds none). k > 8 needs the kernel's opt-in to non-portable
 // cluster sizes on this device (func_opt_ins: once per device; it was once per process, which left a
@@ -162,20 +180,9 @@ int func_opt_ins(const DeviceInfo& dev) {
 // blocks_per_sm.
 template <auto Kernel>
 int active_clusters(const DeviceInfo& dev, int block, int k) {
-  static std::atomic<int> cache[2][kMaxClusterNonPortable + 1];  // 0: not asked yet; -1: cannot launch
+  static std::atomic<int> cache[2][kMaxClusterNonPortable + 1];
   if (k > kMaxCluster && (func_opt_ins<Kernel, false>(dev) & 2) == 0) return 0;
-  std::atomic<int>& slot = cache[block == kMaxBlock ? 1 : 0][k];
-  int n = slot.load(std::memory_order_relaxed);
-  if (n != 0) return std::max(n, 0);
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg =
-      cluster_config(dim3(static_cast<unsigned>(k * dev.sm_count)), block, k, nullptr, &attr);
-  if (cudaOccupancyMaxActiveClusters(&n, Kernel, &cfg) != cudaSuccess || n <= 0) {
-    (void)cudaGetLastError();  // not sticky; the caller falls back to another class
-    n = -1;
-  }
-  slot.store(n, std::memory_order_relaxed);
-  return std::max(n, 0);
+  return cached_active_clusters<Kernel>(cache[block == kMaxBlock ? 1 : 0][k], dev, block, k, 0);
 }
 
 // A persistent launch of a block-level kernel: `groups` units of work (rows or row groups), at most as
@@ -279,24 +286,13 @@ constexpr int kSmemKb = 256;           // KB slots of the occupancy cache (227 K
 // (k > 8). Cached per (k, smem), not per device (like blocks_per_sm).
 template <auto Kernel>
 int tma_active_clusters(const DeviceInfo& dev, int k, int smem) {
-  static std::atomic<int> cache[kMaxClusterNonPortable + 1][kSmemKb];  // 0: not asked; -1: cannot launch
+  static std::atomic<int> cache[kMaxClusterNonPortable + 1][kSmemKb];
   const int opt_ins = func_opt_ins<Kernel, true>(dev);
   const bool smem_ok = (opt_ins & 1) != 0;
   const bool non_portable_ok = (opt_ins & 2) != 0;
   const int kb = smem / 1024;
   if (!smem_ok || kb >= kSmemKb || k > kMaxClusterNonPortable || (k > kMaxCluster && !non_portable_ok)) return 0;
-  std::atomic<int>& slot = cache[k][kb];
-  int n = slot.load(std::memory_order_relaxed);
-  if (n != 0) return std::max(n, 0);
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(k * dev.sm_count)), smx::kTmaBlock, k,
-                                                nullptr, &attr, static_cast<size_t>(smem));
-  if (cudaOccupancyMaxActiveClusters(&n, Kernel, &cfg) != cudaSuccess || n <= 0) {
-    (void)cudaGetLastError();
-    n = -1;
-  }
-  slot.store(n, std::memory_order_relaxed);
-  return std::max(n, 0);
+  return cached_active_clusters<Kernel>(cache[k][kb], dev, smx::kTmaBlock, k, smem);
 }
 
 // The bulk-copy cluster class (sm_90): the cluster size k (1..16) whose CTAs each hold chunk =
