@@ -60,7 +60,9 @@
 #include "softmax_rows.cuh"
 #include "softmax_stream.cuh"
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace ffi = xla::ffi;
 
@@ -262,7 +264,10 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // "v4-n2-512" (the same up to 512-thread rows, C <= 4096 f32 / 8192 16-bit; v3's 512-thread rows of 4
 // packs from there to 8192 / 16384) or "v2" (the v2 kernels everywhere). Any other value: v4. The
 // backward is the same in all of them.
-enum class FwdVersion { kV2, kV3, kV3Prefetch, kV4, kV4N2, kV4N2Upto512 };
+// Experiments on the long-row bulk-copy cluster (v3's register classes below it): "v5-s1" (one stage
+// per CTA, refilled after the row's output pass) and "v5-reg" (one stage, copied into registers, the
+// next row's copy issued at once); softmax_fwd_tma.cuh.
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV4, kV4N2, kV4N2Upto512, kV5S1, kV5Reg };
 
 FwdVersion fwd_version() {
   static const FwdVersion version = [] {
@@ -273,6 +278,8 @@ FwdVersion fwd_version() {
     if (v == "v3" || v == "v3-tma") return FwdVersion::kV3;
     if (v == "v4-n2") return FwdVersion::kV4N2;
     if (v == "v4-n2-512") return FwdVersion::kV4N2Upto512;
+    if (v == "v5-s1") return FwdVersion::kV5S1;
+    if (v == "v5-reg") return FwdVersion::kV5Reg;
     return FwdVersion::kV4;
   }();
   return version;
@@ -295,43 +302,110 @@ int tma_active_clusters(const DeviceInfo& dev, int k, int smem) {
   return cached_active_clusters<Kernel>(cache[k][kb], dev, smx::kTmaBlock, k, smem);
 }
 
-// The bulk-copy cluster class (sm_90): the cluster size k (1..16) whose CTAs each hold chunk =
-// ceil(packs / k) packs twice (two stages) in shared memory. Among the sizes that fit and can launch,
-// the one with the most CTAs resident, counted up to 2 per SM (a second CTA per SM overlaps one CTA's
-// reduction with the other's loads; more adds little), the smallest k on ties (fewer CTAs in each
-// cluster barrier). *launched = false (and success) when no size fits or launches: the caller falls
-// back to the v2 classes.
-template <typename T>
-ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y,
-                          bool* launched) {
-  constexpr auto kKernel = smx::softmax_fwd_tma_kernel<T>;
-  *launched = false;
-  const int64_t packs = ceil_div(s.cols, kVec<T>);
-  const int64_t max_smem = int64_t{dev.max_smem_optin} - kTmaSmemReserve;
-  int best_k = 0, best_active = 0;
-  int64_t best_chunk = 0, best_smem = 0, best_score = 0;
-  for (int k = 1; k <= kMaxClusterNonPortable; k *= 2) {
-    const int64_t chunk = ceil_div(packs, k);
-    const int64_t smem = ceil_div(smx::kTmaStages * chunk * 16, 1024) * 1024;
-    if (smem > max_smem) continue;
-    const int active = tma_active_clusters<kKernel>(dev, k, static_cast<int>(smem));
-    const int64_t score = std::min<int64_t>(int64_t{active} * k, 2 * int64_t{dev.sm_count});
-    if (score > best_score) {
-      best_k = k, best_active = active, best_chunk = chunk, best_smem = smem, best_score = score;
-    }
-  }
-  if (best_k == 0) return ffi::Error::Success();
-  const int64_t clusters = std::min<int64_t>(s.rows, best_active);
+// JAX_MEMOPS_SOFTMAX_FWD_K=k (1..16; read once per process), for tests and A/B of plans only: the
+// bulk-copy plans (v3, v4, v5) consider cluster size k alone (where it does not fit or launch, the next
+// plan runs). 0: their rules.
+int forced_pipe_k() {
+  static const int k = [] {
+    const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_FWD_K");
+    const int v = env == nullptr ? 0 : std::atoi(env);
+    return v >= 1 && v <= kMaxClusterNonPortable ? v : 0;
+  }();
+  return k;
+}
+
+// JAX_MEMOPS_SOFTMAX_PLAN_LOG=1: each bulk-copy launch whose plan differs from the previous one is
+// described on stderr (variant, cluster size, chunk, shared memory, clusters resident), for A/B runs.
+void log_tma_plan(const char* variant, RowShape s, int k, int64_t chunk, int64_t smem, int active) {
+  static const bool on = [] {
+    const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_PLAN_LOG");
+    return env != nullptr && env[0] == '1';
+  }();
+  static std::atomic<int64_t> last{-1};
+  const int64_t key = (s.cols * 64 + k) * 8 + static_cast<int64_t>(std::strlen(variant) % 8);
+  if (!on || last.exchange(key) == key) return;
+  std::fprintf(stderr, "softmax_fwd plan: %s rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB clusters=%d\n",
+               variant, static_cast<long long>(s.rows), static_cast<long long>(s.cols), k,
+               static_cast<long long>(chunk), static_cast<long long>(smem / 1024), active);
+}
+
+// One plan of a bulk-copy kernel: cluster size k, chunk = ceil(packs / k) packs per CTA in each of
+// `stages` buffers, clusters resident; score = CTAs resident, counted up to `cap` per SM (0: does not
+// fit in shared memory, exceeds max_chunk, or cannot launch).
+struct TmaPlan {
+  int k = 0, active = 0;
+  int64_t chunk = 0, smem = 0, score = 0;
+};
+
+template <auto Kernel>
+TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_t max_chunk, int cap) {
+  const int64_t chunk = ceil_div(packs, k);
+  const int64_t smem = ceil_div(stages * chunk * 16, 1024) * 1024;
+  if (chunk > max_chunk || smem > int64_t{dev.max_smem_optin} - kTmaSmemReserve) return {};
+  const int active = tma_active_clusters<Kernel>(dev, k, static_cast<int>(smem));
+  if (active == 0) return {};
+  return {k, active, chunk, smem, std::min<int64_t>(int64_t{active} * k, int64_t{cap} * dev.sm_count)};
+}
+
+// Launches plan p of Kernel (a persistent grid of clusters); *launched = false (and success) where the
+// launch is refused (a configuration error: the caller's fallback takes the rows).
+template <auto Kernel, typename T>
+ffi::Error launch_tma_plan(const char* variant, const TmaPlan& p, cudaStream_t stream, RowShape s, const T* x,
+                           T* y, bool* launched) {
+  log_tma_plan(variant, s, p.k, p.chunk, p.smem, p.active);
+  const int64_t clusters = std::min<int64_t>(s.rows, p.active);
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * best_k)), smx::kTmaBlock,
-                                                best_k, stream, &attr, static_cast<size_t>(best_smem));
-  if (cudaLaunchKernelEx(&cfg, kKernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(best_chunk)) !=
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), smx::kTmaBlock, p.k,
+                                                stream, &attr, static_cast<size_t>(p.smem));
+  if (cudaLaunchKernelEx(&cfg, Kernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk)) !=
       cudaSuccess) {
-    (void)cudaGetLastError();  // a configuration error: the v2 classes take the row
+    (void)cudaGetLastError();
     return ffi::Error::Success();
   }
   *launched = true;
   return check_launch("softmax_fwd (bulk-copy cluster)");
+}
+
+// The bulk-copy cluster class (sm_90; softmax_fwd_tma.cuh): among cluster sizes k = 1, 2, 4, 8, 16 the
+// plan with the most CTAs resident, counted up to 2 per SM (a second CTA per SM overlaps one CTA's
+// reduction with the other's loads; more adds little), the smallest k on ties (fewer CTAs in each
+// cluster barrier). v3: two stages; v5-s1: one; v5-reg: one stage of at most 8 packs per thread (4 CTAs
+// per SM by registers), else 16 (2 per SM). *launched = false (and success) when no size fits or
+// launches: the caller falls back to the v2 classes.
+template <typename T>
+ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
+                          T* y, bool* launched) {
+  constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0>;
+  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0>;
+  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8>;
+  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16>;
+  constexpr int64_t kAny = INT_MAX;
+  *launched = false;
+  const int64_t packs = ceil_div(s.cols, kVec<T>);
+  const int forced = forced_pipe_k();
+  TmaPlan best;
+  int which = 0;  // 0: two stages, 1: one stage, 2: registers (8), 3: registers (16)
+  for (int k = 1; k <= kMaxClusterNonPortable; k *= 2) {
+    if (forced != 0 && k != forced) continue;
+    TmaPlan p;
+    int w = 0;
+    if (version == FwdVersion::kV5Reg) {
+      p = tma_plan<kRegs8>(dev, packs, k, 1, 8 * smx::kTmaBlock, 2), w = 2;
+      if (p.score == 0) p = tma_plan<kRegs16>(dev, packs, k, 1, 16 * smx::kTmaBlock, 2), w = 3;
+    } else if (version == FwdVersion::kV5S1) {
+      p = tma_plan<kOneStage>(dev, packs, k, 1, kAny, 2), w = 1;
+    } else {
+      p = tma_plan<kTwoStages>(dev, packs, k, 2, kAny, 2);
+    }
+    if (p.score > best.score) best = p, which = w;
+  }
+  if (best.k == 0) return ffi::Error::Success();
+  switch (which) {
+    case 1: return launch_tma_plan<kOneStage>("v5-s1", best, stream, s, x, y, launched);
+    case 2: return launch_tma_plan<kRegs8>("v5-reg8", best, stream, s, x, y, launched);
+    case 3: return launch_tma_plan<kRegs16>("v5-reg16", best, stream, s, x, y, launched);
+    default: return launch_tma_plan<kTwoStages>("v3", best, stream, s, x, y, launched);
+  }
 }
 
 // The v4 bulk-copy cluster (softmax_fwd_tma_pipe.cuh, sm_90): kTmaPipeStages row buffers of chunk =
@@ -345,16 +419,6 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
 // enough; more would only shrink the shares (more per-row overhead per byte, larger k) for no more
 // bytes in flight. Smallest k: fewer CTAs in each barrier and fewer DSMEM reads. Where nothing fits
 // (f32 rows over 16 x ~75 KB, C > ~300K) or launches: *launched = false, and v3's two-stage plan runs.
-// JAX_MEMOPS_SOFTMAX_FWD_K=k (1..16; read once per process), for tests and A/B of plans only: v4's
-// plan considers cluster size k alone (where it does not fit or launch, v3's plan runs). 0: the rule.
-int forced_pipe_k() {
-  static const int k = [] {
-    const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_FWD_K");
-    const int v = env == nullptr ? 0 : std::atoi(env);
-    return v >= 1 && v <= kMaxClusterNonPortable ? v : 0;
-  }();
-  return k;
-}
 
 template <typename T>
 ffi::Error launch_fwd_tma_pipe(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y,
@@ -438,10 +502,10 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
         dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
-  if (version != FwdVersion::kV3 && version != FwdVersion::kV3Prefetch) {
+  if (version == FwdVersion::kV4 || version == FwdVersion::kV4N2 || version == FwdVersion::kV4N2Upto512) {
     if (auto err = launch_fwd_tma_pipe(dev, stream, s, x, y, launched); err.failure() || *launched) return err;
   }
-  return launch_fwd_tma(dev, stream, s, x, y, launched);
+  return launch_fwd_tma(dev, stream, s, version, x, y, launched);
 }
 
 ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,

@@ -31,7 +31,6 @@
 namespace jm::cuda::smx {
 
 constexpr int kTmaBlock = 256;           // threads per CTA
-constexpr int kTmaStages = 2;            // row buffers per CTA: the current row and the next
 
 // The packs [lo, lo + n) of a row's body that cluster rank `rank` holds.
 struct TmaShare {
@@ -39,14 +38,24 @@ struct TmaShare {
   __device__ TmaShare(int body, int rank, int chunk) : lo(rank * chunk), n(max(0, min(chunk, body - lo))) {}
 };
 
-template <typename T>
-__global__ void __launch_bounds__(kTmaBlock, 1)
+// Variants (template parameters; JAX_MEMOPS_SOFTMAX_FWD picks, cpp/softmax.cu):
+//   S = 2, NP = 0 (v3): two stages, the next row's copy issued at the top of each row, three reads of the
+//     stage per row (max, sum, output).
+//   S = 1, NP = 0 (v5-s1): one stage, refilled only after the row's output pass: no row in flight within
+//     a CTA, half the shared memory per CTA (so smaller clusters or more CTAs per SM hide the loads).
+//   S = 1, NP > 0 (v5-reg): each thread copies its <= NP packs of the stage into registers once, a block
+//     barrier, and the next row's copy is issued at once: the stage is free for the whole reduction and
+//     output pass (v3's overlap with one stage), and one read of shared memory per element.
+template <typename T, int S, int NP>
+__global__ void __launch_bounds__(kTmaBlock, NP == 0 ? 1 : (NP <= 8 ? 4 : 2))
     softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk) {
+  static_assert(S == 1 || S == 2, "one or two stages");
+  static_assert(NP == 0 || S == 1, "the register variant needs one stage");
 #if JM_BULK_COPY
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
-  __shared__ uint64_t bar[kTmaStages];
-  P* stages = reinterpret_cast<P*>(dynamic_smem());  // [kTmaStages][chunk]
+  __shared__ uint64_t bar[S];
+  P* stages = reinterpret_cast<P*>(dynamic_smem());  // [S][chunk]
   const RowIter<true> it(0);
   const int tid = static_cast<int>(threadIdx.x);
   const int nt = static_cast<int>(blockDim.x);
@@ -63,50 +72,99 @@ __global__ void __launch_bounds__(kTmaBlock, 1)
   };
 
   if (tid == 0) {
-    for (int st = 0; st < kTmaStages; ++st) mbar_init(&bar[st]);
-    if (it.base < rows) issue(it.base, 0);
+    for (int st = 0; st < S; ++st) mbar_init(&bar[st]);
+    // The first row ahead of the loop where a copy is in flight across the loop's top (not S = 1, NP = 0).
+    if ((S == 2 || NP > 0) && it.base < rows) issue(it.base, 0);
   }
   __syncthreads();  // the barriers are initialized before anyone waits on them
   int i = 0;
   for (int64_t row = it.base; row < rows; row += it.step, ++i) {
-    const int st = i & 1;
-    __syncthreads();  // every thread is done reading stage st ^ 1 (the previous row's output pass)
-    if (tid == 0 && row + it.step < rows) {
-      fence_proxy_async_smem();
-      issue(row + it.step, st ^ 1);
+    const int st = S == 2 ? (i & 1) : 0;
+    // bar[st]'s phase for this row: row i is stage st's (i / S)-th fill.
+    const uint32_t parity = static_cast<uint32_t>(S == 2 ? i >> 1 : i) & 1u;
+    if constexpr (NP == 0) {
+      // Every thread is done reading the stage refilled here: the previous row's (S = 2: the other stage;
+      // S = 1: this one, which then takes this row).
+      __syncthreads();
+      const int64_t next = S == 2 ? row + it.step : row;
+      if (tid == 0 && next < rows) {
+        fence_proxy_async_smem();
+        issue(next, S == 2 ? st ^ 1 : 0);
+      }
     }
     const T* xr = x + row * int64_t{cols};
     T* yr = y + row * int64_t{cols};
     const RowSpan<T, V, int> sp(xr, cols, true);
     const TmaShare share(sp.body, rank, chunk);
     const P* buf = stages + st * chunk;
-    mbar_wait(&bar[st], static_cast<uint32_t>(i >> 1) & 1u);
-
-    float m = -INFINITY;
-#pragma unroll 4
-    for (int p = tid; p < share.n; p += nt) m = pack_max_nan(load_shared(buf + p), m);
-    const float mm = safe_max(m);
-    float s = 0.0f;
-#pragma unroll 4
-    for (int p = tid; p < share.n; p += nt) {
-      float v[V];
-      unpack(buf[p], v);
-#pragma unroll
-      for (int j = 0; j < V; ++j) s += ex2_ftz((v[j] - mm) * kLog2e);
-    }
-    const MaxSum row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
-    const float inv_s = 1.0f / row_ms.s;
     T* yb = yr + sp.head + int64_t{share.lo} * V;
-#pragma unroll 4
-    for (int p = tid; p < share.n; p += nt) {
-      float v[V];
-      unpack(buf[p], v);
-      P out;
+    mbar_wait(&bar[st], parity);
+
+    float m = -INFINITY, s = 0.0f;
+    MaxSum row_ms;
+    if constexpr (NP > 0) {
+      P v[NP];
 #pragma unroll
-      for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(ex2_ftz((v[j] - row_ms.m) * kLog2e) * inv_s);
-      store_stream<V>(yb, p, out);
+      for (int j = 0; j < NP; ++j) {
+        if (tid + j * nt < share.n) v[j] = load_shared(buf + tid + j * nt);
+      }
+      __syncthreads();  // every thread holds its packs: the stage takes the next row now
+      if (tid == 0 && row + it.step < rows) {
+        fence_proxy_async_smem();
+        issue(row + it.step, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < NP; ++j) {
+        if (tid + j * nt < share.n) m = pack_max_nan(v[j], m);
+      }
+      const float mm = safe_max(m);
+#pragma unroll
+      for (int j = 0; j < NP; ++j) {
+        if (tid + j * nt < share.n) {
+          float f[V];
+          unpack(v[j], f);
+#pragma unroll
+          for (int e = 0; e < V; ++e) s += ex2_ftz((f[e] - mm) * kLog2e);
+        }
+      }
+      row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
+      const float inv_s = 1.0f / row_ms.s;
+#pragma unroll
+      for (int j = 0; j < NP; ++j) {
+        if (tid + j * nt < share.n) {
+          float f[V];
+          unpack(v[j], f);
+          P out;
+#pragma unroll
+          for (int e = 0; e < V; ++e) out.v[e] = from_float<T>(ex2_ftz((f[e] - row_ms.m) * kLog2e) * inv_s);
+          store_stream<V>(yb, tid + j * nt, out);
+        }
+      }
+      write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
+    } else {
+#pragma unroll 4
+      for (int p = tid; p < share.n; p += nt) m = pack_max_nan(load_shared(buf + p), m);
+      const float mm = safe_max(m);
+#pragma unroll 4
+      for (int p = tid; p < share.n; p += nt) {
+        float v[V];
+        unpack(buf[p], v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) s += ex2_ftz((v[j] - mm) * kLog2e);
+      }
+      row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
+      const float inv_s = 1.0f / row_ms.s;
+#pragma unroll 4
+      for (int p = tid; p < share.n; p += nt) {
+        float v[V];
+        unpack(buf[p], v);
+        P out;
+#pragma unroll
+        for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(ex2_ftz((v[j] - row_ms.m) * kLog2e) * inv_s);
+        store_stream<V>(yb, p, out);
+      }
+      write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
     }
-    write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
   }
   cluster_sync();  // keep this CTA's shared memory (the reduction slots) alive for the others' reads
 #else

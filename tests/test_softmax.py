@@ -578,7 +578,7 @@ def _run_fwd_script(shapes, **env_vars):
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3-tma", "v4", "v4-n2", "v4-n2-512"])
+@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3-tma", "v4", "v4-n2", "v4-n2-512", "v5-s1", "v5-reg"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
@@ -596,6 +596,7 @@ PIPE_SHAPES = [(1900, 8193), (3, 16385), (1, 50257), (320, 50257), (470, 32768),
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("k", ["", "1", "16"], ids=["plan", "k1", "k16"])
-def test_gpu_fwd_tma_pipe(gpu, k):
-    _run_fwd_script(PIPE_SHAPES, JAX_MEMOPS_SOFTMAX_FWD="v4", JAX_MEMOPS_SOFTMAX_FWD_K=k)
+@pytest.mark.parametrize("version,k", [("v4", ""), ("v4", "1"), ("v4", "16"), ("v5-s1", "2"), ("v5-s1", "16"),
+                                       ("v5-reg", "4"), ("v5-reg", "16")])
+def test_gpu_fwd_tma_pipe(gpu, version, k):
+    _run_fwd_script(PIPE_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k)
