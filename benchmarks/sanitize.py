@@ -6,9 +6,10 @@ computes garbage fails even where the sanitizer sees nothing.
 (no preallocation: memcheck only sees out-of-bounds accesses that leave a real allocation.)
 
 The A/B kernel versions (read from the environment once per process) need their own process:
-    JAX_MEMOPS_SOFTMAX_FWD=v4-n2 JAX_MEMOPS_NORM_FWD=v4 python benchmarks/sanitize.py --v4
-runs only the shapes of the v4 kernels (softmax_fwd_half_kernel, norm_fwd_half_kernel) under those
-versions (benchmarks/gpu_check.sh's sanitize stage runs both workloads under both tools).
+    JAX_MEMOPS_SOFTMAX_FWD=v5-reg JAX_MEMOPS_NORM_FWD=v4 python benchmarks/sanitize.py --ab
+runs only the shapes of the kernels that the defaults do not run for some dtype (the bulk-copy cluster
+through registers in f32; norm_fwd_half_kernel in 16-bit types) under those versions
+(benchmarks/gpu_check.sh's sanitize stage runs both workloads under both tools).
 """
 
 import functools
@@ -39,27 +40,21 @@ SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056)
 # (misaligned rows), clusters (7 CTAs; 8 x 512 or 16 x 512 / 8 x 1024; 16-bit: 8 x 1024 or 16 x 512),
 # the two-pass stream class.
 SOFTMAX_CLASS_SHAPES = [(67, 100), (9, 1000), (3, 4097), (3, 50257), (2, 131072), (2, 262144), (2, 262147)]
-# Forward v3/v4 (cpp/softmax_fwd_regs.cuh, softmax_fwd_tma_pipe.cuh, softmax_fwd_tma.cuh; v4 is the
-# default), each in a fixed dtype: the sub-warp class with more row groups than the H200's resident CTAs
-# (misaligned rows); v4's pipelined bulk-copy cluster with fewer rows than clusters (f32 8193: k = 2,
-# misaligned), at k ~ 15-16 x 4 CTAs per SM (bf16 131073, misaligned), at k = 16 x 2 CTAs per SM with
-# 68 rows for ~16 resident clusters (f32 131072: 4-5 rows per cluster, so stage 0 is refilled and
-# waited on with parity 1, and the slots and block partials are reused), at k = 16 x 1 CTA per SM
-# (f32 262147, 64 KB buffers, misaligned); v3's two-buffer plan where three buffers do not fit (f32
-# 400000); the stream class beyond both (f32 rows over 16 x ~112 KB).
-SOFTMAX_V3_SHAPES = [((40000, 33), jnp.float32), ((3, 8193), jnp.float32), ((60, 131073), jnp.bfloat16),
-                     ((68, 131072), jnp.float32), ((9, 262147), jnp.float32), ((3, 400000), jnp.float32),
-                     ((2, 600001), jnp.float32)]
-# v4 (--v4, under JAX_MEMOPS_SOFTMAX_FWD=v4-n2 JAX_MEMOPS_NORM_FWD=v4). Softmax, 2 packs per thread: the
-# sub-warp class with more row groups than resident CTAs (misaligned), tpr 32 (bf16 255), block rows of
-# 64 (f32 257, misaligned) and 128 (f16 1000), 1024 threads with more rows than resident CTAs (f32
-# 8192) and in bf16 (16384), 513 threads (f32 4097, misaligned). Norms, 4 packs per thread: team rows
-# (33; 64 with many rows; 1001 misaligned), f32 block rows of 64 (1028) with more rows than resident
-# blocks (4000 x 768), block rows (2056; 4097 misaligned; 12288: 768 f32 / 384 16-bit threads), and
-# v3's kernel beyond (f32 12292).
-SOFTMAX_V4_SHAPES = [((40000, 33), jnp.float32), ((9, 255), jnp.bfloat16), ((3, 257), jnp.float32),
-                     ((3, 1000), jnp.float16), ((300, 8192), jnp.float32), ((3, 16384), jnp.bfloat16),
-                     ((3, 4097), jnp.float32)]
+# Forward v5 (cpp/softmax_fwd_regs.cuh, softmax_fwd_tma.cuh), each in a fixed dtype: the sub-warp class
+# with more row groups than the H200's resident CTAs (misaligned rows); the bulk-copy cluster with one
+# buffer (f32 8193: k = 1, misaligned; 68 x 131072: k = 8, ~45 resident clusters, so the buffer is
+# refilled and waited on with parity 1, and the slots and block partials are reused; 262147 misaligned;
+# bf16 600001: past the register plan's 16 x 4096 packs), through registers (bf16 131073 misaligned,
+# f16 300 x 16385: k = 1, 16 packs per thread); the stream class beyond one buffer (f32 1000003).
+SOFTMAX_V5_SHAPES = [((40000, 33), jnp.float32), ((3, 8193), jnp.float32), ((60, 131073), jnp.bfloat16),
+                     ((68, 131072), jnp.float32), ((9, 262147), jnp.float32), ((3, 600001), jnp.bfloat16),
+                     ((300, 16385), jnp.float16), ((2, 1000003), jnp.float32)]
+# --ab (under JAX_MEMOPS_SOFTMAX_FWD=v5-reg JAX_MEMOPS_NORM_FWD=v4). Softmax through registers in f32:
+# 16 packs per thread (8193: k = 1), 8 packs (68 x 131072: k = 16, ~28 resident clusters, refilled). Norms,
+# 4 packs per thread (the f32 default; here every dtype): team rows (33; 64 with many rows; 1001
+# misaligned), f32 block rows of 64 (1028) with more rows than resident blocks (4000 x 768), block rows
+# (2056; 4097 misaligned; 12288: 768 f32 / 384 16-bit threads), and v3's kernel beyond (f32 12292).
+SOFTMAX_AB_SHAPES = [((3, 8193), jnp.float32), ((68, 131072), jnp.float32), ((5, 50257), jnp.float16)]
 NORM_V4_SHAPES = [((5, 33), jnp.float32), ((300, 64), jnp.bfloat16), ((3, 1001), jnp.float16),
                   ((3, 1028), jnp.float32), ((4000, 768), jnp.float32), ((2, 2056), jnp.bfloat16),
                   ((3, 4097), jnp.float32), ((2, 12288), jnp.float32), ((2, 12288), jnp.bfloat16),
@@ -104,11 +99,11 @@ def main():
         return jax.jit(jax.vmap(lambda x, s, b: jax.grad(
             lambda x, s, b: jnp.sum(f(x, s, b).astype(jnp.float32) * x.astype(jnp.float32)), (0, 1, 2))(x, s, b)))
 
-    v4 = "--v4" in sys.argv[1:]
-    if v4:
-        want = {"JAX_MEMOPS_SOFTMAX_FWD": "v4-n2", "JAX_MEMOPS_NORM_FWD": "v4"}
+    ab = "--ab" in sys.argv[1:]
+    if ab:
+        want = {"JAX_MEMOPS_SOFTMAX_FWD": "v5-reg", "JAX_MEMOPS_NORM_FWD": "v4"}
         if any(os.environ.get(k) != v for k, v in want.items()):
-            sys.exit("--v4 needs " + " ".join(f"{k}={v}" for k, v in want.items()))
+            sys.exit("--ab needs " + " ".join(f"{k}={v}" for k, v in want.items()))
         ops = {k: ops[k] for k in ("softmax", "layer_norm", "rms_norm")}
     compiled = {name: (fwd_bwd(ours), fwd_bwd(ref), vmapped(ours), vmapped(ref))
                 for name, (ours, ref) in ops.items()}
@@ -121,8 +116,8 @@ def main():
         check(label, fn(*args), ref_fn(*jax.device_put(args, cpu)), tol)
         n += 1
 
-    if v4:
-        for names, shapes in ((("softmax",), SOFTMAX_V4_SHAPES), (("layer_norm", "rms_norm"), NORM_V4_SHAPES)):
+    if ab:
+        for names, shapes in ((("softmax",), SOFTMAX_AB_SHAPES), (("layer_norm", "rms_norm"), NORM_V4_SHAPES)):
             for shape, dtype in shapes:
                 key, kx, ks, kb = jax.random.split(key, 4)
                 x = 2 * jax.random.normal(kx, shape)
@@ -133,8 +128,8 @@ def main():
                 b = 0.1 * jax.random.normal(kb, shape[-1:])
                 for name in names:
                     ours, ref = compiled[name][:2]
-                    run_check(f"{name} v4 {jnp.dtype(dtype).name} {shape} fwd+bwd", ours, ref, (x, s, b), 10 * TOL[dtype])
-        print(f"sanitize workload (v4): {n} checks passed on {jax.devices()[0].device_kind}")
+                    run_check(f"{name} ab {jnp.dtype(dtype).name} {shape} fwd+bwd", ours, ref, (x, s, b), 10 * TOL[dtype])
+        print(f"sanitize workload (ab): {n} checks passed on {jax.devices()[0].device_kind}")
         return
 
     for i, shape in enumerate(SHAPES):
@@ -168,11 +163,11 @@ def main():
         empty = jnp.zeros((0,), jnp.float32)
         run_check(f"softmax[auto] masked {jnp.dtype(dtype).name} {shape} fwd+bwd", softmax_fb, softmax_fb_ref,
                   (x, empty, empty), 10 * TOL[dtype])
-    for shape, dtype in SOFTMAX_V3_SHAPES:
+    for shape, dtype in SOFTMAX_V5_SHAPES:
         key, kx = jax.random.split(key)
         x = (2 * jax.random.normal(kx, shape)).at[..., 1::3].set(-jnp.inf).astype(dtype)
         empty = jnp.zeros((0,), jnp.float32)
-        run_check(f"softmax[auto] v3 masked {jnp.dtype(dtype).name} {shape} fwd+bwd", softmax_fb, softmax_fb_ref,
+        run_check(f"softmax[auto] v5 masked {jnp.dtype(dtype).name} {shape} fwd+bwd", softmax_fb, softmax_fb_ref,
                   (x, empty, empty), 10 * TOL[dtype])
     print(f"sanitize workload: {n} checks passed on {jax.devices()[0].device_kind}")
 

@@ -3,13 +3,15 @@ value of an A/B environment variable (read once per process, hence one process p
 table: TB/s (% of the copy measured in the same run) per version, XLA's TB/s, and each version's speedup
 over the first version and over XLA.
 
-    python3 benchmarks/softmax_ab.py --out ab [--versions v3 v4 v4-n2 v4-n2-512] [bench options...]
+    python3 benchmarks/softmax_ab.py --out ab [--versions v3 v5 v5-s1 v5-reg] [bench options...]
     python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_NORM_FWD --ops layer_norm rms_norm \\
         --versions v3 v4 --out ab-norms          # (benchmarks/norms_ab.py: these defaults)
 
-Variables: JAX_MEMOPS_SOFTMAX_FWD (cpp/softmax.cu: v2, v3-prefetch, v3 (= v3-tma: v3's two-buffer
-bulk-copy cluster for long rows), v4-n2, v4-n2-512; anything else is v4, the default: v3's register
-classes and the pipelined bulk-copy cluster) and JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v4; anything else is v3). Extra options go to the bench
+Variables: JAX_MEMOPS_SOFTMAX_FWD (cpp/softmax.cu: v2, v3-prefetch, v3 (the two-buffer bulk-copy cluster
+for long rows), v5-s1 / v5-reg (its one-buffer variants, forced for every dtype); anything else is v5, the
+default), JAX_MEMOPS_SOFTMAX_FWD_K (forces the bulk-copy cluster size; JAX_MEMOPS_SOFTMAX_PLAN_LOG=1
+prints the plans) and JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v3 or v4 for every dtype; anything else is the
+default, v4 for f32 and v3 for 16-bit types). Extra options go to the bench
 (e.g. --dtypes float32 --cols 1024 131072)."""
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import subprocess
 import sys
 
 
-def main(argv=None, var="JAX_MEMOPS_SOFTMAX_FWD", ops=("softmax",), versions=("v2", "v3", "v4"),
+def main(argv=None, var="JAX_MEMOPS_SOFTMAX_FWD", ops=("softmax",), versions=("v3", "v5"),
          out="softmax-ab") -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=out)

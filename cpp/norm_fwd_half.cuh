@@ -1,4 +1,4 @@
-// LayerNorm / RMSNorm forward v4 (an A/B option: JAX_MEMOPS_NORM_FWD=v4, norms.cu): norm_rows.cuh's
+// LayerNorm / RMSNorm forward v4 (the default for 4-byte types; JAX_MEMOPS_NORM_FWD=v3/v4 force, norms.cu): norm_rows.cuh's
 // register rows with half the packs per thread (kRowPacksHalf = 4: f32 16 elements, 16-bit 32, kept
 // raw), twice the threads per row, more threads per SM. Why: ncu on v3 (f32 2048: 78 registers,
 // 64-thread CTAs, 37.5% occupancy, DRAM 70%) pointed at too few warps to cover each thread's

@@ -43,7 +43,7 @@ constexpr int kMaxRowBlock = 768;
 template <typename T>
 inline constexpr int kRowPacks = 8;
 
-// v4 (an A/B option, JAX_MEMOPS_NORM_FWD=v4; norm_fwd_half.cuh): half the packs per thread.
+// v4 (norm_fwd_half.cuh; the f32 default, norms.cu): half the packs per thread.
 inline constexpr int kRowPacksHalf = 4;
 
 // This thread's place in the row geometry: lane among the row's rt threads, which of the block's rows

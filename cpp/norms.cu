@@ -23,16 +23,28 @@ namespace ffi = xla::ffi;
 namespace jm::cuda {
 namespace {
 
-// Which register-row forward runs: v3 (norm_rows.cuh) by default; for A/B benchmarks only, the
-// environment variable JAX_MEMOPS_NORM_FWD=v4 (read once per process) selects norm_fwd_half.cuh's
-// kernels (half the packs per thread, more threads per SM) where their classes reach (C <= 12291 f32
-// / 24583 16-bit), v3 beyond. Any other value: v3. The backward is the same in both.
-bool norm_fwd_v4() {
-  static const bool v4 = [] {
+// Which register-row forward runs: norm_fwd_half.cuh's (4 packs per thread, more threads per SM; "v4")
+// for 4-byte types, norm_rows.cuh's (8 packs; "v3") for 16-bit ones, each where its classes reach
+// (v4: C <= 12291 f32), v3 beyond. Measured on the H200 (benchmarks/RESULTS.md): v4 ran 0.98-1.07x of
+// v3 in f32 (faster at 9 of 10 shapes) and 0.94-1.04x in bf16 (slower at 5 of 10: v3's 8 packs of 8
+// elements already keep enough bytes in flight).
+// For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them
+// for every dtype. The backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4 };
+
+NormFwd norm_fwd_version() {
+  static const NormFwd v = [] {
     const char* env = std::getenv("JAX_MEMOPS_NORM_FWD");
-    return env != nullptr && std::string(env) == "v4";
+    const std::string s = env == nullptr ? "" : env;
+    return s == "v3" ? NormFwd::kV3 : s == "v4" ? NormFwd::kV4 : NormFwd::kByDtype;
   }();
-  return v4;
+  return v;
+}
+
+template <typename T>
+bool norm_fwd_half() {
+  const NormFwd v = norm_fwd_version();
+  return v == NormFwd::kV4 || (v == NormFwd::kByDtype && sizeof(T) == 4);
 }
 
 // Batched-load budget (registers, see kBatch) where the loop body loads scale/bias too.
@@ -350,8 +362,8 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
       return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(plan.block), 0, stream, what, xp, scale,
                     bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon, plan.tpr);
     };
-    // v4 (JAX_MEMOPS_NORM_FWD=v4): its 32-bit row indices need rows + a block's rows <= INT_MAX.
-    if (same_split && norm_fwd_v4() && s.rows <= int64_t{INT_MAX} - kMaxRowBlock) {
+    // v4 (norm_fwd_half.cuh): its 32-bit row indices need rows + a block's rows <= INT_MAX.
+    if (same_split && norm_fwd_half<T>() && s.rows <= int64_t{INT_MAX} - kMaxRowBlock) {
       if (const RowsPlan half = plan_norm_rows<T, kRowPacksHalf>(s.cols); half.ok) {
         plan = half;
         return plan.block_rows ? run(norm_fwd_half_kernel<T, kRms, true>) : run(norm_fwd_half_kernel<T, kRms, false>);

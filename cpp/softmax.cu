@@ -10,20 +10,18 @@
 //  class      rt          CTA                            where the row lives             C
 //  sub-warp   4..32       256 threads, 256/rt rows       registers; xor shuffles         <= 512 | 1024
 //  block      64..512     rt threads, one row            registers; smem warp partials   <= 8192 | 16384
-//  bulk-copy  (forward,   k = 1..16 CTAs of 256 threads  shared memory of k CTAs, three  v4: 16 x ~75 KB
-//   cluster   sm_90; v4)  (k: up to 4 CTAs per SM, from  row buffers (v3: two) filled   / 3 (f32 C ~ 307K,
-//                         the occupancy API), rows       by cp.async.bulk; DSMEM (max,   16-bit ~614K);
-//                         pipelined: row i's cluster     sum); one smem pass for the     beyond: v3's two
-//                         barrier overlaps row i + 1's   partials                        buffers (~458K)
-//                         reduction
+//  bulk-copy  (forward,   k = 1..16 CTAs of 256 threads  shared memory of k CTAs, one  16 x ~226 KB
+//   cluster   sm_90)      (k: up to 2 CTAs per SM, from  row buffer (v3: two) filled  (f32 C ~ 925K,
+//                         the occupancy API; smallest k  by cp.async.bulk (16-bit:   16-bit ~1.85M)
+//                         on ties)                       copied to registers); DSMEM
+//                                                        (max, sum)
 //  cluster    1024..8192  k <= 8 CTAs of 512 threads     registers of k CTAs; the        <= 131072 | 262144
 //                         (k <= 16 where the device      row's (max, sum) or dot via     (8 x 512: 65536
 //                         allows it, else 8 of 1024),    DSMEM                           | 131072)
 //                         one row
 //  stream     any         up to 1024 threads, one row    HBM: two passes (3 fwd, 5 bwd   longer
 //                                                        tensor passes)
-// The forward takes the bulk-copy cluster for every row beyond the block class where it can launch
-// (v4's three buffers up to 16 x ~75 KB per row, then v3's two up to 16 x ~112 KB: f32 C ~ 458K);
+// The forward takes the bulk-copy cluster for every row beyond the block class where it can launch;
 // the register cluster class serves the backward, and the forward only where no bulk-copy one can
 // launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below).
 // Why: every register kernel is __launch_bounds__(1024, 1), <= 64 registers (ptxas -v: 48-64, no
@@ -39,8 +37,8 @@
 // or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
 // scalar accesses.
-// Forward v4 (the default) = v3's register classes + the pipelined bulk-copy cluster
-// (softmax_fwd_tma_pipe.cuh; JAX_MEMOPS_SOFTMAX_FWD=v3-tma runs v3's, softmax_fwd_tma.cuh, for A/B).
+// Forward v5 (the default) = v3's register classes + the one-buffer bulk-copy cluster (f32 from shared
+// memory, 16-bit types through registers; launch_fwd_tma); v3's two-buffer one is JAX_MEMOPS_SOFTMAX_FWD=v3.
 // Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh): the sub-warp and block classes
 // with ex2.approx.ftz and a max.NaN max, one row group in flight (f32 keeps one exp per element in
 // registers, 16-bit types keep raw packs and take two exps); sub-warp rows reduce by a max butterfly
@@ -56,12 +54,12 @@
 #include "softmax_ladder.h"
 #include "softmax_fwd_regs.cuh"
 #include "softmax_fwd_tma.cuh"
-#include "softmax_fwd_tma_pipe.cuh"
 #include "softmax_rows.cuh"
 #include "softmax_stream.cuh"
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <cstring>
 
 namespace ffi = xla::ffi;
@@ -254,20 +252,15 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v4 by default: v3's register classes (no prefetch) and, for long
-// rows, the pipelined bulk-copy cluster (softmax_fwd_tma_pipe.cuh). For A/B benchmarks only, the
-// environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects "v3-tma" (or "v3": the
-// v3 bulk-copy cluster, softmax_fwd_tma.cuh, for long rows), "v3-prefetch" (that, and the register
-// classes prefetch the next row group; two raw register sets, two exps per element), "v4-n2" (v4 with
-// the sub-warp and block classes by softmax_fwd_half_kernel: 2 packs per thread, <= 32 registers, 2048
-// threads per SM; tpr doubles, block rows of up to 1024 threads, so the classes keep v3's C limits),
-// "v4-n2-512" (the same up to 512-thread rows, C <= 4096 f32 / 8192 16-bit; v3's 512-thread rows of 4
-// packs from there to 8192 / 16384) or "v2" (the v2 kernels everywhere). Any other value: v4. The
-// backward is the same in all of them.
-// Experiments on the long-row bulk-copy cluster (v3's register classes below it): "v5-s1" (one stage
-// per CTA, refilled after the row's output pass) and "v5-reg" (one stage, copied into registers, the
-// next row's copy issued at once); softmax_fwd_tma.cuh.
-enum class FwdVersion { kV2, kV3, kV3Prefetch, kV4, kV4N2, kV4N2Upto512, kV5S1, kV5Reg };
+// Which forward kernels "auto" runs. v5 by default: v3's register classes (no prefetch) and, for long
+// rows, the bulk-copy cluster with one row buffer per CTA (softmax_fwd_tma.cuh): f32 reads it from shared
+// memory in each pass (S = 1), 16-bit types copy it into registers once and refill the buffer at once
+// (NP = 8 or 16). For A/B benchmarks only, the environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per
+// process) selects "v5-s1" / "v5-reg" (one of the two for every dtype), "v3" (the two-buffer bulk-copy
+// cluster), "v3-prefetch" (that, and the register classes prefetch the next row group; two raw register
+// sets, two exps per element) or "v2" (the v2 kernels everywhere). Any other value: v5. The backward is
+// the same in all of them.
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg };
 
 FwdVersion fwd_version() {
   static const FwdVersion version = [] {
@@ -275,12 +268,10 @@ FwdVersion fwd_version() {
     const std::string v = env == nullptr ? "" : env;
     if (v == "v2") return FwdVersion::kV2;
     if (v == "v3-prefetch") return FwdVersion::kV3Prefetch;
-    if (v == "v3" || v == "v3-tma") return FwdVersion::kV3;
-    if (v == "v4-n2") return FwdVersion::kV4N2;
-    if (v == "v4-n2-512") return FwdVersion::kV4N2Upto512;
+    if (v == "v3") return FwdVersion::kV3;
     if (v == "v5-s1") return FwdVersion::kV5S1;
     if (v == "v5-reg") return FwdVersion::kV5Reg;
-    return FwdVersion::kV4;
+    return FwdVersion::kV5;
   }();
   return version;
 }
@@ -303,9 +294,9 @@ int tma_active_clusters(const DeviceInfo& dev, int k, int smem) {
 }
 
 // JAX_MEMOPS_SOFTMAX_FWD_K=k (1..16; read once per process), for tests and A/B of plans only: the
-// bulk-copy plans (v3, v4, v5) consider cluster size k alone (where it does not fit or launch, the next
+// bulk-copy plans consider cluster size k alone (where it does not fit or launch, the next
 // plan runs). 0: their rules.
-int forced_pipe_k() {
+int forced_cluster_k() {
   static const int k = [] {
     const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_FWD_K");
     const int v = env == nullptr ? 0 : std::atoi(env);
@@ -322,7 +313,7 @@ void log_tma_plan(const char* variant, RowShape s, int k, int64_t chunk, int64_t
     return env != nullptr && env[0] == '1';
   }();
   static std::atomic<int64_t> last{-1};
-  const int64_t key = (s.cols * 64 + k) * 8 + static_cast<int64_t>(std::strlen(variant) % 8);
+  const int64_t key = ((s.cols * 32 + k) * 1000003) ^ static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
   if (!on || last.exchange(key) == key) return;
   std::fprintf(stderr, "softmax_fwd plan: %s rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB clusters=%d\n",
                variant, static_cast<long long>(s.rows), static_cast<long long>(s.cols), k,
@@ -368,10 +359,14 @@ ffi::Error launch_tma_plan(const char* variant, const TmaPlan& p, cudaStream_t s
 
 // The bulk-copy cluster class (sm_90; softmax_fwd_tma.cuh): among cluster sizes k = 1, 2, 4, 8, 16 the
 // plan with the most CTAs resident, counted up to 2 per SM (a second CTA per SM overlaps one CTA's
-// reduction with the other's loads; more adds little), the smallest k on ties (fewer CTAs in each
-// cluster barrier). v3: two stages; v5-s1: one; v5-reg: one stage of at most 8 packs per thread (4 CTAs
-// per SM by registers), else 16 (2 per SM). *launched = false (and success) when no size fits or
-// launches: the caller falls back to the v2 classes.
+// reduction with the other's loads; more adds little), the smallest k on ties (measured on the H200:
+// each doubling of k costs 5-45% at the same bytes per CTA; a cluster barrier and DSMEM merge per row
+// over more CTAs, and fewer clusters resident). Variants: two buffers (v3); one buffer (v5's f32); one
+// buffer copied into registers, at most 8 packs per thread (64 registers, 4 CTAs per SM) else 16 (2 per
+// SM) (v5's 16-bit types, which have twice the elements per byte, so v3's three shared-memory passes
+// and two exps per element weigh twice as much; where no register plan fits, one buffer).
+// *launched = false (and success) when no plan fits or launches: the caller falls back to the v2
+// classes.
 template <typename T>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
                           T* y, bool* launched) {
@@ -382,86 +377,44 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   constexpr int64_t kAny = INT_MAX;
   *launched = false;
   const int64_t packs = ceil_div(s.cols, kVec<T>);
-  const int forced = forced_pipe_k();
-  TmaPlan best;
-  int which = 0;  // 0: two stages, 1: one stage, 2: registers (8), 3: registers (16)
-  for (int k = 1; k <= kMaxClusterNonPortable; k *= 2) {
-    if (forced != 0 && k != forced) continue;
-    TmaPlan p;
-    int w = 0;
-    if (version == FwdVersion::kV5Reg) {
-      p = tma_plan<kRegs8>(dev, packs, k, 1, 8 * smx::kTmaBlock, 2), w = 2;
-      if (p.score == 0) p = tma_plan<kRegs16>(dev, packs, k, 1, 16 * smx::kTmaBlock, 2), w = 3;
-    } else if (version == FwdVersion::kV5S1) {
-      p = tma_plan<kOneStage>(dev, packs, k, 1, kAny, 2), w = 1;
-    } else {
-      p = tma_plan<kTwoStages>(dev, packs, k, 2, kAny, 2);
+  const bool regs = version == FwdVersion::kV5Reg || (version == FwdVersion::kV5 && sizeof(T) == 2);
+  const bool two_stages = version == FwdVersion::kV3 || version == FwdVersion::kV3Prefetch;
+  const int forced = forced_cluster_k();
+  enum Variant { kTwo, kOne, kR8, kR16 };
+  auto best_of = [&](auto plan_k) {  // plan_k(k) -> {TmaPlan, Variant}
+    std::pair<TmaPlan, Variant> best{};
+    for (int k = 1; k <= kMaxClusterNonPortable; k *= 2) {
+      if (forced != 0 && k != forced) continue;
+      const auto p = plan_k(k);
+      if (p.first.score > best.first.score) best = p;
     }
-    if (p.score > best.score) best = p, which = w;
+    return best;
+  };
+  std::pair<TmaPlan, Variant> best{};
+  if (regs) {
+    best = best_of([&](int k) -> std::pair<TmaPlan, Variant> {
+      if (TmaPlan p = tma_plan<kRegs8>(dev, packs, k, 1, 8 * smx::kTmaBlock, 2); p.score > 0) return {p, kR8};
+      return {tma_plan<kRegs16>(dev, packs, k, 1, 16 * smx::kTmaBlock, 2), kR16};
+    });
   }
-  if (best.k == 0) return ffi::Error::Success();
-  switch (which) {
-    case 1: return launch_tma_plan<kOneStage>("v5-s1", best, stream, s, x, y, launched);
-    case 2: return launch_tma_plan<kRegs8>("v5-reg8", best, stream, s, x, y, launched);
-    case 3: return launch_tma_plan<kRegs16>("v5-reg16", best, stream, s, x, y, launched);
-    default: return launch_tma_plan<kTwoStages>("v3", best, stream, s, x, y, launched);
+  if (best.first.k == 0) {
+    best = best_of([&](int k) -> std::pair<TmaPlan, Variant> {
+      if (two_stages) return {tma_plan<kTwoStages>(dev, packs, k, 2, kAny, 2), kTwo};
+      return {tma_plan<kOneStage>(dev, packs, k, 1, kAny, 2), kOne};
+    });
+  }
+  if (best.first.k == 0) return ffi::Error::Success();
+  switch (best.second) {
+    case kOne: return launch_tma_plan<kOneStage>("one buffer", best.first, stream, s, x, y, launched);
+    case kR8: return launch_tma_plan<kRegs8>("registers (8)", best.first, stream, s, x, y, launched);
+    case kR16: return launch_tma_plan<kRegs16>("registers (16)", best.first, stream, s, x, y, launched);
+    default: return launch_tma_plan<kTwoStages>("two buffers", best.first, stream, s, x, y, launched);
   }
 }
 
-// The v4 bulk-copy cluster (softmax_fwd_tma_pipe.cuh, sm_90): kTmaPipeStages row buffers of chunk =
-// ceil(packs / k) packs per CTA. Rule: among k = 1..16 (any size; chunks shrink as k grows) whose three
-// buffers fit and whose clusters can launch, the most resident CTAs counted up to kTmaPipeCtasPerSm
-// per SM, the smallest k on ties. Why 4 per SM: each CTA is one serial row chain (stage wait ->
-// reduction -> block barrier -> cluster barrier -> stores); v3's measurements (1 CTA per SM: 0.72-0.81x
-// of 3) say the SM needs several chains, and v4's pipelining hides the cluster barrier, so 4 chains
-// (32 warps, 8 per scheduler) with one row share loading in each (H200: 4 x 16 KB f32 32768 at k = 8,
-// bf16 131072 at k = 16: ~64 KB in flight per SM, over the ~45 KB that 3.8 TB/s x ~1.5 us asks) are
-// enough; more would only shrink the shares (more per-row overhead per byte, larger k) for no more
-// bytes in flight. Smallest k: fewer CTAs in each barrier and fewer DSMEM reads. Where nothing fits
-// (f32 rows over 16 x ~75 KB, C > ~300K) or launches: *launched = false, and v3's two-stage plan runs.
-
-template <typename T>
-ffi::Error launch_fwd_tma_pipe(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y,
-                               bool* launched) {
-  constexpr auto kKernel = smx::softmax_fwd_tma_pipe_kernel<T>;
-  *launched = false;
-  const int64_t packs = ceil_div(s.cols, kVec<T>);
-  const int64_t max_smem = int64_t{dev.max_smem_optin} - kTmaSmemReserve;
-  const int64_t cap = int64_t{smx::kTmaPipeCtasPerSm} * dev.sm_count;
-  int best_k = 0, best_active = 0;
-  int64_t best_chunk = 0, best_smem = 0, best_score = 0;
-  const int forced = forced_pipe_k();
-  for (int k = 1; k <= kMaxClusterNonPortable; ++k) {
-    if (forced != 0 && k != forced) continue;
-    const int64_t chunk = ceil_div(packs, k);
-    // A rank with no packs: a smaller k has this chunk (unless k is forced: tests of empty ranks).
-    if (forced == 0 && k > 1 && ceil_div(packs, chunk) < k) continue;
-    const int64_t smem = ceil_div(smx::kTmaPipeStages * chunk * 16, 1024) * 1024;
-    if (smem > max_smem) continue;
-    const int active = tma_active_clusters<kKernel>(dev, k, static_cast<int>(smem));
-    const int64_t score = std::min<int64_t>(int64_t{active} * k, cap);
-    if (score > best_score) {
-      best_k = k, best_active = active, best_chunk = chunk, best_smem = smem, best_score = score;
-    }
-  }
-  if (best_k == 0) return ffi::Error::Success();
-  const int64_t clusters = std::min<int64_t>(s.rows, best_active);
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * best_k)), smx::kTmaBlock,
-                                                best_k, stream, &attr, static_cast<size_t>(best_smem));
-  if (cudaLaunchKernelEx(&cfg, kKernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(best_chunk)) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();  // a configuration error: v3's plan (then the v2 classes) takes the row
-    return ffi::Error::Success();
-  }
-  *launched = true;
-  return check_launch("softmax_fwd (pipelined bulk-copy cluster)");
-}
-
-// The v3/v4 forward where it applies (16-byte accesses; sub-warp and block classes by the register
-// kernel, longer rows by the bulk-copy cluster on sm_90: v4's pipelined one unless `version` is v3
-// or v3-prefetch, else or where that cannot launch v3's); *launched = false elsewhere (the v2 classes then run: the register cluster
-// where no bulk-copy one can launch, the 1024-thread CTA, stream).
+// The v3/v5 forward where it applies (16-byte accesses; sub-warp and block classes by the register
+// kernel, longer rows by the bulk-copy cluster on sm_90); *launched = false elsewhere (the v2 classes
+// then run: the register cluster where no bulk-copy one can launch, the 1024-thread CTA, stream).
 template <typename T>
 ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion version, const T* x, T* y,
                          bool* launched) {
@@ -470,24 +423,6 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
   const bool prefetch = version == FwdVersion::kV3Prefetch;
-  if (version == FwdVersion::kV4N2 || version == FwdVersion::kV4N2Upto512) {
-    // Half the packs per thread: twice the threads per row (rt2 <= 1024 exactly where v3's rt <= 512).
-    const int64_t rt2 = std::max<int64_t>(
-        smx::kMinTpr, next_pow2(ceil_div(s.cols, smx::fwd_elems_per_thread<T, smx::kFwdPacksHalf>())));
-    if (rt2 <= (version == FwdVersion::kV4N2 ? kMaxBlock : kMaxBlock / 2)) {
-      const int tpr = static_cast<int>(rt2);
-      const int block = tpr <= 32 ? smx::kSubWarpBlock : tpr;
-      const int64_t groups = ceil_div(s.rows, block / tpr);
-      constexpr bool kKeepExp = sizeof(T) == 4;
-      *launched = true;
-      if (tpr <= 32) {
-        return launch_persistent<smx::softmax_fwd_half_kernel<T, true, kKeepExp>>(
-            dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
-      }
-      return launch_persistent<smx::softmax_fwd_half_kernel<T, false, kKeepExp>>(
-          dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
-    }
-  }
   const int64_t rt = std::max<int64_t>(smx::kMinTpr, next_pow2(ceil_div(s.cols, smx::fwd_elems_per_thread<T>())));
   if (rt <= kMaxBlock / 2) {  // sub-warp and block classes
     const int tpr = static_cast<int>(rt);
@@ -502,9 +437,6 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
         dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
-  if (version == FwdVersion::kV4 || version == FwdVersion::kV4N2 || version == FwdVersion::kV4N2Upto512) {
-    if (auto err = launch_fwd_tma_pipe(dev, stream, s, x, y, launched); err.failure() || *launched) return err;
-  }
   return launch_fwd_tma(dev, stream, s, version, x, y, launched);
 }
 

@@ -20,12 +20,6 @@
 //     per step); block rows keep the one-barrier (max, sum) merge.
 // The default: one row group in flight; f32 keeps its exps (kKeepExp: one exp per element), 16-bit
 // types one raw set (two exps), as v2 but with the instructions above.
-// v4-n2 (an A/B option: JAX_MEMOPS_SOFTMAX_FWD=v4-n2 / v4-n2-512): softmax_fwd_half_kernel below,
-// N = 2 packs per thread (f32 8 elements kept as exps, 16-bit 16 raw), compiled for 2 CTAs of 1024
-// threads per SM, i.e. <= 32 registers: 2048 threads (64 warps) per SM instead of 1024, the same bytes
-// in flight per SM. Why: ncu on v3 (f32 C = 1024: 64 registers, 47.6% achieved occupancy, 0.54 issued
-// warps per scheduler cycle) pointed at too few warps to cover each thread's load -> reduce -> store
-// chain; XLA's Triton softmax runs 32 registers, 8 f32 elements per thread, 97% occupancy.
 #pragma once
 
 #include "softmax_rows.cuh"
@@ -152,116 +146,6 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
       }
     }
     write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
-  }
-}
-
-// ---- v4-n2: half the packs, 32 registers ------------------------------------------------------------
-
-// A 32-bit word of -inf elements of T: the filler of a thread's empty slots, so the max and sum passes
-// run without a branch per pack (max unchanged, exp(-inf - ref) = 0); only the stores test the slot.
-template <typename T>
-inline constexpr uint32_t kNegInfWord =
-    sizeof(T) == 4 ? 0xff800000u : std::is_same_v<T, __half> ? 0xfc00fc00u : 0xff80ff80u;
-
-// The v4-n2 forward of the sub-warp (kSubWarp: tpr <= 32, 256-thread CTAs) and block classes (one row
-// per CTA of tpr = 64..1024 threads): softmax_fwd_regs_kernel's math (max.NaN, ex2.approx.ftz, sub-warp
-// max then sum butterflies, block rows one MergeOp reduction; same -inf/NaN results) with
-// kFwdPacksHalf packs per thread, built to fit 32 registers without spills (ptxas -v): the class is a
-// template argument (one reduction's code and state live, not both), empty slots hold -inf packs (no
-// per-pack branches, whose predicated copies the register kernel pays for), the row geometry by shifts
-// (tpr a power of two; no division), and one 64-bit row offset serves x, y and the edges. kKeepExp:
-// f32 keeps its exps (one exp per element), else the raw packs (exp again at the output).
-template <typename T, bool kSubWarp, bool kKeepExp>
-__global__ void __launch_bounds__(kMaxBlock, 2)
-    softmax_fwd_half_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int tpr) {
-  constexpr int V = kVec<T>;
-  constexpr int N = kFwdPacksHalf;
-  using P = Pack<T, V>;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int shift = __ffs(tpr) - 1;  // log2(tpr)
-  const int lane = tid & (tpr - 1);
-  const int group = tid >> shift;    // 0 for block rows (tpr = blockDim.x)
-  const int per_block = static_cast<int>(blockDim.x) >> shift;
-  int parity = 0;
-  for (int64_t base = int64_t{blockIdx.x} * per_block; base < rows;
-       base += int64_t{gridDim.x} * per_block, parity ^= 1) {
-    const int64_t row = base + group;
-    const bool valid = row < rows;
-    const int64_t off = (valid ? row : 0) * int64_t{cols};
-    const RowSpan<T, V, int> sp(x + off, cols, valid);
-
-    P raw[N];
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const int i = lane + k * tpr;
-      raw[k] = load_stream_or<V>(x + off + sp.head, i, i < sp.body, kNegInfWord<T>);
-    }
-
-    float v[kKeepExp ? N : 1][V];  // kKeepExp: the packs as floats, then their exps
-    float m = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      if constexpr (kKeepExp) {
-        unpack(raw[k], v[k]);
-#pragma unroll
-        for (int j = 0; j < V; ++j) m = max_nan(m, v[k][j]);
-      } else {
-        m = pack_max_nan(raw[k], m);
-      }
-    }
-    for (int e = lane; e < sp.edges(); e += tpr) m = max_nan(m, to_float(x[off + sp.edge_col(e, cols)]));
-
-    const float row_max = kSubWarp ? butterfly<MaxNanOp>(m, tpr) : m;
-    const float ref = safe_max(row_max);
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      if constexpr (kKeepExp) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          v[k][j] = ex2_ftz((v[k][j] - ref) * kLog2e);
-          s += v[k][j];
-        }
-      } else {
-        unpack_fresh(raw[k], v[0]);
-#pragma unroll
-        for (int j = 0; j < V; ++j) s += ex2_ftz((v[0][j] - ref) * kLog2e);
-      }
-    }
-    for (int e = lane; e < sp.edges(); e += tpr) {
-      s += ex2_ftz((to_float(x[off + sp.edge_col(e, cols)]) - ref) * kLog2e);
-    }
-    MaxSum row_ms;
-    if constexpr (kSubWarp) {
-      row_ms = MaxSum{row_max, butterfly<AddOp>(s, tpr)};
-    } else {
-      row_ms = block_reduce_rows<MergeOp>(MaxSum{m, s}, parity);
-    }
-    const float inv_s = 1.0f / row_ms.s;
-    // As softmax_fwd_regs_kernel: kept exps are relative to the row max (sub-warp) or the thread's
-    // own (block: rescaled by exp(m - M), 0 for a thread of only -inf); an all -inf row gives NaN.
-    const float f = kKeepExp && !kSubWarp ? exp_e(m - row_ms.m) * inv_s : inv_s;
-    T* yb = y + off + sp.head;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const int i = lane + k * tpr;
-      if (i < sp.body) {
-        P out;
-        if constexpr (kKeepExp) {
-#pragma unroll
-          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(v[k][j] * f);
-        } else {
-          unpack_fresh(raw[k], v[0]);
-#pragma unroll
-          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(ex2_ftz((v[0][j] - row_ms.m) * kLog2e) * f);
-        }
-        store_stream<V>(yb, i, out);
-      }
-    }
-    for (int e = lane; e < sp.edges(); e += tpr) {
-      const int64_t c = off + sp.edge_col(e, cols);
-      y[c] = from_float<T>(exp_e(to_float(x[c]) - row_ms.m) * inv_s);
-    }
   }
 }
 

@@ -1,29 +1,28 @@
-// Softmax "auto" v3 forward for long rows (sm_90; since v4 the A/B option JAX_MEMOPS_SOFTMAX_FWD=v3-tma
-// and v4's fallback for rows whose three buffers do not fit: softmax_fwd_tma_pipe.cuh pipelines this
-// design across rows): the cluster class with the row in shared memory,
-// filled by bulk copies (cp.async.bulk + mbarrier) one row ahead, so that the loads of a cluster's
-// next row run while it reduces and writes the current one. (The v2 register cluster class of
-// softmax_rows.cuh issued a row's loads only after the previous row's cluster barrier and stores:
-// 53-71% of the copy on the H200.)
+// Softmax "auto" forward for long rows (sm_90): the cluster class with the row in shared memory, filled
+// by bulk copies (cp.async.bulk + mbarrier). (The v2 register cluster class of softmax_rows.cuh issued a
+// row's loads only after the previous row's cluster barrier and stores: 53-71% of the copy on the H200.)
 //
 // A cluster of k CTAs (k = 1..16) owns one row at a time and walks rows base, base + step, ... (a
 // persistent grid of clusters). CTA r of the cluster holds packs [r * chunk, (r + 1) * chunk) of the
-// row's 16-byte-aligned body in one of two shared-memory stages (2 x chunk x 16 bytes); the row's
-// scalar head and tail (misaligned C) are read from global memory by the cluster's first lanes, as in
-// the register classes. Per row, in each CTA:
-//   barrier (every thread is done with the other stage) -> thread 0 issues the next row's bulk copy
-//   into the other stage -> wait for this row's stage -> per-thread max, then sum of exp(x - max)
-//   (two reads of shared memory) -> (max, sum) merged over the block, then the cluster (DSMEM, as
-//   v2) -> y = exp(x - M) / S from shared memory, 16-byte streaming stores.
-// In flight per CTA: the next row's chunk for the whole time the current one is processed, i.e. up to
-// chunk x 16 bytes x (CTAs per SM) per SM. The host (launch_fwd_tma) takes the smallest k that lets
-// 2 CTAs share an SM (chunk <= ~56 KB: 64-112 KB in flight per SM; H200: f32 32768 -> k = 4, 3 CTAs
-// of 32 KB per SM; 50257 -> 4, 2 x 49 KB; 131072 -> 16, 3 x 32 KB, or 8, 1 x 64 KB where 16 is
-// refused), against the ~25-45 KB of reads that Little's law asks per SM at 3.8 TB/s and 1.5-3 us of
-// loaded latency.
-// Two exps per element (sum and output) and three reads of shared memory cost ~10 instructions per
-// element, ~1/3 of the issue slots the SM has at the copy's bandwidth (f32: 1.8 elements per SM-cycle
-// read; bf16 3.6), and 2 MUFU.EX2 per element use ~1/4-1/2 of the 16 per SM-cycle.
+// row's 16-byte-aligned body in a shared-memory buffer; the row's scalar head and tail (misaligned C) are
+// read from global memory by the cluster's first lanes, as in the register classes. Per row, in each
+// CTA: wait for the row's buffer -> per-thread max, then sum of exp(x - max) -> (max, sum) merged over
+// the block, then the cluster (DSMEM, one cluster barrier) -> y = exp(x - M) / S, 16-byte streaming
+// stores. Three variants (template parameters S, NP; the host's plan in softmax.cu picks k and the
+// variant):
+//   v3 (S = 2): two buffers; the next row's copy is issued at the top of each row into the other one.
+//   v5, f32 (S = 1): one buffer, refilled at the top of the next row (after this row's output pass), so
+//     a CTA has no row in flight while it reduces and stores: the other CTAs of the SM hide that, and
+//     half the shared memory per CTA lets k be half as large (H200: f32 32768 -> k = 1, 3 CTAs per SM;
+//     131072 -> k = 8, ~2.7 per SM; v3 needed 4 and 16).
+//   v5, 16-bit (S = 1, NP = 8 or 16): one buffer, copied into registers (NP packs per thread) right
+//     after it lands; a block barrier, and the next row's copy is issued at once, so it is in flight
+//     through the whole reduction and output pass with one buffer; shared memory is read once per
+//     element instead of three times.
+// Measured on the H200 (benchmarks/RESULTS.md, v5): the cluster size is what costs (each doubling of k
+// at the same bytes per CTA lost 5-45%: a cluster barrier over more CTAs per row, fewer resident
+// clusters), not the bytes in flight (a three-buffer pipelined kernel at k = 8 x 16 KB ran 0.62-0.88x of
+// v3): v5 is 1.05-1.23x of v3 in f32 and 0.98-1.06x in bf16 at C = 32768..131072.
 #pragma once
 
 #include "softmax_rows.cuh"

@@ -40,15 +40,11 @@ constexpr int kMaxClusterNonPortable = 16;  // Hopper's limit, after an opt-in p
 // float eagerly (2x the registers), which unpack_fresh (cuda_common.cuh) prevents.
 constexpr int kFwdPacks = 4;
 constexpr int kBwdPacks = 4;
-// The v4-n2 forward (softmax_fwd_regs.cuh; an A/B option): half the packs, <= 32 registers, so an SM
-// holds 2048 threads (twice v3's warps, the same bytes in flight).
-constexpr int kFwdPacksHalf = 2;
 
-// Row elements one thread of a register kernel holds (its capacity is rt times this); N: packs per
-// thread (the v4-n2 forward holds kFwdPacksHalf).
-template <typename T, int N = kFwdPacks>
+// Row elements one thread of a register kernel holds (its capacity is rt times this).
+template <typename T>
 constexpr int fwd_elems_per_thread() {
-  return N * kVec<T>;
+  return kFwdPacks * kVec<T>;
 }
 template <typename T>
 constexpr int bwd_elems_per_thread() {
@@ -159,40 +155,6 @@ __device__ __forceinline__ void cluster_sync() {
 #else
   __trap();
 #endif
-}
-
-// The two halves of a cluster barrier, for work between them (softmax_fwd_tma_pipe.cuh): arrive
-// (release: this thread's earlier writes and reads, shared memory of any CTA included, are ordered
-// before it) and wait (acquire: until every thread of the cluster has arrived at this phase; later
-// accesses are ordered after those arrivals). Each thread alternates arrive, wait, arrive, ...; not the
-// .aligned forms, so warps need not be converged at them.
-__device__ __forceinline__ void cluster_arrive() {
-#if JM_SOFTMAX_CLUSTERS
-  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if JM_SOFTMAX_CLUSTERS
-  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
-#else
-  __trap();
-#endif
-}
-
-// Every thread's merge of the cluster's CTA results published in `slot` (one per CTA, at the same
-// shared-memory offset in each; after a cluster barrier phase that follows their writes): lane r of
-// each warp reads CTA r's slot through DSMEM, then a warp butterfly; the same order in every CTA, so
-// every CTA gets the same bits.
-template <class Op>
-__device__ __forceinline__ typename Op::P cluster_gather(const typename Op::P* slot) {
-  typename Op::P v = Op::identity();
-#if JM_SOFTMAX_CLUSTERS
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  if (lane < cluster_blocks()) v = *cg::this_cluster().map_shared_rank(slot, lane);
-#endif
-  return butterfly<Op>(v, 32);
 }
 
 // Reduction of the CTAs' block results over the cluster: thread 0 of each CTA publishes its block's

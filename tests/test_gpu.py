@@ -128,8 +128,8 @@ def test_big_softmax_backward(big):
 
 
 # The cluster classes of "auto" past element 2**31: 16385 rows of 131072 bf16 elements (4 GiB per
-# tensor); the forward runs the pipelined bulk-copy cluster (v4, sm_90: int64 row offsets of its bulk
-# copies and stores), the backward the register cluster (a row over 8 CTAs of 1024 threads).
+# tensor); the forward runs the bulk-copy cluster through registers (v5's 16-bit plan, sm_90: int64 row
+# offsets of its bulk copies and stores), the backward the register cluster (a row over 8 CTAs of 1024 threads).
 CLUSTER_C = 131072
 CLUSTER_N = 2**31 // CLUSTER_C + 1
 CLUSTER_ROWS = np.array([0, 1, CLUSTER_N - 2, CLUSTER_N - 1])
@@ -459,8 +459,9 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
         mt.assert_close(r[k], mt.ref_rms_norm(x[k], s[k]), mt.FWD_TOL[dtype], dtype=dtype, what=f"rms y[{k}]")
 
 
-# The norm forward's A/B switch (cpp/norms.cu): JAX_MEMOPS_NORM_FWD=v4 (norm_fwd_half.cuh: 4 packs per
-# thread; read once per process, so it runs in a fresh interpreter). Its classes, f32 / 16-bit:
+# The norm forward versions (cpp/norms.cu), each forced for every dtype by JAX_MEMOPS_NORM_FWD (read once per
+# process, so each runs in a fresh interpreter): v4 (norm_fwd_half.cuh: 4 packs per thread; the f32
+# default) and v3 (norm_rows.cuh: 8 packs; the 16-bit default). Its classes, f32 / 16-bit:
 #   team rows (tpr 4..32): C <= 515 / 1031 -- (1, 1), (7, 3), (300, 33) edges only or mostly; (60001, 64)
 #     many rows; (8001, 515) the last f32 team width (tpr 32), many rows;
 #   block rows (64..768 threads): (129, 516) f32 64 threads / team; (20, 1000); (300, 1001) misaligned;

@@ -440,17 +440,17 @@ def test_kernels_reject_unknown_index(device, index):
 # ----------------------------------------------------------------------------------------------
 
 # A thread holds 16 f32 / 32 bf16-f16 row elements: sub-warp rows (4..32 threads) up to C = 512 / 1024,
-# one block per row up to 8192 / 16384; beyond, the forward (v4, sm_90) takes the pipelined bulk-copy
-# cluster of k CTAs, each holding ceil(C / 4 or 8 / k) 16-byte packs three times in shared memory, k
-# the smallest size with 4 CTAs per SM where one exists (H200, f32: k = 2 at 8193, 4 at 16385, 8 at
-# 32768, ~12-16 at 50257, 16 at 131072 (2 per SM) and 262144 (1 per SM, ~64 KB per buffer)), v3's
-# two-buffer plan past 16 x ~75 KB per row, and the two-pass stream class past 16 x ~112 KB per row
-# (f32 600001); the backward (and the forward on
+# one block per row up to 8192 / 16384; beyond, the forward (v5, sm_90) takes the bulk-copy cluster of k
+# CTAs, each holding ceil(C / 4 or 8 / k) 16-byte packs once in shared memory (16-bit: copied into
+# registers of 8 or 16 packs per thread up to 16 x 4096 packs, C = 524288), k the smallest size with 2
+# CTAs per SM where one exists (H200: f32 k = 1 at 8193..32768, 2..4 at 50257, 8 at 131072; 16-bit
+# k = 1 at 16385..32768, 4 at 131072), one buffer up to 16 x ~226 KB per row (f32 ~925K, so 1000003 is
+# the stream class; 16-bit 1000003: one buffer, past the registers' limit); the backward (and the forward on
 # other GPUs) a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512 threads: 65536 / 131072), the
 # stream class beyond. Values on both sides of each limit; C
 CLASS_COLS = [1, 2, 7, 31, 33, 127, 128, 129, 512, 513, 1000, 1023, 1024, 1025, 2047, 4096, 4097, 8191,
               8192, 8193, 12289, 16384, 16385, 32768, 50257, 65536, 65537, 131072, 131073, 262144, 262147,
-              600001]
+              600001, 1000003]
 
 
 def _class_rows(c):
@@ -532,11 +532,9 @@ def test_auto_many_rows(device, rng, shape, dtype):
 # version runs in a fresh interpreter; every class of each version against the float64 reference.
 # Rows of 12 or more end with _special_rows (NaN, +inf, all -inf, masked halves, huge logits, ...); rows
 # of 4 or more have row 3's first half -inf (threads of only -inf in the block rows: their kept exps
-# rescale to 0). VERSION_SHAPES include v4-n2's class boundaries (2 packs per thread: f32 8 elements,
-# 16-bit 16): sub-warp up to C = 256 f32 / 512 16-bit (255, 256, 257: tpr 32 | 64; 33 misaligned with
-# 40000 rows: more row groups than resident CTAs), block rows of 64..1024 threads (1000; 4095 / 4097:
-# v4-n2-512's switch to v3's kernel in f32; 8192: 1024 threads, more rows than resident CTAs; 8193: the
-# bulk-copy cluster).
+# rescale to 0). VERSION_SHAPES: sub-warp rows (33 with 40000 rows: more row groups than resident CTAs;
+# 255..257), block rows (1000, 4095, 4097, 8192 with more rows than resident CTAs), and the bulk-copy
+# cluster from 8193 (misaligned) to 600001 (v3: two buffers do not fit at f32, the stream class runs).
 _VERSION_SCRIPT = r"""
 import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
 sys.path.insert(0, {tests!r})
@@ -578,25 +576,23 @@ def _run_fwd_script(shapes, **env_vars):
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3-tma", "v4", "v4-n2", "v4-n2-512", "v5-s1", "v5-reg"])
+@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5-s1", "v5-reg"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
 
-# v4's pipelined bulk-copy cluster (cpp/softmax_fwd_tma_pipe.cuh) under its own plan ("") and with the
-# cluster size forced by JAX_MEMOPS_SOFTMAX_FWD_K (the rule never picks k = 1 on the H200; where the
-# forced k does not fit, v3's plan runs). At least 7 rows per resident cluster where the plan has ~4
-# CTAs per SM (each stage is refilled twice: mbarrier parities 0, 1, 0), one row, misaligned rows
-# (50257, 131073), the special rows; v3's fallback at f32 400000 (three buffers of 16 x 100 KB do not
-# fit: two do). k = 16 at 8193: 129 packs per CTA for 256 threads (threads without packs); k = 1:
-# 8193, 16385, bf16 32768.
-PIPE_SHAPES = [(1900, 8193), (3, 16385), (1, 50257), (320, 50257), (470, 32768), (130, 131072), (260, 131073),
+# The bulk-copy cluster plans (cpp/softmax.cu launch_fwd_tma) under their rules ("") and with the cluster
+# size forced by JAX_MEMOPS_SOFTMAX_FWD_K (where the forced k does not fit, the v2 classes run): many
+# rows per resident cluster (each buffer refilled with mbarrier parities 0, 1, 0, ...), one row, misaligned
+# rows (8193, 50257, 131073), the special rows; k = 16 at 8193 (129 packs per CTA for 256 threads:
+# threads without packs); f32 400000 (v3's two buffers do not fit at k <= 16; one buffer does).
+CLUSTER_SHAPES = [(1900, 8193), (3, 16385), (1, 50257), (320, 50257), (470, 32768), (130, 131072), (260, 131073),
                (12, 400000)]
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version,k", [("v4", ""), ("v4", "1"), ("v4", "16"), ("v5-s1", "2"), ("v5-s1", "16"),
-                                       ("v5-reg", "4"), ("v5-reg", "16")])
-def test_gpu_fwd_tma_pipe(gpu, version, k):
-    _run_fwd_script(PIPE_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k)
+@pytest.mark.parametrize("version,k", [("v5", ""), ("v5", "1"), ("v5", "2"), ("v5", "16"), ("v5-s1", "16"),
+                                       ("v5-reg", "16"), ("v3", ""), ("v3", "16")])
+def test_gpu_fwd_cluster_plans(gpu, version, k):
+    _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k)
