@@ -13,8 +13,8 @@
 //   v3 (S = 2): two buffers; the next row's copy is issued at the top of each row into the other one.
 //   v5, f32 (S = 1): one buffer, refilled at the top of the next row (after this row's output pass), so
 //     a CTA has no row in flight while it reduces and stores: the other CTAs of the SM hide that, and
-//     half the shared memory per CTA lets k be half as large (H200: f32 32768 -> k = 1, 3 CTAs per SM;
-//     131072 -> k = 8, ~2.7 per SM; v3 needed 4 and 16).
+//     half the shared memory per CTA lets k be half as large (H200: f32 32768 -> k = 2, 3 CTAs of 64 KB
+//     per SM; 50257 -> 2, 2 x 99 KB; 131072 -> 8, ~2.7 x 64 KB; v3 took k = 4, 8 and 16).
 //   v5, 16-bit (S = 1, NP = 8 or 16): one buffer, copied into registers (NP packs per thread) right
 //     after it lands; a block barrier, and the next row's copy is issued at once, so it is in flight
 //     through the whole reduction and output pass with one buffer; shared memory is read once per

@@ -443,8 +443,8 @@ def test_kernels_reject_unknown_index(device, index):
 # one block per row up to 8192 / 16384; beyond, the forward (v5, sm_90) takes the bulk-copy cluster of k
 # CTAs, each holding ceil(C / 4 or 8 / k) 16-byte packs once in shared memory (16-bit: copied into
 # registers of 8 or 16 packs per thread up to 16 x 4096 packs, C = 524288), k the smallest size with 2
-# CTAs per SM where one exists (H200: f32 k = 1 at 8193..32768, 2..4 at 50257, 8 at 131072; 16-bit
-# k = 1 at 16385..32768, 4 at 131072), one buffer up to 16 x ~226 KB per row (f32 ~925K, so 1000003 is
+# CTAs per SM where one exists (H200: f32 k = 1 at 8193..16385, 2 at 32768 and 50257, 8 at 131072;
+# 16-bit k = 1 at 16385..32768, 2 at 50257, 8 at 131072), one buffer up to 16 x ~226 KB per row (f32 ~925K, so 1000003 is
 # the stream class; 16-bit 1000003: one buffer, past the registers' limit); the backward (and the forward on
 # other GPUs) a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512 threads: 65536 / 131072), the
 # stream class beyond. Values on both sides of each limit; C
