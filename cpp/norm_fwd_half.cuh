@@ -117,15 +117,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
       if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
       rstd = rsqrtf(var + epsilon);
     }
-    if (valid && lane == 0) {
-      // x[row, 0]: lane 0's first body element when the body starts the row, else its edge 0.
-      if constexpr (!kRms) {
-        float first[V];
-        unpack_fresh(raw[0], first);
-        mean_out[row] = (m1 - (sp.head == 0 && sp.body > 0 ? first[0] : edge0)) + dmean;
-      }
-      rstd_out[row] = rstd;
-    }
+    if (valid && lane == 0) write_row_stats<kRms>(raw[0], edge0, sp, m1, dmean, rstd, mean_out + row, rstd_out + row);
 
     // Pass 3: y. Parameters as in norm_fwd_rows_kernel (float4 loads when both start 16-byte aligned
     // at column head + V*i), 4 columns at a time.

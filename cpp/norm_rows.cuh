@@ -129,6 +129,20 @@ __device__ __forceinline__ void row_pass(const Pack<T, V> (&raw)[N], float edge0
   }
 }
 
+// The row's saved statistics, written by the row's lane 0: mean = m1 + dmean, where the shift m1 was
+// taken relative to x[row, 0] (lane 0's first body element when the body starts the row, else its edge
+// 0), and rstd.
+template <bool kRms, typename T, int V>
+__device__ __forceinline__ void write_row_stats(const Pack<T, V>& raw0, float edge0, const RowSpan<T, V>& sp,
+                                                float m1, float dmean, float rstd, float* mean, float* rstd_out) {
+  if constexpr (!kRms) {
+    float first[V];
+    unpack_fresh(raw0, first);
+    *mean = (m1 - (sp.head == 0 && sp.body > 0 ? first[0] : edge0)) + dmean;
+  }
+  *rstd_out = rstd;
+}
+
 template <typename T, bool kRms, bool kBlockRow>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
                                   kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
@@ -188,15 +202,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
       if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
       rstd = 1.0f / sqrtf(var + epsilon);
     }
-    if (valid && tm.lane == 0) {
-      // x[row, 0]: lane 0's first body element when the body starts the row, else its edge 0.
-      if constexpr (!kRms) {
-        float first[V];
-        unpack_fresh(raw[0], first);
-        mean_out[row] = (m1 - (sp.head == 0 && sp.body > 0 ? first[0] : edge0)) + dmean;
-      }
-      rstd_out[row] = rstd;
-    }
+    if (valid && tm.lane == 0) write_row_stats<kRms>(raw[0], edge0, sp, m1, dmean, rstd, mean_out + row, rstd_out + row);
 
     // Pass 3: y.
     const float* srow = valid ? param_row(scale, row, cols) : nullptr;

@@ -99,10 +99,8 @@ __global__ void __launch_bounds__(kTmaBlock, NP == 0 ? 1 : (NP <= 8 ? 4 : 2))
     T* yb = yr + sp.head + int64_t{share.lo} * V;
     mbar_wait(&bar[st], parity);
 
-    float m = -INFINITY, s = 0.0f;
-    MaxSum row_ms;
+    P v[NP > 0 ? NP : 1];  // NP > 0: this thread's packs (share packs tid, tid + nt, ...)
     if constexpr (NP > 0) {
-      P v[NP];
 #pragma unroll
       for (int j = 0; j < NP; ++j) {
         if (tid + j * nt < share.n) v[j] = load_shared(buf + tid + j * nt);
@@ -112,58 +110,39 @@ __global__ void __launch_bounds__(kTmaBlock, NP == 0 ? 1 : (NP <= 8 ? 4 : 2))
         fence_proxy_async_smem();
         issue(row + it.step, 0);
       }
-#pragma unroll
-      for (int j = 0; j < NP; ++j) {
-        if (tid + j * nt < share.n) m = pack_max_nan(v[j], m);
-      }
-      const float mm = safe_max(m);
-#pragma unroll
-      for (int j = 0; j < NP; ++j) {
-        if (tid + j * nt < share.n) {
-          float f[V];
-          unpack(v[j], f);
-#pragma unroll
-          for (int e = 0; e < V; ++e) s += ex2_ftz((f[e] - mm) * kLog2e);
-        }
-      }
-      row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
-      const float inv_s = 1.0f / row_ms.s;
-#pragma unroll
-      for (int j = 0; j < NP; ++j) {
-        if (tid + j * nt < share.n) {
-          float f[V];
-          unpack(v[j], f);
-          P out;
-#pragma unroll
-          for (int e = 0; e < V; ++e) out.v[e] = from_float<T>(ex2_ftz((f[e] - row_ms.m) * kLog2e) * inv_s);
-          store_stream<V>(yb, tid + j * nt, out);
-        }
-      }
-      write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
-    } else {
-#pragma unroll 4
-      for (int p = tid; p < share.n; p += nt) m = pack_max_nan(load_shared(buf + p), m);
-      const float mm = safe_max(m);
-#pragma unroll 4
-      for (int p = tid; p < share.n; p += nt) {
-        float v[V];
-        unpack(buf[p], v);
-#pragma unroll
-        for (int j = 0; j < V; ++j) s += ex2_ftz((v[j] - mm) * kLog2e);
-      }
-      row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
-      const float inv_s = 1.0f / row_ms.s;
-#pragma unroll 4
-      for (int p = tid; p < share.n; p += nt) {
-        float v[V];
-        unpack(buf[p], v);
-        P out;
-#pragma unroll
-        for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(ex2_ftz((v[j] - row_ms.m) * kLog2e) * inv_s);
-        store_stream<V>(yb, p, out);
-      }
-      write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
     }
+    // f(q, pack) for each of this thread's packs q of the share: from registers (NP > 0) or the stage.
+    const auto for_packs = [&](auto&& f) {
+      if constexpr (NP > 0) {
+#pragma unroll
+        for (int j = 0; j < NP; ++j) {
+          if (tid + j * nt < share.n) f(tid + j * nt, v[j]);
+        }
+      } else {
+#pragma unroll 4
+        for (int q = tid; q < share.n; q += nt) f(q, load_shared(buf + q));
+      }
+    };
+    float m = -INFINITY, s = 0.0f;
+    for_packs([&](int, const P& pk) { m = pack_max_nan(pk, m); });
+    const float mm = safe_max(m);
+    for_packs([&](int, const P& pk) {
+      float f[V];
+      unpack(pk, f);
+#pragma unroll
+      for (int e = 0; e < V; ++e) s += ex2_ftz((f[e] - mm) * kLog2e);
+    });
+    const MaxSum row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
+    const float inv_s = 1.0f / row_ms.s;
+    for_packs([&](int q, const P& pk) {
+      float f[V];
+      unpack(pk, f);
+      P out;
+#pragma unroll
+      for (int e = 0; e < V; ++e) out.v[e] = from_float<T>(ex2_ftz((f[e] - row_ms.m) * kLog2e) * inv_s);
+      store_stream<V>(yb, q, out);
+    });
+    write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
   }
   cluster_sync();  // keep this CTA's shared memory (the reduction slots) alive for the others' reads
 #else
