@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -599,6 +600,22 @@ ffi::Error launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cuda
   }
   kernel<<<grid, block, smem, stream>>>(args...);
   return check_launch(what);
+}
+
+// JAX_MEMOPS_GRID=full (read once per process; A/B benchmarks only): the register-row kernels of softmax
+// and the norms launch one CTA per row group instead of a persistent grid of the resident CTAs (their
+// row loops serve both), so a CTA that finishes its rows frees its slot for a fresh one whose loads
+// start at once, the way XLA's row kernels run. Any other value: persistent.
+inline bool full_grid() {
+  static const bool full = [] {
+    const char* env = std::getenv("JAX_MEMOPS_GRID");
+    return env != nullptr && std::string(env) == "full";
+  }();
+  return full;
+}
+inline int64_t grid_for(int64_t groups, int64_t resident) {
+  constexpr int64_t kMaxGrid = 0x7fffffff;
+  return std::max<int64_t>(1, std::min(full_grid() ? groups : std::min(groups, resident), kMaxGrid));
 }
 
 // Blocks of `block` threads (with `smem` dynamic shared memory) of `kernel` that the whole GPU holds at

@@ -186,13 +186,13 @@ int active_clusters(const DeviceInfo& dev, int block, int k) {
 }
 
 // A persistent launch of a block-level kernel: `groups` units of work (rows or row groups), at most as
-// many CTAs as are resident at once.
+// many CTAs as are resident at once (one per group under JAX_MEMOPS_GRID=full: grid_for).
 template <auto Kernel, typename... A>
 ffi::Error launch_persistent(const DeviceInfo& dev, cudaStream_t stream, int64_t groups, int block,
                              const char* what, A... args) {
   int per_sm = 0;
   if (auto err = blocks_per_sm<Kernel>(block, &per_sm); err.failure()) return err;
-  const int64_t grid = std::max<int64_t>(1, std::min(groups, int64_t{dev.sm_count} * per_sm));
+  const int64_t grid = grid_for(groups, int64_t{dev.sm_count} * per_sm);
   return launch(Kernel, dim3(static_cast<unsigned>(grid)), dim3(static_cast<unsigned>(block)), 0, stream, what,
                 args...);
 }

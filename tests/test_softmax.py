@@ -581,6 +581,15 @@ def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
 
+# JAX_MEMOPS_GRID=full (cpp/cuda_common.cuh grid_for): the register classes and the stream class with one
+# CTA per row group instead of a persistent grid (the row loops run once per CTA; many more CTAs than
+# resident ones).
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_fwd_full_grid(gpu):
+    _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_GRID="full")
+
+
 # The bulk-copy cluster plans (cpp/softmax.cu launch_fwd_tma) under their rules ("") and with the cluster
 # size forced by JAX_MEMOPS_SOFTMAX_FWD_K (where the forced k does not fit, the v2 classes run): many
 # rows per resident cluster (each buffer refilled with mbarrier parities 0, 1, 0, ...), one row, misaligned
