@@ -379,6 +379,26 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
 
 // ---- Backward -----------------------------------------------------------------------------------------
 
+// Edges (scalar head and tail of a misaligned row) are not kept on chip: each joins the thread's partial
+// dot, and the output re-reads it (a few bytes per row, from L1/L2). Shared by the register kernel below
+// and the bulk-copy cluster (softmax_bwd_tma.cuh).
+template <typename T, int V, bool kCluster>
+__device__ __forceinline__ float edges_dot(float dot, const T* yr, const T* dyr, const RowSpan<T, V, int>& sp,
+                                           int cols, const RowIter<kCluster>& it) {
+  for (int e = it.lane; e < sp.edges(); e += it.rt) {
+    const int c = sp.edge_col(e, cols);
+    dot += to_float(yr[c]) * to_float(dyr[c]);
+  }
+  return dot;
+}
+template <typename T, int V, bool kCluster>
+__device__ __forceinline__ void write_edges_dx(float dot, const T* yr, const T* dyr, T* dxr,
+                                               const RowSpan<T, V, int>& sp, int cols, const RowIter<kCluster>& it) {
+  for (int e = it.lane; e < sp.edges(); e += it.rt) {
+    const int c = sp.edge_col(e, cols);
+    dxr[c] = from_float<T>(to_float(yr[c]) * (to_float(dyr[c]) - dot));
+  }
+}
 
 // dx = y * (dy - sum(dy * y)) per row, y and dy in registers (raw packs, converted at each use).
 template <typename T, bool kCluster>
@@ -418,11 +438,7 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
         for (int j = 0; j < V; ++j) dot += yv[j] * dv[j];
       }
     }
-    for (int e = it.lane; e < sp.edges(); e += it.rt) {  // edges: re-read at the output, not kept
-      const int c = sp.edge_col(e, cols);
-      dot += to_float(yr[c]) * to_float(dyr[c]);
-    }
-    dot = row_reduce<AddOp, kCluster>(dot, tpr, parity);
+    dot = row_reduce<AddOp, kCluster>(edges_dot(dot, yr, dyr, sp, cols, it), tpr, parity);
 
     T* dxr = dx + offset;
 #pragma unroll
@@ -438,10 +454,7 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
         store_stream<V>(dxr + sp.head, i, out);
       }
     }
-    for (int e = it.lane; e < sp.edges(); e += it.rt) {
-      const int c = sp.edge_col(e, cols);
-      dxr[c] = from_float<T>(to_float(yr[c]) * (to_float(dyr[c]) - dot));
-    }
+    write_edges_dx(dot, yr, dyr, dxr, sp, cols, it);
   }
   if constexpr (kCluster) cluster_sync();
 }
