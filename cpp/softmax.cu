@@ -23,7 +23,8 @@
 //                                                        tensor passes)
 // The forward takes the bulk-copy cluster for every row beyond the block class where it can launch;
 // the register cluster class serves the backward, and the forward only where no bulk-copy one can
-// launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below).
+// launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below). The backward's bulk-copy cluster (y and dy in
+// shared memory, softmax_bwd_tma.cuh) is an A/B option: JAX_MEMOPS_SOFTMAX_BWD=tma (launch_bwd_tma).
 // Why: every register kernel is __launch_bounds__(1024, 1), <= 64 registers (ptxas -v: 48-64, no
 // spills), so an SM holds 1024 threads. More elements per thread spill (ptxas converts 16-bit packs
 // to float eagerly: unpack_fresh in cuda_common.cuh stops that). Sub-warp rows put several rows in a
@@ -53,6 +54,7 @@
 #include "handlers.h"
 #include "softmax_ladder.h"
 #include "softmax_fwd_regs.cuh"
+#include "softmax_bwd_tma.cuh"
 #include "softmax_fwd_tma.cuh"
 #include "softmax_rows.cuh"
 #include "softmax_stream.cuh"
@@ -294,8 +296,8 @@ int tma_active_clusters(const DeviceInfo& dev, int k, int smem) {
 }
 
 // JAX_MEMOPS_SOFTMAX_FWD_K=k (1..16; read once per process), for tests and A/B of plans only: the
-// bulk-copy plans consider cluster size k alone (where it does not fit or launch, the next
-// plan runs). 0: their rules.
+// bulk-copy plans (forward, and the backward's under JAX_MEMOPS_SOFTMAX_BWD=tma) consider cluster size k
+// alone (where it does not fit or launch, the next plan runs). 0: their rules.
 int forced_cluster_k() {
   static const int k = [] {
     const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_FWD_K");
@@ -306,8 +308,9 @@ int forced_cluster_k() {
 }
 
 // JAX_MEMOPS_SOFTMAX_PLAN_LOG=1: each bulk-copy launch whose plan differs from the previous one is
-// described on stderr (variant, cluster size, chunk, shared memory, clusters resident), for A/B runs.
-void log_tma_plan(const char* variant, RowShape s, int k, int64_t chunk, int64_t smem, int active) {
+// described on stderr (op, variant, cluster size, chunk, shared memory, clusters resident), for A/B runs.
+void log_tma_plan(const char* what, const char* variant, RowShape s, int k, int64_t chunk, int64_t smem,
+                  int active) {
   static const bool on = [] {
     const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_PLAN_LOG");
     return env != nullptr && env[0] == '1';
@@ -315,46 +318,51 @@ void log_tma_plan(const char* variant, RowShape s, int k, int64_t chunk, int64_t
   static std::atomic<int64_t> last{-1};
   const int64_t key = ((s.cols * 32 + k) * 1000003) ^ static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
   if (!on || last.exchange(key) == key) return;
-  std::fprintf(stderr, "softmax_fwd plan: %s rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB clusters=%d\n",
-               variant, static_cast<long long>(s.rows), static_cast<long long>(s.cols), k,
+  std::fprintf(stderr, "%s plan: %s rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB clusters=%d\n",
+               what, variant, static_cast<long long>(s.rows), static_cast<long long>(s.cols), k,
                static_cast<long long>(chunk), static_cast<long long>(smem / 1024), active);
 }
 
 // One plan of a bulk-copy kernel: cluster size k, chunk = ceil(packs / k) packs per CTA in each of
-// `stages` buffers, clusters resident; score = CTAs resident, counted up to `cap` per SM (0: does not
-// fit in shared memory, exceeds max_chunk, or cannot launch).
+// `buffers` shared-memory buffers (forward: 1 or 2 stages of x; backward: y and dy), clusters resident;
+// score = CTAs resident, counted up to `cap` per SM (0: does not fit in shared memory, exceeds
+// max_chunk, or cannot launch).
 struct TmaPlan {
   int k = 0, active = 0;
   int64_t chunk = 0, smem = 0, score = 0;
 };
 
 template <auto Kernel>
-TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_t max_chunk, int cap) {
+TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int buffers, int64_t max_chunk, int cap) {
   const int64_t chunk = ceil_div(packs, k);
-  const int64_t smem = ceil_div(stages * chunk * 16, 1024) * 1024;
+  const int64_t smem = ceil_div(buffers * chunk * 16, 1024) * 1024;
   if (chunk > max_chunk || smem > int64_t{dev.max_smem_optin} - kTmaSmemReserve) return {};
   const int active = tma_active_clusters<Kernel>(dev, k, static_cast<int>(smem));
   if (active == 0) return {};
   return {k, active, chunk, smem, std::min<int64_t>(int64_t{active} * k, int64_t{cap} * dev.sm_count)};
 }
 
-// Launches plan p of Kernel (a persistent grid of clusters); *launched = false (and success) where the
-// launch is refused (a configuration error: the caller's fallback takes the rows).
-template <auto Kernel, typename T>
-ffi::Error launch_tma_plan(const char* variant, const TmaPlan& p, cudaStream_t stream, RowShape s, const T* x,
-                           T* y, bool* launched) {
-  log_tma_plan(variant, s, p.k, p.chunk, p.smem, p.active);
+// Launches plan p of Kernel(ptrs..., rows, cols, chunk) (a persistent grid of clusters); *launched =
+// false (and success) where the launch is refused (a configuration error: the caller's fallback takes
+// the rows). what: "softmax_fwd" or "softmax_bwd", for the plan log and errors.
+template <auto Kernel, typename... Ptrs>
+ffi::Error launch_tma_plan(const char* what, const char* variant, const TmaPlan& p, cudaStream_t stream, RowShape s,
+                           bool* launched, Ptrs... ptrs) {
+  log_tma_plan(what, variant, s, p.k, p.chunk, p.smem, p.active);
   const int64_t clusters = std::min<int64_t>(s.rows, p.active);
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), smx::kTmaBlock, p.k,
                                                 stream, &attr, static_cast<size_t>(p.smem));
-  if (cudaLaunchKernelEx(&cfg, Kernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk)) !=
+  if (cudaLaunchKernelEx(&cfg, Kernel, ptrs..., s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk)) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     return ffi::Error::Success();
   }
   *launched = true;
-  return check_launch("softmax_fwd (bulk-copy cluster)");
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return ffi::Error::Internal(std::string(what) + " (bulk-copy cluster): " + cudaGetErrorString(err));
+  }
+  return ffi::Error::Success();
 }
 
 // The bulk-copy cluster class (sm_90; softmax_fwd_tma.cuh): among cluster sizes k = 1, 2, 4, 8, 16 the
@@ -375,6 +383,7 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8>;
   constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16>;
   constexpr int64_t kAny = INT_MAX;
+  constexpr const char* kWhat = "softmax_fwd";
   *launched = false;
   const int64_t packs = ceil_div(s.cols, kVec<T>);
   const bool regs = version == FwdVersion::kV5Reg || (version == FwdVersion::kV5 && sizeof(T) == 2);
@@ -405,10 +414,10 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   }
   if (best.first.k == 0) return ffi::Error::Success();
   switch (best.second) {
-    case kOne: return launch_tma_plan<kOneStage>("one buffer", best.first, stream, s, x, y, launched);
-    case kR8: return launch_tma_plan<kRegs8>("registers (8)", best.first, stream, s, x, y, launched);
-    case kR16: return launch_tma_plan<kRegs16>("registers (16)", best.first, stream, s, x, y, launched);
-    default: return launch_tma_plan<kTwoStages>("two buffers", best.first, stream, s, x, y, launched);
+    case kOne: return launch_tma_plan<kOneStage>(kWhat, "one buffer", best.first, stream, s, launched, x, y);
+    case kR8: return launch_tma_plan<kRegs8>(kWhat, "registers (8)", best.first, stream, s, launched, x, y);
+    case kR16: return launch_tma_plan<kRegs16>(kWhat, "registers (16)", best.first, stream, s, launched, x, y);
+    default: return launch_tma_plan<kTwoStages>(kWhat, "two buffers", best.first, stream, s, launched, x, y);
   }
 }
 
@@ -470,6 +479,49 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
   });
 }
 
+// ---- Backward: the bulk-copy cluster (softmax_bwd_tma.cuh; an A/B option) ----------------------------
+
+// JAX_MEMOPS_SOFTMAX_BWD=tma (read once per process; A/B benchmarks and tests): rows beyond the block
+// class (f32 C > 8192, 16-bit C > 16384) take the bulk-copy cluster on sm_90 where a plan fits. Any other
+// value: the register cluster class (the default; v2's), the stream class beyond it.
+bool bwd_tma() {
+  static const bool on = [] {
+    const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_BWD");
+    return env != nullptr && std::string(env) == "tma";
+  }();
+  return on;
+}
+
+// The backward's bulk-copy plan: the forward's rules (launch_fwd_tma) with two buffers of chunk packs per
+// CTA (y and dy), so twice the shared memory per CTA at the same k: most CTAs resident counted up to 2
+// per SM, the smallest k on ties (H200, 227 KB per CTA, 228 KB per SM; f32: 32768 -> k = 4 x 64 KB, 3
+// per SM; 50257 -> 4 x 99 KB, 2 per SM; 131072 -> 16 x 64 KB; 16-bit: 32768 -> 2 x 64 KB; 50257 -> 2 x
+// 99 KB; 131072 -> 8 x 64 KB, as the occupancy API allows). JAX_MEMOPS_SOFTMAX_FWD_K forces k as for the
+// forward. *launched = false (and success) where the class does not apply or no plan fits or launches:
+// the caller runs the default classes.
+template <typename T>
+ffi::Error launch_bwd_tma(cudaStream_t stream, RowShape s, bool vec, const T* y, const T* dy, T* dx, bool* launched) {
+  constexpr auto kKernel = smx::softmax_bwd_tma_kernel<T>;
+  constexpr int kBuffers = 2;  // y and dy
+  *launched = false;
+  if (!vec || s.cols > INT_MAX) return ffi::Error::Success();
+  const int64_t rt = std::max<int64_t>(smx::kMinTpr, next_pow2(ceil_div(s.cols, smx::bwd_elems_per_thread<T>())));
+  if (rt <= kMaxBlock / 2) return ffi::Error::Success();  // the sub-warp and block classes stay
+  DeviceInfo dev;
+  if (auto err = device_info(&dev); err.failure()) return err;
+  if (dev.cc_major < 9) return ffi::Error::Success();
+  const int64_t packs = ceil_div(s.cols, kVec<T>);
+  const int forced = forced_cluster_k();
+  TmaPlan best;
+  for (int k = 1; k <= kMaxClusterNonPortable; k *= 2) {
+    if (forced != 0 && k != forced) continue;
+    const TmaPlan p = tma_plan<kKernel>(dev, packs, k, kBuffers, INT_MAX, 2);
+    if (p.score > best.score) best = p;
+  }
+  if (best.k == 0) return ffi::Error::Success();
+  return launch_tma_plan<kKernel>("softmax_bwd", "y and dy buffers", best, stream, s, launched, y, dy, dx);
+}
+
 ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
                       ffi::Result<ffi::AnyBuffer> dx) {
   RowShape s;
@@ -483,10 +535,14 @@ ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
     const T* yp = static_cast<const T*>(y.untyped_data());
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx->untyped_data());
+    const bool vec = same_alignment({yp, dyp, dxp});
+    if (bwd_tma()) {
+      bool launched = false;
+      if (auto err = launch_bwd_tma(stream, s, vec, yp, dyp, dxp, &launched); err.failure() || launched) return err;
+    }
     return launch_auto<smx::softmax_bwd_rows_kernel<T, false>, smx::softmax_bwd_rows_kernel<T, true>,
                        smx::softmax_bwd_stream_kernel<T, kVec<T>>, smx::softmax_bwd_stream_kernel<T, 1>>(
-        stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, same_alignment({yp, dyp, dxp}), "softmax_bwd", yp, dyp,
-        dxp);
+        stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, vec, "softmax_bwd", yp, dyp, dxp);
   });
 }
 
