@@ -6,9 +6,10 @@ computes garbage fails even where the sanitizer sees nothing.
 (no preallocation: memcheck only sees out-of-bounds accesses that leave a real allocation.)
 
 The A/B kernel versions (read from the environment once per process) need their own process:
-    JAX_MEMOPS_SOFTMAX_FWD=v5-reg JAX_MEMOPS_NORM_FWD=v4 python benchmarks/sanitize.py --ab
+    JAX_MEMOPS_SOFTMAX_FWD=v5-reg JAX_MEMOPS_SOFTMAX_BWD=tma JAX_MEMOPS_NORM_FWD=v4 python benchmarks/sanitize.py --ab
 runs only the shapes of the kernels that the defaults do not run for some dtype (the bulk-copy cluster
-through registers in f32; norm_fwd_half_kernel in 16-bit types) under those versions
+through registers in f32; the softmax backward's bulk-copy cluster; norm_fwd_half_kernel in 16-bit
+types) under those versions
 (benchmarks/gpu_check.sh's sanitize stage runs both workloads under both tools).
 """
 
@@ -49,12 +50,17 @@ SOFTMAX_CLASS_SHAPES = [(67, 100), (9, 1000), (3, 4097), (3, 50257), (2, 131072)
 SOFTMAX_V5_SHAPES = [((40000, 33), jnp.float32), ((3, 8193), jnp.float32), ((60, 131073), jnp.bfloat16),
                      ((68, 131072), jnp.float32), ((9, 262147), jnp.float32), ((3, 600001), jnp.bfloat16),
                      ((300, 16385), jnp.float16), ((2, 1000003), jnp.float32)]
-# --ab (under JAX_MEMOPS_SOFTMAX_FWD=v5-reg JAX_MEMOPS_NORM_FWD=v4). Softmax through registers in f32:
-# 16 packs per thread (8193: k = 1), 8 packs (68 x 131072: k = 16, ~28 resident clusters, refilled). Norms,
+# --ab (under JAX_MEMOPS_SOFTMAX_FWD=v5-reg JAX_MEMOPS_SOFTMAX_BWD=tma JAX_MEMOPS_NORM_FWD=v4). Softmax
+# through registers in f32: 16 packs per thread (8193: k = 1), 8 packs (68 x 131072: k = 16, ~28 resident
+# clusters, refilled). The same shapes' backward runs the bulk-copy backward (softmax_bwd_tma.cuh: y and
+# dy buffers): f32 8193 (k = 1, misaligned), 68 x 131072 (k = 16, buffers refilled: parity 1), f16 50257
+# (k = 2, misaligned); and bf16 800 x 16385 (k = 1, ~400 resident clusters: refilled, misaligned), bf16
+# 2 x 262147 (k = 8 or 16, past the register cluster class: the stream class by default). Norms,
 # 4 packs per thread (the f32 default; here every dtype): team rows (33; 64 with many rows; 1001
 # misaligned), f32 block rows of 64 (1028) with more rows than resident blocks (4000 x 768), block rows
 # (2056; 4097 misaligned; 12288: 768 f32 / 384 16-bit threads), and v3's kernel beyond (f32 12292).
-SOFTMAX_AB_SHAPES = [((3, 8193), jnp.float32), ((68, 131072), jnp.float32), ((5, 50257), jnp.float16)]
+SOFTMAX_AB_SHAPES = [((3, 8193), jnp.float32), ((68, 131072), jnp.float32), ((5, 50257), jnp.float16),
+                     ((800, 16385), jnp.bfloat16), ((2, 262147), jnp.bfloat16)]
 NORM_V4_SHAPES = [((5, 33), jnp.float32), ((300, 64), jnp.bfloat16), ((3, 1001), jnp.float16),
                   ((3, 1028), jnp.float32), ((4000, 768), jnp.float32), ((2, 2056), jnp.bfloat16),
                   ((3, 4097), jnp.float32), ((2, 12288), jnp.float32), ((2, 12288), jnp.bfloat16),
@@ -101,7 +107,7 @@ def main():
 
     ab = "--ab" in sys.argv[1:]
     if ab:
-        want = {"JAX_MEMOPS_SOFTMAX_FWD": "v5-reg", "JAX_MEMOPS_NORM_FWD": "v4"}
+        want = {"JAX_MEMOPS_SOFTMAX_FWD": "v5-reg", "JAX_MEMOPS_SOFTMAX_BWD": "tma", "JAX_MEMOPS_NORM_FWD": "v4"}
         if any(os.environ.get(k) != v for k, v in want.items()):
             sys.exit("--ab needs " + " ".join(f"{k}={v}" for k, v in want.items()))
         ops = {k: ops[k] for k in ("softmax", "layer_norm", "rms_norm")}

@@ -561,7 +561,9 @@ VERSION_SHAPES = [(40000, 33), (5000, 255), (5000, 256), (3000, 257), (300, 1000
                   (600, 8192), (20, 8193), (300, 50257), (40, 131072), (3, 600001)]
 
 
-def _run_fwd_script(shapes, **env_vars):
+def _run_script(script, shapes, **env_vars):
+    """Runs script (formatted with tests= this folder, shapes=) in a fresh interpreter under env_vars;
+    asserts that it printed OK at the end and returns its stderr."""
     import os
     import subprocess
     import sys
@@ -569,9 +571,14 @@ def _run_fwd_script(shapes, **env_vars):
     tests = os.path.dirname(os.path.abspath(__file__))
     # No preallocation in the child: this process may already hold 75% of the GPU (JAX's default).
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", **env_vars)
-    out = subprocess.run([sys.executable, "-c", _VERSION_SCRIPT.format(tests=tests, shapes=shapes)], env=env,
+    out = subprocess.run([sys.executable, "-c", script.format(tests=tests, shapes=shapes)], env=env,
                          cwd="/", capture_output=True, text=True, timeout=900)
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-2000:] + out.stderr[-4000:]
+    return out.stderr
+
+
+def _run_fwd_script(shapes, **env_vars):
+    _run_script(_VERSION_SCRIPT, shapes, **env_vars)
 
 
 @pytest.mark.gpu
@@ -605,3 +612,50 @@ CLUSTER_SHAPES = [(1900, 8193), (3, 16385), (1, 50257), (320, 50257), (470, 3276
                                        ("v5-reg", "16"), ("v3", ""), ("v3", "16")])
 def test_gpu_fwd_cluster_plans(gpu, version, k):
     _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k)
+
+
+# The backward's bulk-copy cluster (cpp/softmax_bwd_tma.cuh; JAX_MEMOPS_SOFTMAX_BWD=tma, read once per
+# process): dx of jm.softmax's VJP against the float64 reference, under the plan rule ("") and with the
+# cluster size forced by JAX_MEMOPS_SOFTMAX_FWD_K (where it does not fit, the register cluster or stream
+# class runs: f32 32768 and longer at k = 1). Shapes: many rows per resident cluster (the y and dy
+# buffers refilled, mbarrier parities 0, 1, 0, ...: f32 8193 at k = 1, 16-bit 16385 at k = 1, 50257 at
+# k = 2 or 4), one row (50257), misaligned rows (8193, 16385, 50257, 131073, 262147: scalar heads and tails
+# through edges_dot / write_edges_dx), k = 16 at 8193 (129 packs per CTA for 256 threads: threads without
+# packs; the last CTA's share shorter), rows past the register cluster class (262147: the stream class by
+# default), f32 600001 (no plan fits: the stream class). Rows of 12 or more end with _special_rows (NaN,
+# +inf and all -inf rows: y NaN, so dx NaN; -inf entries: y = 0, so dx exactly 0; huge logits).
+_BWD_SCRIPT = r"""
+import jax, numpy as np, jax_memops as jm, sys
+sys.path.insert(0, {tests!r})
+import memops_testing as mt
+from test_softmax import _special_rows
+rng = np.random.default_rng(0)
+gpu = jax.devices("gpu")[0]
+vjp = jax.jit(lambda x, g: jax.vjp(jm.softmax, x)[1](g)[0])
+for dtype in mt.DTYPES:
+    for rows, c in {shapes!r}:
+        x = mt.randn(rng, (rows, c), np.float32, scale=3.0)
+        x[0, ::3] = -np.inf
+        if rows >= 12:
+            x[-10:] = _special_rows(rng, c, np.float32)
+        x = x.astype(dtype)
+        g = mt.randn(rng, (rows, c), dtype, scale=1.0)
+        dx = mt.f64(vjp(jax.device_put(x, gpu), jax.device_put(g, gpu)))
+        what = f"dx {{dtype}} {{(rows, c)}}"
+        ref = mt.ref_softmax_vjp(x, g)
+        mt.assert_close(dx, ref, mt.GRAD_TOL[dtype], dtype=dtype, what=what, mag=mt.ref_softmax_vjp_mag(x, g))
+        fin = ~np.isnan(ref).all(-1)
+        assert (dx[fin][mt.f64(x)[fin] == -np.inf] == 0).all(), what + ": dx at -inf entries must be 0"
+print("OK")
+"""
+BWD_TMA_SHAPES = [(1900, 8193), (1200, 16385), (1, 50257), (320, 50257), (470, 32768), (130, 131072),
+                  (70, 131073), (12, 262147), (3, 600001)]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("k", ["", "1", "2", "16"])
+def test_gpu_bwd_tma(gpu, k):
+    err = _run_script(_BWD_SCRIPT, BWD_TMA_SHAPES, JAX_MEMOPS_SOFTMAX_BWD="tma", JAX_MEMOPS_SOFTMAX_FWD_K=k,
+                      JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    assert "softmax_bwd plan: y and dy buffers" in err, "the bulk-copy backward never launched:\n" + err[-4000:]
