@@ -53,13 +53,15 @@ for stage in $stages; do
       # classes joined the workload), so both are limited to ours: every kernel name ends in _kernel.
       # The two tools run side by side (one GPU is plenty for these small shapes).
       # Then the A/B kernels (their versions are read from the environment once per process): the
-      # same tools over sanitize.py --ab under JAX_MEMOPS_SOFTMAX_FWD=v5-reg JAX_MEMOPS_NORM_FWD=v4.
+      # same tools over sanitize.py --ab under JAX_MEMOPS_SOFTMAX_FWD=v5-reg JAX_MEMOPS_SOFTMAX_BWD=tma
+      # JAX_MEMOPS_NORM_FWD=v4.
       for tool in memcheck racecheck; do
         filter=(--kernel-name kns=_kernel)
         ( XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
             timeout ${T_SAN:-600} compute-sanitizer --tool $tool "${filter[@]}" --error-exitcode 3 \
             python3 benchmarks/sanitize.py > "$out/$tool.log" 2>&1; echo $? > "$out/$tool.rc"
-          JAX_MEMOPS_SOFTMAX_FWD=v5-reg JAX_MEMOPS_NORM_FWD=v4 XLA_PYTHON_CLIENT_PREALLOCATE=false \
+          JAX_MEMOPS_SOFTMAX_FWD=v5-reg JAX_MEMOPS_SOFTMAX_BWD=tma JAX_MEMOPS_NORM_FWD=v4 \
+            XLA_PYTHON_CLIENT_PREALLOCATE=false \
             XLA_FLAGS=--xla_gpu_enable_command_buffer= \
             timeout ${T_SAN:-600} compute-sanitizer --tool $tool "${filter[@]}" --error-exitcode 3 \
             python3 benchmarks/sanitize.py --ab > "$out/$tool-ab.log" 2>&1; echo $? > "$out/$tool-ab.rc" ) &
