@@ -24,7 +24,8 @@
 // The forward takes the bulk-copy cluster for every row beyond the block class where it can launch;
 // the register cluster class serves the backward, and the forward only where no bulk-copy one can
 // launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below). The backward's bulk-copy cluster (y and dy in
-// shared memory, softmax_bwd_tma.cuh) is an A/B option: JAX_MEMOPS_SOFTMAX_BWD=tma (launch_bwd_tma).
+// shared memory, softmax_bwd_tma.cuh) is an A/B option: JAX_MEMOPS_SOFTMAX_BWD=tma or tma-reg
+// (launch_bwd_tma).
 // Why: every register kernel is __launch_bounds__(1024, 1), <= 64 registers (ptxas -v: 48-64, no
 // spills), so an SM holds 1024 threads. More elements per thread spill (ptxas converts 16-bit packs
 // to float eagerly: unpack_fresh in cuda_common.cuh stops that). Sub-warp rows put several rows in a
@@ -285,14 +286,14 @@ constexpr int kSmemKb = 256;           // KB slots of the occupancy cache (227 K
 // in (func_opt_ins) to the device's largest dynamic shared memory and to non-portable cluster sizes
 // (k > 8). Cached per (k, smem), not per device (like blocks_per_sm).
 template <auto Kernel>
-int tma_active_clusters(const DeviceInfo& dev, int k, int smem) {
+int tma_active_clusters(const DeviceInfo& dev, int k, int smem, int block) {
   static std::atomic<int> cache[kMaxClusterNonPortable + 1][kSmemKb];
   const int opt_ins = func_opt_ins<Kernel, true>(dev);
   const bool smem_ok = (opt_ins & 1) != 0;
   const bool non_portable_ok = (opt_ins & 2) != 0;
   const int kb = smem / 1024;
   if (!smem_ok || kb >= kSmemKb || k > kMaxClusterNonPortable || (k > kMaxCluster && !non_portable_ok)) return 0;
-  return cached_active_clusters<Kernel>(cache[k][kb], dev, smx::kTmaBlock, k, smem);
+  return cached_active_clusters<Kernel>(cache[k][kb], dev, block, k, smem);
 }
 
 // JAX_MEMOPS_SOFTMAX_FWD_K=k (1..16; read once per process), for tests and A/B of plans only: the
@@ -323,23 +324,24 @@ void log_tma_plan(const char* what, const char* variant, RowShape s, int k, int6
                static_cast<long long>(chunk), static_cast<long long>(smem / 1024), active);
 }
 
-// One plan of a bulk-copy kernel: cluster size k, chunk = ceil(packs / k) packs per CTA in each of
-// `buffers` shared-memory buffers (forward: 1 or 2 stages of x; backward: y and dy), clusters resident;
-// score = CTAs resident, counted up to `cap` per SM (0: does not fit in shared memory, exceeds
-// max_chunk, or cannot launch).
+// One plan of a bulk-copy kernel: cluster size k of CTAs of `block` threads, chunk = ceil(packs / k)
+// packs per CTA in each of `buffers` shared-memory buffers (forward: 1 or 2 stages of x; backward: y and
+// dy), clusters resident; score = CTAs resident, counted up to `cap` per SM (0: does not fit in shared
+// memory, exceeds max_chunk, or cannot launch).
 struct TmaPlan {
-  int k = 0, active = 0;
+  int k = 0, active = 0, block = 0;
   int64_t chunk = 0, smem = 0, score = 0;
 };
 
 template <auto Kernel>
-TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int buffers, int64_t max_chunk, int cap) {
+TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int buffers, int64_t max_chunk, int cap,
+                 int block = smx::kTmaBlock) {
   const int64_t chunk = ceil_div(packs, k);
   const int64_t smem = ceil_div(buffers * chunk * 16, 1024) * 1024;
   if (chunk > max_chunk || smem > int64_t{dev.max_smem_optin} - kTmaSmemReserve) return {};
-  const int active = tma_active_clusters<Kernel>(dev, k, static_cast<int>(smem));
+  const int active = tma_active_clusters<Kernel>(dev, k, static_cast<int>(smem), block);
   if (active == 0) return {};
-  return {k, active, chunk, smem, std::min<int64_t>(int64_t{active} * k, int64_t{cap} * dev.sm_count)};
+  return {k, active, block, chunk, smem, std::min<int64_t>(int64_t{active} * k, int64_t{cap} * dev.sm_count)};
 }
 
 // Launches plan p of Kernel(ptrs..., rows, cols, chunk) (a persistent grid of clusters); *launched =
@@ -351,8 +353,8 @@ ffi::Error launch_tma_plan(const char* what, const char* variant, const TmaPlan&
   log_tma_plan(what, variant, s, p.k, p.chunk, p.smem, p.active);
   const int64_t clusters = std::min<int64_t>(s.rows, p.active);
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), smx::kTmaBlock, p.k,
-                                                stream, &attr, static_cast<size_t>(p.smem));
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), p.block, p.k, stream,
+                                                &attr, static_cast<size_t>(p.smem));
   if (cudaLaunchKernelEx(&cfg, Kernel, ptrs..., s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk)) !=
       cudaSuccess) {
     (void)cudaGetLastError();
@@ -481,27 +483,39 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
 
 // ---- Backward: the bulk-copy cluster (softmax_bwd_tma.cuh; an A/B option) ----------------------------
 
-// JAX_MEMOPS_SOFTMAX_BWD=tma (read once per process; A/B benchmarks and tests): rows beyond the block
-// class (f32 C > 8192, 16-bit C > 16384) take the bulk-copy cluster on sm_90 where a plan fits. Any other
-// value: the register cluster class (the default; v2's), the stream class beyond it.
-bool bwd_tma() {
-  static const bool on = [] {
+// JAX_MEMOPS_SOFTMAX_BWD (read once per process; A/B benchmarks and tests): "tma" / "tma-reg": rows
+// beyond the block class (f32 C > 8192, 16-bit C > 16384) take the bulk-copy cluster on sm_90 where a
+// plan fits, read from shared memory (NP = 0) / through registers (NP = 4; where no such plan fits, the
+// shared-memory one). Any other value: the register cluster class (the default; v2's), the stream class
+// beyond it.
+enum class BwdVersion { kDefault, kTma, kTmaReg };
+
+BwdVersion bwd_version() {
+  static const BwdVersion version = [] {
     const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_BWD");
-    return env != nullptr && std::string(env) == "tma";
+    const std::string v = env == nullptr ? "" : env;
+    if (v == "tma") return BwdVersion::kTma;
+    if (v == "tma-reg") return BwdVersion::kTmaReg;
+    return BwdVersion::kDefault;
   }();
-  return on;
+  return version;
 }
 
 // The backward's bulk-copy plan: the forward's rules (launch_fwd_tma) with two buffers of chunk packs per
 // CTA (y and dy), so twice the shared memory per CTA at the same k: most CTAs resident counted up to 2
-// per SM, the smallest k on ties (H200, 227 KB per CTA, 228 KB per SM; f32: 32768 -> k = 4 x 64 KB, 3
-// per SM; 50257 -> 4 x 99 KB, 2 per SM; 131072 -> 16 x 64 KB; 16-bit: 32768 -> 2 x 64 KB; 50257 -> 2 x
-// 99 KB; 131072 -> 8 x 64 KB, as the occupancy API allows). JAX_MEMOPS_SOFTMAX_FWD_K forces k as for the
+// per SM, the smallest k on ties. Shared-memory variant (H200, 227 KB per CTA, 228 KB per SM; f32: 32768
+// -> k = 4 x 64 KB, 3 per SM; 50257 -> 4 x 99 KB, 2 per SM; 131072 -> 16 x 64 KB; 16-bit: 32768 -> 2 x 64
+// KB; 50257 -> 2 x 99 KB; 131072 -> 8 x 64 KB, as the occupancy API allows). Register variant: CTAs of
+// 1024 threads, at most 4 x 1024 packs per tensor (one CTA per SM, so the smallest k that fits: f32 2 /
+// 4 / 8, 16-bit 1 / 2 / 4 at 32768 / 50257 / 131072). JAX_MEMOPS_SOFTMAX_FWD_K forces k as for the
 // forward. *launched = false (and success) where the class does not apply or no plan fits or launches:
 // the caller runs the default classes.
 template <typename T>
-ffi::Error launch_bwd_tma(cudaStream_t stream, RowShape s, bool vec, const T* y, const T* dy, T* dx, bool* launched) {
-  constexpr auto kKernel = smx::softmax_bwd_tma_kernel<T>;
+ffi::Error launch_bwd_tma(cudaStream_t stream, RowShape s, bool vec, BwdVersion version, const T* y, const T* dy,
+                          T* dx, bool* launched) {
+  constexpr auto kShared = smx::softmax_bwd_tma_kernel<T, 0>;
+  constexpr int kRegPacks = 4;
+  constexpr auto kRegs = smx::softmax_bwd_tma_kernel<T, kRegPacks>;
   constexpr int kBuffers = 2;  // y and dy
   *launched = false;
   if (!vec || s.cols > INT_MAX) return ffi::Error::Success();
@@ -512,14 +526,25 @@ ffi::Error launch_bwd_tma(cudaStream_t stream, RowShape s, bool vec, const T* y,
   if (dev.cc_major < 9) return ffi::Error::Success();
   const int64_t packs = ceil_div(s.cols, kVec<T>);
   const int forced = forced_cluster_k();
-  TmaPlan best;
-  for (int k = 1; k <= kMaxClusterNonPortable; k *= 2) {
-    if (forced != 0 && k != forced) continue;
-    const TmaPlan p = tma_plan<kKernel>(dev, packs, k, kBuffers, INT_MAX, 2);
-    if (p.score > best.score) best = p;
+  auto best_of = [&](auto plan_k) {
+    TmaPlan best;
+    for (int k = 1; k <= kMaxClusterNonPortable; k *= 2) {
+      if (forced != 0 && k != forced) continue;
+      const TmaPlan p = plan_k(k);
+      if (p.score > best.score) best = p;
+    }
+    return best;
+  };
+  constexpr const char* kWhat = "softmax_bwd";
+  if (version == BwdVersion::kTmaReg) {
+    const TmaPlan best = best_of([&](int k) {
+      return tma_plan<kRegs>(dev, packs, k, kBuffers, int64_t{kRegPacks} * kMaxBlock, 2, kMaxBlock);
+    });
+    if (best.k != 0) return launch_tma_plan<kRegs>(kWhat, "y and dy, registers", best, stream, s, launched, y, dy, dx);
   }
+  const TmaPlan best = best_of([&](int k) { return tma_plan<kShared>(dev, packs, k, kBuffers, INT_MAX, 2); });
   if (best.k == 0) return ffi::Error::Success();
-  return launch_tma_plan<kKernel>("softmax_bwd", "y and dy buffers", best, stream, s, launched, y, dy, dx);
+  return launch_tma_plan<kShared>(kWhat, "y and dy buffers", best, stream, s, launched, y, dy, dx);
 }
 
 ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
@@ -536,9 +561,11 @@ ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx->untyped_data());
     const bool vec = same_alignment({yp, dyp, dxp});
-    if (bwd_tma()) {
+    if (const BwdVersion version = bwd_version(); version != BwdVersion::kDefault) {
       bool launched = false;
-      if (auto err = launch_bwd_tma(stream, s, vec, yp, dyp, dxp, &launched); err.failure() || launched) return err;
+      if (auto err = launch_bwd_tma(stream, s, vec, version, yp, dyp, dxp, &launched); err.failure() || launched) {
+        return err;
+      }
     }
     return launch_auto<smx::softmax_bwd_rows_kernel<T, false>, smx::softmax_bwd_rows_kernel<T, true>,
                        smx::softmax_bwd_stream_kernel<T, kVec<T>>, smx::softmax_bwd_stream_kernel<T, 1>>(
