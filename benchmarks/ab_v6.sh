@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The v6 experiments in one GPU lease (two calls of <= 10 min on a warm machine):
-#   bash benchmarks/ab_v6.sh build test ab        # ~35 + ~170 + ~230 s
+#   bash benchmarks/ab_v6.sh build test ab        # ~35 + ~180 + ~250 s
 #   bash benchmarks/ab_v6.sh ncu sanitize         # ~60 + ~100 s
 # What is asked (benchmarks/RESULTS.md, "v4 and v5"):
 #   grid   JAX_MEMOPS_GRID=full: the register-row kernels (softmax forward C <= 8192 / 16384, norms
@@ -9,9 +9,11 @@
 #   bf16   long rows: registers without spills (unpack_fresh; v5 spilled 42-50 bytes) and one buffer
 #          with 16-byte shared loads (v5-s1; v5's sum and output passes took 2-byte loads) against the
 #          recorded v5 (2.48 / 2.26 / 2.33 TB/s at 32768 / 50257 / 131072).
-#   bwd    JAX_MEMOPS_SOFTMAX_BWD=tma: the backward's bulk-copy cluster (softmax_bwd_tma.cuh: y and dy in
-#          shared memory, one buffer each, refilled per row) against the register cluster class (f32
-#          3.46 / 3.03 / 2.89 TB/s, 91 / 80 / 79% of the copy, at 32768 / 50257 / 131072).
+#   bwd    JAX_MEMOPS_SOFTMAX_BWD=tma / tma-reg: the backward's bulk-copy cluster (softmax_bwd_tma.cuh: y and
+#          dy in shared memory, one buffer each; tma: read in both passes, refilled after the output pass,
+#          256-thread CTAs; tma-reg: copied into registers and refilled at once, 1024-thread CTAs, half the
+#          k) against the register cluster class (f32 3.46 / 3.03 / 2.89 TB/s, 91 / 80 / 79% of the copy,
+#          at 32768 / 50257 / 131072; bf16 3.21 / 2.88 / 2.93, 95 / 87 / 88%).
 #   ncu    the long-row kernels (f32 131072, bf16 32768 and 131072) and the softmax f32 1024 class,
 #          beside XLA and the copy.
 # Logs under $OUT (else ./ab-out); a summary table at the end of each stage.
@@ -39,7 +41,7 @@ for stage in ${*:-build test ab}; do
         --ops layer_norm rms_norm --out "$out/grid-norms" > "$out/grid-norms.log" 2>&1
       timeout 90 python3 benchmarks/softmax_ab.py --versions v5 v5-s1 v3 --dtypes bfloat16 float16 \
         --cols 32768 50257 131072 --out "$out/long16" > "$out/long16.log" 2>&1
-      timeout 60 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_BWD --versions default tma --dirs bwd \
+      timeout 80 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_BWD --versions default tma tma-reg --dirs bwd \
         --cols 32768 50257 131072 --out "$out/bwd" > "$out/bwd.log" 2>&1
       grep -h "^|" "$out"/grid-softmax.log "$out"/grid-norms.log "$out"/long16.log "$out"/bwd.log ;;
     ncu)

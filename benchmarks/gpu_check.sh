@@ -54,7 +54,7 @@ for stage in $stages; do
       # The two tools run side by side (one GPU is plenty for these small shapes).
       # Then the A/B kernels (their versions are read from the environment once per process): the
       # same tools over sanitize.py --ab under JAX_MEMOPS_SOFTMAX_FWD=v5-reg JAX_MEMOPS_SOFTMAX_BWD=tma
-      # JAX_MEMOPS_NORM_FWD=v4.
+      # JAX_MEMOPS_NORM_FWD=v4, and over sanitize.py --bwd-reg under JAX_MEMOPS_SOFTMAX_BWD=tma-reg.
       for tool in memcheck racecheck; do
         filter=(--kernel-name kns=_kernel)
         ( XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
@@ -64,10 +64,15 @@ for stage in $stages; do
             XLA_PYTHON_CLIENT_PREALLOCATE=false \
             XLA_FLAGS=--xla_gpu_enable_command_buffer= \
             timeout ${T_SAN:-600} compute-sanitizer --tool $tool "${filter[@]}" --error-exitcode 3 \
-            python3 benchmarks/sanitize.py --ab > "$out/$tool-ab.log" 2>&1; echo $? > "$out/$tool-ab.rc" ) &
+            python3 benchmarks/sanitize.py --ab > "$out/$tool-ab.log" 2>&1; echo $? > "$out/$tool-ab.rc"
+          JAX_MEMOPS_SOFTMAX_BWD=tma-reg XLA_PYTHON_CLIENT_PREALLOCATE=false \
+            XLA_FLAGS=--xla_gpu_enable_command_buffer= \
+            timeout ${T_SAN:-600} compute-sanitizer --tool $tool "${filter[@]}" --error-exitcode 3 \
+            python3 benchmarks/sanitize.py --bwd-reg > "$out/$tool-bwd-reg.log" 2>&1
+          echo $? > "$out/$tool-bwd-reg.rc" ) &
       done
       wait
-      for tool in memcheck racecheck memcheck-ab racecheck-ab; do
+      for tool in memcheck racecheck memcheck-ab racecheck-ab memcheck-bwd-reg racecheck-bwd-reg; do
         note $tool "rc=$(cat "$out/$tool.rc") $((SECONDS - start))s $(grep -E 'SUMMARY|passed|FAIL' "$out/$tool.log" | tail -2 | tr '\n' ' ')"
       done ;;
     bench)

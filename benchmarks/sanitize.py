@@ -9,7 +9,10 @@ The A/B kernel versions (read from the environment once per process) need their 
     JAX_MEMOPS_SOFTMAX_FWD=v5-reg JAX_MEMOPS_SOFTMAX_BWD=tma JAX_MEMOPS_NORM_FWD=v4 python benchmarks/sanitize.py --ab
 runs only the shapes of the kernels that the defaults do not run for some dtype (the bulk-copy cluster
 through registers in f32; the softmax backward's bulk-copy cluster; norm_fwd_half_kernel in 16-bit
-types) under those versions
+types) under those versions, and
+    JAX_MEMOPS_SOFTMAX_BWD=tma-reg python benchmarks/sanitize.py --bwd-reg
+the softmax shapes of --ab (forward by the defaults) with the backward's bulk-copy cluster through
+registers
 (benchmarks/gpu_check.sh's sanitize stage runs both workloads under both tools).
 """
 
@@ -55,7 +58,10 @@ SOFTMAX_V5_SHAPES = [((40000, 33), jnp.float32), ((3, 8193), jnp.float32), ((60,
 # clusters, refilled). The same shapes' backward runs the bulk-copy backward (softmax_bwd_tma.cuh: y and
 # dy buffers): f32 8193 (k = 1, misaligned), 68 x 131072 (k = 16, buffers refilled: parity 1), f16 50257
 # (k = 2, misaligned); and bf16 800 x 16385 (k = 1, ~400 resident clusters: refilled, misaligned), bf16
-# 2 x 262147 (k = 8 or 16, past the register cluster class: the stream class by default). Norms,
+# 2 x 262147 (k = 8 or 16, past the register cluster class: the stream class by default). Under
+# --bwd-reg (JAX_MEMOPS_SOFTMAX_BWD=tma-reg: 1024-thread CTAs, 4 packs of y and dy per thread) the same
+# shapes take k = 1 (8193), 8 (68 x 131072: refilled), 2 (f16 50257), 1 (800 x 16385: refilled), 16 (bf16
+# 262147: 4097 packs per CTA at k = 8 exceed 4096: k = 16). Norms,
 # 4 packs per thread (the f32 default; here every dtype): team rows (33; 64 with many rows; 1001
 # misaligned), f32 block rows of 64 (1028) with more rows than resident blocks (4000 x 768), block rows
 # (2056; 4097 misaligned; 12288: 768 f32 / 384 16-bit threads), and v3's kernel beyond (f32 12292).
@@ -106,11 +112,13 @@ def main():
             lambda x, s, b: jnp.sum(f(x, s, b).astype(jnp.float32) * x.astype(jnp.float32)), (0, 1, 2))(x, s, b)))
 
     ab = "--ab" in sys.argv[1:]
-    if ab:
-        want = {"JAX_MEMOPS_SOFTMAX_FWD": "v5-reg", "JAX_MEMOPS_SOFTMAX_BWD": "tma", "JAX_MEMOPS_NORM_FWD": "v4"}
+    bwd_reg = "--bwd-reg" in sys.argv[1:]
+    if ab or bwd_reg:
+        want = ({"JAX_MEMOPS_SOFTMAX_FWD": "v5-reg", "JAX_MEMOPS_SOFTMAX_BWD": "tma", "JAX_MEMOPS_NORM_FWD": "v4"}
+                if ab else {"JAX_MEMOPS_SOFTMAX_BWD": "tma-reg"})
         if any(os.environ.get(k) != v for k, v in want.items()):
-            sys.exit("--ab needs " + " ".join(f"{k}={v}" for k, v in want.items()))
-        ops = {k: ops[k] for k in ("softmax", "layer_norm", "rms_norm")}
+            sys.exit(("--ab" if ab else "--bwd-reg") + " needs " + " ".join(f"{k}={v}" for k, v in want.items()))
+        ops = {k: ops[k] for k in (("softmax", "layer_norm", "rms_norm") if ab else ("softmax",))}
     compiled = {name: (fwd_bwd(ours), fwd_bwd(ref), vmapped(ours), vmapped(ref))
                 for name, (ours, ref) in ops.items()}
     dtypes = list(TOL)
@@ -122,8 +130,9 @@ def main():
         check(label, fn(*args), ref_fn(*jax.device_put(args, cpu)), tol)
         n += 1
 
-    if ab:
-        for names, shapes in ((("softmax",), SOFTMAX_AB_SHAPES), (("layer_norm", "rms_norm"), NORM_V4_SHAPES)):
+    if ab or bwd_reg:
+        groups = ((("softmax",), SOFTMAX_AB_SHAPES), (("layer_norm", "rms_norm"), NORM_V4_SHAPES))
+        for names, shapes in groups if ab else groups[:1]:
             for shape, dtype in shapes:
                 key, kx, ks, kb = jax.random.split(key, 4)
                 x = 2 * jax.random.normal(kx, shape)
@@ -135,7 +144,7 @@ def main():
                 for name in names:
                     ours, ref = compiled[name][:2]
                     run_check(f"{name} ab {jnp.dtype(dtype).name} {shape} fwd+bwd", ours, ref, (x, s, b), 10 * TOL[dtype])
-        print(f"sanitize workload (ab): {n} checks passed on {jax.devices()[0].device_kind}")
+        print(f"sanitize workload ({'ab' if ab else 'bwd-reg'}): {n} checks passed on {jax.devices()[0].device_kind}")
         return
 
     for i, shape in enumerate(SHAPES):

@@ -6,16 +6,16 @@ each version's speedup over the first version and over XLA.
     python3 benchmarks/softmax_ab.py --out ab [--versions v3 v5 v5-s1 v5-reg] [bench options...]
     python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_NORM_FWD --ops layer_norm rms_norm \\
         --versions v3 v4 --out ab-norms          # (benchmarks/norms_ab.py: these defaults)
-    python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_BWD --versions default tma --dirs bwd \\
+    python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_BWD --versions default tma tma-reg --dirs bwd \\
         --cols 32768 50257 131072 --out ab-bwd   # the backward's bulk-copy cluster
 
 Variables: JAX_MEMOPS_SOFTMAX_FWD (cpp/softmax.cu: v2, v3-prefetch, v3 (the two-buffer bulk-copy cluster
 for long rows), v5-s1 / v5-reg (its one-buffer variants, forced for every dtype); anything else is v5, the
 default), JAX_MEMOPS_SOFTMAX_FWD_K (forces the bulk-copy cluster size; JAX_MEMOPS_SOFTMAX_PLAN_LOG=1
-prints the plans), JAX_MEMOPS_SOFTMAX_BWD (tma: the backward's bulk-copy cluster for rows beyond the
-block class; anything else: the default register cluster class) and JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v3
-or v4 for every dtype; anything else is the default, v4 for f32 and v3 for 16-bit types). Extra options
-go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
+prints the plans), JAX_MEMOPS_SOFTMAX_BWD (tma / tma-reg: the backward's bulk-copy cluster for rows beyond
+the block class, from shared memory / through registers; anything else: the default register cluster
+class) and JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v3 or v4 for every dtype; anything else is the default, v4
+for f32 and v3 for 16-bit types). Extra options go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
 
 from __future__ import annotations
 

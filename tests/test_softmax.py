@@ -614,10 +614,12 @@ def test_gpu_fwd_cluster_plans(gpu, version, k):
     _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k)
 
 
-# The backward's bulk-copy cluster (cpp/softmax_bwd_tma.cuh; JAX_MEMOPS_SOFTMAX_BWD=tma, read once per
-# process): dx of jm.softmax's VJP against the float64 reference, under the plan rule ("") and with the
-# cluster size forced by JAX_MEMOPS_SOFTMAX_FWD_K (where it does not fit, the register cluster or stream
-# class runs: f32 32768 and longer at k = 1). Shapes: many rows per resident cluster (the y and dy
+# The backward's bulk-copy cluster (cpp/softmax_bwd_tma.cuh; JAX_MEMOPS_SOFTMAX_BWD=tma (buffers read in
+# each pass) or tma-reg (copied into registers, 1024-thread CTAs), read once per process): dx of
+# jm.softmax's VJP against the float64 reference, under the plan rule ("") and with the cluster size
+# forced by JAX_MEMOPS_SOFTMAX_FWD_K (where it does not fit, the register cluster or stream class runs:
+# f32 32768 and longer at k = 1; tma-reg: the shared-memory variant where 4096 packs per CTA are
+# exceeded, f32 600001 at every k). Shapes: many rows per resident cluster (the y and dy
 # buffers refilled, mbarrier parities 0, 1, 0, ...: f32 8193 at k = 1, 16-bit 16385 at k = 1, 50257 at
 # k = 2 or 4), one row (50257), misaligned rows (8193, 16385, 50257, 131073, 262147: scalar heads and tails
 # through edges_dot / write_edges_dx), k = 16 at 8193 (129 packs per CTA for 256 threads: threads without
@@ -654,8 +656,10 @@ BWD_TMA_SHAPES = [(1900, 8193), (1200, 16385), (1, 50257), (320, 50257), (470, 3
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("k", ["", "1", "2", "16"])
-def test_gpu_bwd_tma(gpu, k):
-    err = _run_script(_BWD_SCRIPT, BWD_TMA_SHAPES, JAX_MEMOPS_SOFTMAX_BWD="tma", JAX_MEMOPS_SOFTMAX_FWD_K=k,
+@pytest.mark.parametrize("version,k", [("tma", ""), ("tma", "1"), ("tma", "2"), ("tma", "16"), ("tma-reg", ""),
+                                       ("tma-reg", "2"), ("tma-reg", "16")])
+def test_gpu_bwd_tma(gpu, version, k):
+    err = _run_script(_BWD_SCRIPT, BWD_TMA_SHAPES, JAX_MEMOPS_SOFTMAX_BWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k,
                       JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
-    assert "softmax_bwd plan: y and dy buffers" in err, "the bulk-copy backward never launched:\n" + err[-4000:]
+    variant = "y and dy buffers" if version == "tma" else "y and dy, registers"
+    assert f"softmax_bwd plan: {variant}" in err, f"the bulk-copy backward ({variant}) never launched:\n" + err[-4000:]
