@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The v6 experiments in one GPU lease (two calls of <= 10 min on a warm machine):
-#   bash benchmarks/ab_v6.sh build test ab        # ~35 + ~220 + ~250 s
-#   bash benchmarks/ab_v6.sh ncu sanitize         # ~60 + ~100 s
+# The v6 experiments in one GPU lease: three calls of <= 10 min each (the later two on the warm machine,
+# which keeps the build); the stages' own timeouts bound each call:
+#   bash benchmarks/ab_v6.sh build test           # ~35 + ~220 s (timeouts 240 + 260)
+#   bash benchmarks/ab_v6.sh ab                   # ~250 s (timeouts 90 + 80 + 90 + 80)
+#   bash benchmarks/ab_v6.sh ncu sanitize         # ~60 + ~150 s
 # What is asked (benchmarks/RESULTS.md, "v4 and v5"):
 #   grid   JAX_MEMOPS_GRID=full: the register-row kernels (softmax forward C <= 8192 / 16384, norms
 #          forward) launch one CTA per row group instead of a persistent grid. Predicted: short rows
