@@ -60,7 +60,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
-#include <cstring>
 
 namespace ffi = xla::ffi;
 
