@@ -63,7 +63,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
-#include <cstring>
 
 namespace ffi = xla::ffi;
 
