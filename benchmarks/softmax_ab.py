@@ -1,17 +1,20 @@
-"""A/B of forward kernel versions on one GPU: `jax-memops bench --ops OPS --dirs fwd --parts sweep` once per
-value of an A/B environment variable (read once per process, hence one process per version), then one
-table: TB/s (% of the copy measured in the same run) per version, XLA's TB/s, and each version's speedup
-over the first version and over XLA.
+"""A/B of kernel versions on one GPU: `jax-memops bench --ops OPS --dirs DIRS --parts sweep` (DIRS: fwd by
+default) once per value of an A/B environment variable (read once per process, hence one process per
+version), then one table: TB/s (% of the copy measured in the same run) per version, XLA's TB/s, and
+each version's speedup over the first version and over XLA.
 
     python3 benchmarks/softmax_ab.py --out ab [--versions v3 v5 v5-s1 v5-reg] [bench options...]
     python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_NORM_FWD --ops layer_norm rms_norm \\
         --versions v3 v4 --out ab-norms          # (benchmarks/norms_ab.py: these defaults)
+    python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full --dirs fwd bwd \\
+        --out ab-grid                            # the row kernels' grids, both directions
 
 Variables: JAX_MEMOPS_SOFTMAX_FWD (cpp/softmax.cu: v2, v3-prefetch, v3 (the two-buffer bulk-copy cluster
 for long rows), v5-s1 / v5-reg (its one-buffer variants, forced for every dtype); anything else is v5, the
 default), JAX_MEMOPS_SOFTMAX_FWD_K (forces the bulk-copy cluster size; JAX_MEMOPS_SOFTMAX_PLAN_LOG=1
-prints the plans) and JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v3 or v4 for every dtype; anything else is the
-default, v4 for f32 and v3 for 16-bit types). Extra options go to the bench
+prints the plans), JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for: persistent / full for every row kernel;
+anything else: each kernel's default) and JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v3 or v4 for every dtype;
+anything else is the default, v4 for f32 and v3 for 16-bit types). Extra options go to the bench
 (e.g. --dtypes float32 --cols 1024 131072)."""
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ def main(argv=None, var="JAX_MEMOPS_SOFTMAX_FWD", ops=("softmax",), versions=("v
     p.add_argument("--var", default=var, help="the A/B environment variable")
     p.add_argument("--ops", nargs="+", default=list(ops))
     p.add_argument("--versions", nargs="+", default=list(versions))
+    p.add_argument("--dirs", nargs="+", default=["fwd"], help="directions to bench (fwd, bwd, fwd+bwd)")
     args, bench_args = p.parse_known_args(argv)
     results = {}
     for v in args.versions:
         out = os.path.join(args.out, v)
-        cmd = [sys.executable, "-P", "-m", "jax_memops.cli", "bench", "--ops", *args.ops, "--dirs", "fwd",
+        cmd = [sys.executable, "-P", "-m", "jax_memops.cli", "bench", "--ops", *args.ops, "--dirs", *args.dirs,
                "--parts", "sweep", "--out", out, *bench_args]
         print(f"== {args.var}={v}: {' '.join(cmd[2:])}", flush=True)
         rc = subprocess.run(cmd, env=dict(os.environ, **{args.var: v})).returncode
@@ -42,17 +46,17 @@ def main(argv=None, var="JAX_MEMOPS_SOFTMAX_FWD", ops=("softmax",), versions=("v
             print(f"version {v}: bench failed (rc={rc})", flush=True)
             continue
         with open(os.path.join(out, "results.json")) as f:
-            results[v] = {(r["op"], r["dtype"], r["shape"][-1]): r for r in json.load(f)["results"]
-                          if r["op"] in args.ops and r["direction"] == "fwd"}
+            results[v] = {(r["op"], r["direction"], r["dtype"], r["shape"][-1]): r for r in json.load(f)["results"]
+                          if r["op"] in args.ops and r["direction"] in args.dirs}
     if not results:
         return 1
     versions = list(results)
     keys = sorted({k for r in results.values() for k in r})
-    head = ["op", "dtype", "C"] + [f"{v} TB/s (%copy)" for v in versions] + ["XLA TB/s"]
+    head = ["op", "dir", "dtype", "C"] + [f"{v} TB/s (%copy)" for v in versions] + ["XLA TB/s"]
     head += [f"{v}/{versions[0]}" for v in versions[1:]] + [f"{v}/XLA" for v in versions]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in keys:
-        row = [key[0], key[1], str(key[2])]
+        row = [key[0], key[1], key[2], str(key[3])]
         rs = [results[v].get(key) for v in versions]
         row += [f"{r['ours_gbps'] / 1e3:.2f} ({r['pct_of_copy']:.0f}%)" if r else "-" for r in rs]
         xla = next((r for r in rs if r), None)

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -599,6 +600,28 @@ ffi::Error launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cuda
   }
   kernel<<<grid, block, smem, stream>>>(args...);
   return check_launch(what);
+}
+
+// The grid of a row kernel whose CTAs loop over row groups. kPersistent: at most the CTAs resident at
+// once (no partial last wave). kFull: one CTA per row group, so a CTA that finishes its rows frees its
+// slot for a fresh one whose loads start at once, while the others still drain their stores. Measured
+// on the H200 (RESULTS.md, "v6"): full is 3-10% faster for the forward register kernels (softmax
+// C <= 8192 / 16384, the norms), which take it by default; the others stay persistent.
+// JAX_MEMOPS_GRID=persistent|full (read once per process; A/B benchmarks and tests) overrides every
+// kernel's default.
+enum class Grid { kPersistent, kFull };
+inline Grid grid_mode(Grid preferred) {
+  static const int forced = [] {  // -1: no override
+    const char* env = std::getenv("JAX_MEMOPS_GRID");
+    const std::string v = env == nullptr ? "" : env;
+    return v == "full" ? static_cast<int>(Grid::kFull) : v == "persistent" ? static_cast<int>(Grid::kPersistent) : -1;
+  }();
+  return forced < 0 ? preferred : static_cast<Grid>(forced);
+}
+inline int64_t grid_for(int64_t groups, int64_t resident, Grid preferred) {
+  constexpr int64_t kMaxGrid = 0x7fffffff;  // the row loops take any rows beyond
+  const int64_t want = grid_mode(preferred) == Grid::kFull ? groups : std::min(groups, resident);
+  return std::max<int64_t>(1, std::min(want, kMaxGrid));
 }
 
 // Blocks of `block` threads (with `smem` dynamic shared memory) of `kernel` that the whole GPU holds at

@@ -358,7 +358,7 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     auto run = [&](auto kernel) -> ffi::Error {
       int64_t grid = 0;
       if (auto err = resident_blocks(kernel, plan.block, 0, what, &grid); err.failure()) return err;
-      grid = std::min(grid, ceil_div(s.rows, plan.rows_per_block));
+      grid = grid_for(ceil_div(s.rows, plan.rows_per_block), grid, Grid::kFull);
       return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(plan.block), 0, stream, what, xp, scale,
                     bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon, plan.tpr);
     };

@@ -32,13 +32,15 @@
 // another's reduction and stores; a cluster spreads a long row over up to 8-16 SMs (one cluster
 // barrier per row); the bulk-copy cluster keeps the next row's loads in flight through that barrier.
 // The grid is persistent (CTAs or clusters resident at once, from the occupancy API) with a row loop,
-// so there is no partial last wave beyond one row (group) per CTA.
+// so there is no partial last wave beyond one row (group) per CTA; the forward's sub-warp and block
+// classes launch one CTA per row group instead (measured faster: grid_for in cuda_common.cuh).
 // Clusters need sm_90: elsewhere, or when the occupancy query says no such cluster can be resident,
 // or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
 // scalar accesses.
 // Forward v5 (the default) = v3's register classes + the one-buffer bulk-copy cluster (f32 from shared
-// memory, 16-bit types through registers; launch_fwd_tma); v3's two-buffer one is JAX_MEMOPS_SOFTMAX_FWD=v3.
+// memory, 16-bit types through registers unless reading the buffer needs fewer CTAs per cluster;
+// launch_fwd_tma); v3's two-buffer one is JAX_MEMOPS_SOFTMAX_FWD=v3.
 // Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh): the sub-warp and block classes
 // with ex2.approx.ftz and a max.NaN max, one row group in flight (f32 keeps one exp per element in
 // registers, 16-bit types keep raw packs and take two exps); sub-warp rows reduce by a max butterfly
@@ -184,14 +186,15 @@ int active_clusters(const DeviceInfo& dev, int block, int k) {
   return cached_active_clusters<Kernel>(cache[block == kMaxBlock ? 1 : 0][k], dev, block, k, 0);
 }
 
-// A persistent launch of a block-level kernel: `groups` units of work (rows or row groups), at most as
-// many CTAs as are resident at once.
-template <auto Kernel, typename... A>
+// A launch of a block-level kernel over `groups` units of work (rows or row groups): at most as many
+// CTAs as are resident at once, or one per group where kGrid (or JAX_MEMOPS_GRID) asks for a full grid
+// (grid_for in cuda_common.cuh).
+template <auto Kernel, Grid kGrid = Grid::kPersistent, typename... A>
 ffi::Error launch_persistent(const DeviceInfo& dev, cudaStream_t stream, int64_t groups, int block,
                              const char* what, A... args) {
   int per_sm = 0;
   if (auto err = blocks_per_sm<Kernel>(block, &per_sm); err.failure()) return err;
-  const int64_t grid = std::max<int64_t>(1, std::min(groups, int64_t{dev.sm_count} * per_sm));
+  const int64_t grid = grid_for(groups, int64_t{dev.sm_count} * per_sm, kGrid);
   return launch(Kernel, dim3(static_cast<unsigned>(grid)), dim3(static_cast<unsigned>(block)), 0, stream, what,
                 args...);
 }
@@ -396,11 +399,23 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
       return {tma_plan<kRegs16>(dev, packs, k, 1, 16 * smx::kTmaBlock, 2), kR16};
     });
   }
-  if (best.first.k == 0) {
-    best = best_of([&](int k) -> std::pair<TmaPlan, Variant> {
+  const auto shared_plan = [&] {
+    return best_of([&](int k) -> std::pair<TmaPlan, Variant> {
       if (two_stages) return {tma_plan<kTwoStages>(dev, packs, k, 2, kAny, 2), kTwo};
       return {tma_plan<kOneStage>(dev, packs, k, 1, kAny, 2), kOne};
     });
+  };
+  if (best.first.k == 0) {
+    best = shared_plan();
+  } else if (version == FwdVersion::kV5) {
+    // 16-bit: the registers cap a CTA's share (8-16 packs per thread), so long rows need larger clusters
+    // than one buffer read from shared memory; cluster size is the cost (RESULTS.md, "v4 and v5"), and
+    // the H200 measured the buffer 3-8% faster at C = 131072 (a smaller k) and the registers 5-7%
+    // faster at C = 32768 (k = 1 both). Take the buffer only where its k is smaller.
+    if (const auto one = shared_plan(); one.first.k != 0 && one.first.k < best.first.k &&
+                                        one.first.score >= best.first.score) {
+      best = one;
+    }
   }
   if (best.first.k == 0) return ffi::Error::Success();
   switch (best.second) {
@@ -432,7 +447,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
       return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, false, true>>(
           dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
     }
-    return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, sizeof(T) == 4, false>>(
+    // A full grid (v6; the prefetching A/B variant stays persistent: its next-row loads need a next row).
+    return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, sizeof(T) == 4, false>, Grid::kFull>(
         dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();

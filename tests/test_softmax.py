@@ -581,6 +581,16 @@ def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
 
+# JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for) forces one grid on every row kernel: persistent (the
+# forward's register classes launch one CTA per row group by default) or full (the stream class too, at
+# 600001: one CTA per row; the row groups of 33 and 8192 far outnumber the resident CTAs).
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("grid", ["persistent", "full"])
+def test_gpu_fwd_grid(gpu, grid):
+    _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_GRID=grid)
+
+
 # The bulk-copy cluster plans (cpp/softmax.cu launch_fwd_tma) under their rules ("") and with the cluster
 # size forced by JAX_MEMOPS_SOFTMAX_FWD_K (where the forced k does not fit, the v2 classes run): many
 # rows per resident cluster (each buffer refilled with mbarrier parities 0, 1, 0, ...), one row, misaligned
