@@ -410,8 +410,9 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   } else if (version == FwdVersion::kV5) {
     // 16-bit: the registers cap a CTA's share (8-16 packs per thread), so long rows need larger clusters
     // than one buffer read from shared memory; cluster size is the cost (RESULTS.md, "v4 and v5"), and
-    // the H200 measured the buffer 3-8% faster at C = 131072 (a smaller k) and the registers 5-7%
-    // faster at C = 32768 (k = 1 both). Take the buffer only where its k is smaller.
+    // the H200 measured the buffer 3-8% faster at C = 131072 (k = 4 against the registers' 8), and the
+    // two within run-to-run noise at equal k (C = 32768, k = 1: -7 to +4% in two runs; RESULTS.md, "v6").
+    // Take the buffer only where its k is smaller.
     if (const auto one = shared_plan(); one.first.k != 0 && one.first.k < best.first.k &&
                                         one.first.score >= best.first.score) {
       best = one;
