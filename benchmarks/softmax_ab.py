@@ -10,11 +10,12 @@ each version's speedup over the first version and over XLA.
         --out ab-grid                            # the row kernels' grids, both directions
 
 Variables: JAX_MEMOPS_SOFTMAX_FWD (cpp/softmax.cu: v2, v3-prefetch, v3 (the two-buffer bulk-copy cluster
-for long rows), v5-s1 / v5-reg (its one-buffer variants, forced for every dtype); anything else is v5, the
-default), JAX_MEMOPS_SOFTMAX_FWD_K (forces the bulk-copy cluster size; JAX_MEMOPS_SOFTMAX_PLAN_LOG=1
-prints the plans), JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for: persistent / full for every row kernel;
-anything else: each kernel's default) and JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v3 or v4 for every dtype;
-anything else is the default, v4 for f32 and v3 for 16-bit types). Extra options go to the bench
+for long rows), v5-s1 / v5-reg (its one-buffer variants, forced for every dtype), v7-512 (v5 with
+512-thread CTAs in the bulk-copy cluster); anything else is v5, the default), JAX_MEMOPS_SOFTMAX_FWD_K
+(forces the bulk-copy cluster size; JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 prints the plans), JAX_MEMOPS_GRID
+(cpp/cuda_common.cuh grid_for: persistent / full for every row kernel; anything else: each kernel's
+default) and JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v3 or v4 for every dtype; anything else is the default,
+v4 for f32 and v3 for 16-bit types). Extra options go to the bench
 (e.g. --dtypes float32 --cols 1024 131072)."""
 
 from __future__ import annotations

@@ -260,9 +260,9 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // (NP = 8 or 16). For A/B benchmarks only, the environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per
 // process) selects "v5-s1" / "v5-reg" (one of the two for every dtype), "v3" (the two-buffer bulk-copy
 // cluster), "v3-prefetch" (that, and the register classes prefetch the next row group; two raw register
-// sets, two exps per element) or "v2" (the v2 kernels everywhere). Any other value: v5. The backward is
-// the same in all of them.
-enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg };
+// sets, two exps per element), "v2" (the v2 kernels everywhere) or "v7-512" (v5's rule and variants with
+// 512-thread CTAs in the bulk-copy cluster). Any other value: v5. The backward is the same in all of them.
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide };
 
 FwdVersion fwd_version() {
   static const FwdVersion version = [] {
@@ -273,6 +273,7 @@ FwdVersion fwd_version() {
     if (v == "v3") return FwdVersion::kV3;
     if (v == "v5-s1") return FwdVersion::kV5S1;
     if (v == "v5-reg") return FwdVersion::kV5Reg;
+    if (v == "v7-512") return FwdVersion::kV7Wide;
     return FwdVersion::kV5;
   }();
   return version;
@@ -280,19 +281,19 @@ FwdVersion fwd_version() {
 
 constexpr int kSmemKb = 256;           // KB slots of the occupancy cache (227 KB per block on Hopper)
 
-// Clusters of k CTAs of the bulk-copy kernel, each with `smem` bytes (a multiple of 1 KB) of dynamic
+// Clusters of k CTAs of `block` threads of the bulk-copy kernel, each with `smem` bytes (a multiple of 1 KB) of dynamic
 // shared memory, that can be resident at once; 0 when no such cluster can launch. The kernel is opted
 // in (func_opt_ins) to the device's largest dynamic shared memory and to non-portable cluster sizes
 // (k > 8). Cached per (k, smem), not per device (like blocks_per_sm).
 template <auto Kernel>
-int tma_active_clusters(const DeviceInfo& dev, int k, int smem) {
+int tma_active_clusters(const DeviceInfo& dev, int k, int smem, int block) {
   static std::atomic<int> cache[kMaxClusterNonPortable + 1][kSmemKb];
   const int opt_ins = func_opt_ins<Kernel, true>(dev);
   const bool smem_ok = (opt_ins & 1) != 0;
   const bool non_portable_ok = (opt_ins & 2) != 0;
   const int kb = smem / 1024;
   if (!smem_ok || kb >= kSmemKb || k > kMaxClusterNonPortable || (k > kMaxCluster && !non_portable_ok)) return 0;
-  return cached_active_clusters<Kernel>(cache[k][kb], dev, smx::kTmaBlock, k, smem);
+  return cached_active_clusters<Kernel>(cache[k][kb], dev, block, k, smem);
 }
 
 // JAX_MEMOPS_SOFTMAX_FWD_K=k (1..16; read once per process), for tests and A/B of plans only: the
@@ -308,8 +309,9 @@ int forced_cluster_k() {
 }
 
 // JAX_MEMOPS_SOFTMAX_PLAN_LOG=1: each bulk-copy launch whose plan differs from the previous one is
-// described on stderr (variant, cluster size, chunk, shared memory, clusters resident), for A/B runs.
-void log_tma_plan(const char* variant, RowShape s, int k, int64_t chunk, int64_t smem, int active) {
+// described on stderr (variant, CTA size, cluster size, chunk, shared memory, clusters resident), for A/B
+// runs.
+void log_tma_plan(const char* variant, RowShape s, int block, int k, int64_t chunk, int64_t smem, int active) {
   static const bool on = [] {
     const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_PLAN_LOG");
     return env != nullptr && env[0] == '1';
@@ -317,8 +319,8 @@ void log_tma_plan(const char* variant, RowShape s, int k, int64_t chunk, int64_t
   static std::atomic<int64_t> last{-1};
   const int64_t key = ((s.cols * 32 + k) * 1000003) ^ static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
   if (!on || last.exchange(key) == key) return;
-  std::fprintf(stderr, "softmax_fwd plan: %s rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB clusters=%d\n",
-               variant, static_cast<long long>(s.rows), static_cast<long long>(s.cols), k,
+  std::fprintf(stderr, "softmax_fwd plan: %s x %d threads rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB "
+               "clusters=%d\n", variant, block, static_cast<long long>(s.rows), static_cast<long long>(s.cols), k,
                static_cast<long long>(chunk), static_cast<long long>(smem / 1024), active);
 }
 
@@ -326,18 +328,18 @@ void log_tma_plan(const char* variant, RowShape s, int k, int64_t chunk, int64_t
 // `stages` buffers, clusters resident; score = CTAs resident, counted up to `cap` per SM (0: does not
 // fit in shared memory, exceeds max_chunk, or cannot launch).
 struct TmaPlan {
-  int k = 0, active = 0;
+  int k = 0, active = 0, block = 0;
   int64_t chunk = 0, smem = 0, score = 0;
 };
 
 template <auto Kernel>
-TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_t max_chunk, int cap) {
+TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_t max_chunk, int cap, int block) {
   const int64_t chunk = ceil_div(packs, k);
   const int64_t smem = ceil_div(stages * chunk * 16, 1024) * 1024;
   if (chunk > max_chunk || smem > int64_t{dev.max_smem_optin} - kTmaSmemReserve) return {};
-  const int active = tma_active_clusters<Kernel>(dev, k, static_cast<int>(smem));
+  const int active = tma_active_clusters<Kernel>(dev, k, static_cast<int>(smem), block);
   if (active == 0) return {};
-  return {k, active, chunk, smem, std::min<int64_t>(int64_t{active} * k, int64_t{cap} * dev.sm_count)};
+  return {k, active, block, chunk, smem, std::min<int64_t>(int64_t{active} * k, int64_t{cap} * dev.sm_count)};
 }
 
 // Launches plan p of Kernel (a persistent grid of clusters); *launched = false (and success) where the
@@ -345,10 +347,10 @@ TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_
 template <auto Kernel, typename T>
 ffi::Error launch_tma_plan(const char* variant, const TmaPlan& p, cudaStream_t stream, RowShape s, const T* x,
                            T* y, bool* launched) {
-  log_tma_plan(variant, s, p.k, p.chunk, p.smem, p.active);
+  log_tma_plan(variant, s, p.block, p.k, p.chunk, p.smem, p.active);
   const int64_t clusters = std::min<int64_t>(s.rows, p.active);
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), smx::kTmaBlock, p.k,
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), p.block, p.k,
                                                 stream, &attr, static_cast<size_t>(p.smem));
   if (cudaLaunchKernelEx(&cfg, Kernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk)) !=
       cudaSuccess) {
@@ -369,13 +371,13 @@ ffi::Error launch_tma_plan(const char* variant, const TmaPlan& p, cudaStream_t s
 // and two exps per element weigh twice as much; where no register plan fits, one buffer).
 // *launched = false (and success) when no plan fits or launches: the caller falls back to the v2
 // classes.
-template <typename T>
+template <typename T, int B = smx::kTmaBlock>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
                           T* y, bool* launched) {
   constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0>;
-  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0>;
-  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8>;
-  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16>;
+  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B>;
+  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B>;
+  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B>;
   constexpr int64_t kAny = INT_MAX;
   *launched = false;
   const int64_t packs = ceil_div(s.cols, kVec<T>);
@@ -395,14 +397,14 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   std::pair<TmaPlan, Variant> best{};
   if (regs) {
     best = best_of([&](int k) -> std::pair<TmaPlan, Variant> {
-      if (TmaPlan p = tma_plan<kRegs8>(dev, packs, k, 1, 8 * smx::kTmaBlock, 2); p.score > 0) return {p, kR8};
-      return {tma_plan<kRegs16>(dev, packs, k, 1, 16 * smx::kTmaBlock, 2), kR16};
+      if (TmaPlan p = tma_plan<kRegs8>(dev, packs, k, 1, 8 * B, 2, B); p.score > 0) return {p, kR8};
+      return {tma_plan<kRegs16>(dev, packs, k, 1, 16 * B, 2, B), kR16};
     });
   }
   const auto shared_plan = [&] {
     return best_of([&](int k) -> std::pair<TmaPlan, Variant> {
-      if (two_stages) return {tma_plan<kTwoStages>(dev, packs, k, 2, kAny, 2), kTwo};
-      return {tma_plan<kOneStage>(dev, packs, k, 1, kAny, 2), kOne};
+      if (two_stages) return {tma_plan<kTwoStages>(dev, packs, k, 2, kAny, 2, smx::kTmaBlock), kTwo};
+      return {tma_plan<kOneStage>(dev, packs, k, 1, kAny, 2, B), kOne};
     });
   };
   if (best.first.k == 0) {
@@ -453,6 +455,7 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
         dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
+  if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
   return launch_fwd_tma(dev, stream, s, version, x, y, launched);
 }
 

@@ -561,7 +561,9 @@ VERSION_SHAPES = [(40000, 33), (5000, 255), (5000, 256), (3000, 257), (300, 1000
                   (600, 8192), (20, 8193), (300, 50257), (40, 131072), (3, 600001)]
 
 
-def _run_fwd_script(shapes, **env_vars):
+def _run_script(script, shapes, **env_vars):
+    """Runs script (formatted with tests= this folder, shapes=) in a fresh interpreter under env_vars and
+    asserts that it printed OK at the end; returns its stderr."""
     import os
     import subprocess
     import sys
@@ -569,33 +571,71 @@ def _run_fwd_script(shapes, **env_vars):
     tests = os.path.dirname(os.path.abspath(__file__))
     # No preallocation in the child: this process may already hold 75% of the GPU (JAX's default).
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", **env_vars)
-    out = subprocess.run([sys.executable, "-c", _VERSION_SCRIPT.format(tests=tests, shapes=shapes)], env=env,
+    out = subprocess.run([sys.executable, "-c", script.format(tests=tests, shapes=shapes)], env=env,
                          cwd="/", capture_output=True, text=True, timeout=900)
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-2000:] + out.stderr[-4000:]
+    return out.stderr
+
+
+def _run_fwd_script(shapes, **env_vars):
+    return _run_script(_VERSION_SCRIPT, shapes, **env_vars)
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5-s1", "v5-reg"])
+@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5-s1", "v5-reg", "v7-512"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
 
 # JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for) forces one grid on every row kernel: persistent (the
-# forward's register classes launch one CTA per row group by default) or full (the stream class too, at
-# 600001: one CTA per row; the row groups of 33 and 8192 far outnumber the resident CTAs).
+# forward's register classes launch one CTA per row group by default) or full (the backward's register
+# classes and both stream classes too: 600001 f32 forward, 262147 backward; the row groups of 33 and 8192
+# far outnumber the resident CTAs). The backward: dx of jm.softmax's VJP against the float64 reference
+# over its classes (sub-warp, block, register cluster from 8193, stream), with _special_rows (NaN, +inf
+# and all -inf rows give NaN; -inf entries give dx exactly 0).
+_BWD_SCRIPT = r"""
+import jax, numpy as np, jax_memops as jm, sys
+sys.path.insert(0, {tests!r})
+import memops_testing as mt
+from test_softmax import _special_rows
+rng = np.random.default_rng(0)
+gpu = jax.devices("gpu")[0]
+vjp = jax.jit(lambda x, g: jax.vjp(jm.softmax, x)[1](g)[0])
+for dtype in mt.DTYPES:
+    for rows, c in {shapes!r}:
+        x = mt.randn(rng, (rows, c), np.float32, scale=3.0)
+        x[0, ::3] = -np.inf
+        if rows >= 12:
+            x[-10:] = _special_rows(rng, c, np.float32)
+        x = x.astype(dtype)
+        g = mt.randn(rng, (rows, c), dtype, scale=1.0)
+        dx = mt.f64(vjp(jax.device_put(x, gpu), jax.device_put(g, gpu)))
+        what = f"dx {{dtype}} {{(rows, c)}}"
+        ref = mt.ref_softmax_vjp(x, g)
+        mt.assert_close(dx, ref, mt.GRAD_TOL[dtype], dtype=dtype, what=what, mag=mt.ref_softmax_vjp_mag(x, g))
+        fin = ~np.isnan(ref).all(-1)
+        assert (dx[fin][mt.f64(x)[fin] == -np.inf] == 0).all(), what + ": dx at -inf entries must be 0"
+print("OK")
+"""
+BWD_GRID_SHAPES = [(40000, 33), (5000, 255), (3000, 257), (300, 1000), (50, 4097), (600, 8192), (20, 8193),
+                   (30, 50257), (12, 262147)]
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("grid", ["persistent", "full"])
-def test_gpu_fwd_grid(gpu, grid):
+def test_gpu_grid(gpu, grid):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_GRID=grid)
+    _run_script(_BWD_SCRIPT, BWD_GRID_SHAPES, JAX_MEMOPS_GRID=grid)
 
 
 # The bulk-copy cluster plans (cpp/softmax.cu launch_fwd_tma) under their rules ("") and with the cluster
 # size forced by JAX_MEMOPS_SOFTMAX_FWD_K (where the forced k does not fit, the v2 classes run): many
 # rows per resident cluster (each buffer refilled with mbarrier parities 0, 1, 0, ...), one row, misaligned
 # rows (8193, 50257, 131073), the special rows; k = 16 at 8193 (129 packs per CTA for 256 threads:
-# threads without packs); f32 400000 (v3's two buffers do not fit at k <= 16; one buffer does).
+# threads without packs; v7-512's 512-thread CTAs: more than half without); f32 400000 (v3's two buffers
+# do not fit at k <= 16; one buffer does). The plan log must show the variant's CTA size.
 CLUSTER_SHAPES = [(1900, 8193), (3, 16385), (1, 50257), (320, 50257), (470, 32768), (130, 131072), (260, 131073),
                (12, 400000)]
 
@@ -603,6 +643,10 @@ CLUSTER_SHAPES = [(1900, 8193), (3, 16385), (1, 50257), (320, 50257), (470, 3276
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("version,k", [("v5", ""), ("v5", "1"), ("v5", "2"), ("v5", "16"), ("v5-s1", "16"),
-                                       ("v5-reg", "16"), ("v3", ""), ("v3", "16")])
+                                       ("v5-reg", "16"), ("v3", ""), ("v3", "16"), ("v7-512", ""),
+                                       ("v7-512", "16")])
 def test_gpu_fwd_cluster_plans(gpu, version, k):
-    _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k)
+    err = _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k,
+                          JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    threads = 512 if version == "v7-512" else 256
+    assert f"x {threads} threads" in err, f"no bulk-copy launch of {threads}-thread CTAs:\n" + err[-4000:]

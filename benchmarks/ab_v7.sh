@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The v7 experiments in one GPU lease: two calls of < 10 min each (the second on the warm machine, which
+# keeps the build); the stages' own timeouts bound each call:
+#   bash benchmarks/ab_v7.sh build test           # ~45 + ~240 + ~200 s (timeouts 250 + 250)
+#   bash benchmarks/ab_v7.sh ab ncu               # ~200 + ~40 s
+# What is asked (benchmarks/RESULTS.md, "v6"):
+#   wide   JAX_MEMOPS_SOFTMAX_FWD=v7-512: the bulk-copy cluster with 512-thread CTAs (v5's rule and
+#          variants). Predicted: each CTA's three shared-memory passes (f32 one buffer) take half as long,
+#          so the stretch with no row in flight shrinks: +3-8% at f32 50257 / 131072; and 16-bit rows fit
+#          8 register packs per thread at half the k of 256-thread CTAs (bf16 131072: k = 4 through
+#          registers, where v6 took one buffer at k = 4).
+#   grid   JAX_MEMOPS_GRID=persistent|full for the backward (v6 measured full -1 to +7% at C <= 8192 in
+#          one run): a second run, with fwd+bwd, to decide the backward's default.
+#   ncu    bf16 LayerNorm forward (75-85% of the copy, where RMSNorm bf16 reaches 90-93% and f32 LayerNorm
+#          90-96%: issue-bound at twice the elements per byte?), f32 softmax backward at 50257 (80%).
+# Logs under $OUT (else ./ab-out); a summary at the end of each stage.
+set -uo pipefail
+out=${OUT:-$PWD/ab-out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+for stage in ${*:-build test ab}; do
+  t0=$SECONDS
+  case $stage in
+    build)
+      JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
+        > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; } ;;
+    test)  # the whole GPU suite, then the fresh-process tests of the A/B switches (versions, grids, plans)
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 250 python3 -P -m pytest -q -rfE -n 8 --timeout 150 \
+        -k "gpu and not slow" tests > "$out/pytest.log" 2>&1
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 250 python3 -P -m pytest -q -rfE -n 8 --timeout 240 \
+        -k "gpu and (fwd_versions or cluster_plans or test_gpu_grid)" tests > "$out/pytest-versions.log" 2>&1
+      tail -n 1 "$out/pytest.log" "$out/pytest-versions.log" ;;
+    ab)
+      JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 timeout 100 python3 benchmarks/softmax_ab.py --versions v5 v7-512 \
+        --cols 8192 16384 32768 50257 131072 262144 --out "$out/wide" > "$out/wide.log" 2>&1
+      timeout 100 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full \
+        --dirs bwd fwd+bwd --cols 128 512 1024 2048 4096 8192 --out "$out/grid-bwd" > "$out/grid-bwd.log" 2>&1
+      grep -h "^|" "$out"/wide.log "$out"/grid-bwd.log
+      grep -h "plan:" "$out"/wide.log | sort -u ;;
+    ncu)
+      XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 200 \
+        ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
+        --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+        python3 benchmarks/ncu_profile.py layer_norm:fwd:bfloat16:768 layer_norm:fwd:bfloat16:12288:ours \
+        rms_norm:fwd:bfloat16:768:ours layer_norm:fwd:float32:768:ours softmax:bwd:float32:50257:ours copy \
+        > "$out/ncu.txt" 2>&1
+      grep -E "^  [a-zA-Z_v]|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issued Warp|Warp Cycles Per Issued" \
+        "$out/ncu.txt" | head -80 ;;
+  esac
+  echo "== $stage: $((SECONDS - t0)) s"
+done
