@@ -257,7 +257,7 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // Which forward kernels "auto" runs. v5 by default: v3's register classes (no prefetch) and, for long
 // rows, the bulk-copy cluster with one row buffer per CTA (softmax_fwd_tma.cuh): f32 reads it from shared
 // memory in each pass (S = 1), 16-bit types copy it into registers once and refill the buffer at once
-// (NP = 8 or 16). For A/B benchmarks only, the environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per
+// (NP = 8 or 16) unless reading the buffer plans a smaller cluster. For A/B benchmarks only, the environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per
 // process) selects "v5-s1" / "v5-reg" (one of the two for every dtype), "v3" (the two-buffer bulk-copy
 // cluster), "v3-prefetch" (that, and the register classes prefetch the next row group; two raw register
 // sets, two exps per element), "v2" (the v2 kernels everywhere) or "v7-512" (v5's rule and variants with
@@ -368,7 +368,8 @@ ffi::Error launch_tma_plan(const char* variant, const TmaPlan& p, cudaStream_t s
 // over more CTAs, and fewer clusters resident). Variants: two buffers (v3); one buffer (v5's f32); one
 // buffer copied into registers, at most 8 packs per thread (64 registers, 4 CTAs per SM) else 16 (2 per
 // SM) (v5's 16-bit types, which have twice the elements per byte, so v3's three shared-memory passes
-// and two exps per element weigh twice as much; where no register plan fits, one buffer).
+// and two exps per element weigh twice as much; where no register plan fits, or one buffer plans a
+// smaller cluster, one buffer).
 // *launched = false (and success) when no plan fits or launches: the caller falls back to the v2
 // classes.
 template <typename T, int B = smx::kTmaBlock>

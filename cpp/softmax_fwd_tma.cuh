@@ -18,11 +18,14 @@
 //   v5, 16-bit (S = 1, NP = 8 or 16): one buffer, copied into registers (NP packs per thread) right
 //     after it lands; a block barrier, and the next row's copy is issued at once, so it is in flight
 //     through the whole reduction and output pass with one buffer; shared memory is read once per
-//     element instead of three times.
+//     element instead of three times. The registers cap a CTA's share, so where one buffer read from
+//     shared memory plans a smaller cluster (H200: 50257 k = 1 against 2, 131072 k = 4 against 8), 16-bit
+//     rows take that (v6).
 // Measured on the H200 (benchmarks/RESULTS.md, v5): the cluster size is what costs (each doubling of k
 // at the same bytes per CTA lost 5-45%: a cluster barrier over more CTAs per row, fewer resident
 // clusters), not the bytes in flight (a three-buffer pipelined kernel at k = 8 x 16 KB ran 0.62-0.88x of
-// v3): v5 is 1.05-1.23x of v3 in f32 and 0.98-1.06x in bf16 at C = 32768..131072.
+// v3): v5 is 1.05-1.23x of v3 in f32 and 0.98-1.06x in bf16 at C = 32768..131072; v6's spill-free 16-bit
+// registers added 6-18% in bf16.
 #pragma once
 
 #include "softmax_rows.cuh"
