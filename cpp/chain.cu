@@ -51,8 +51,8 @@ ffi::Error map(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer
     T* yp = static_cast<T*>(y->untyped_data());
     return with_vec<T>(vectorizable<T>(n, {xp, yp}), [&](auto vec) {
       constexpr int V = decltype(vec)::value;
-      return launch(map_kernel<T, V, F>, elementwise_grid(dev, n / V), dim3(kElemBlock), 0, stream, what,
-                    xp, yp, n, F{value});
+      return launch(map_kernel<T, V, F>, elementwise_grid(dev, n / V, kBatch<T, V, 1, 0>), dim3(kElemBlock), 0,
+                    stream, what, xp, yp, n, F{value});
     });
   });
 }

@@ -726,10 +726,14 @@ ffi::Error launch_rows(void (*kernel)(P...), cudaStream_t stream, RowShape s, in
 
 constexpr int kElemBlock = 256;
 
-// Up to 32 blocks per SM (the residency limit), then the grid strides.
-inline dim3 elementwise_grid(const DeviceInfo& dev, int64_t packs) {
-  return dim3(static_cast<unsigned>(
-      std::max<int64_t>(1, std::min(ceil_div(packs, kElemBlock), int64_t{dev.sm_count} * 32))));
+// Up to 32 blocks per SM (the residency limit; kPersistent), then the grid strides. Under
+// JAX_MEMOPS_GRID=full (an A/B option, grid_for's override) one block per kElemBlock * batch packs: each
+// thread loads its one batch (for_grid_packs's kBatch) and exits, as the row kernels' full grids do.
+inline dim3 elementwise_grid(const DeviceInfo& dev, int64_t packs, int batch) {
+  const int64_t capped = std::min(ceil_div(packs, kElemBlock), int64_t{dev.sm_count} * 32);
+  const int64_t full = ceil_div(packs, int64_t{kElemBlock} * batch);
+  const int64_t grid = grid_mode(Grid::kPersistent) == Grid::kFull ? full : capped;
+  return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(grid, 0x7fffffff))));
 }
 
 // (row, column) of element `first`, advanced by `step` elements at a time without dividing per step.

@@ -198,8 +198,9 @@ ffi::Error GeluFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
     T* yp = static_cast<T*>(y->untyped_data());
     return with_vec<T>(vectorizable<T>(s.cols, {xp, yp, sv.data, bv.data}), [&](auto vec) {
       constexpr int V = decltype(vec)::value;
-      return launch(gelu_fwd_kernel<T, V>, elementwise_grid(dev, s.size() / V), dim3(kElemBlock), 0,
-                    stream, "gelu_fwd", xp, sv, bv, scale_value, bias_value, yp, s.rows, s.cols);
+      return launch(gelu_fwd_kernel<T, V>, elementwise_grid(dev, s.size() / V, kBatch<T, V, 1, kFwdBatchRegs>),
+                    dim3(kElemBlock), 0, stream, "gelu_fwd", xp, sv, bv, scale_value, bias_value, yp, s.rows,
+                    s.cols);
     });
   });
 }
@@ -258,8 +259,9 @@ ffi::Error GeluBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
     }
     return with_vec<T>(vectorizable<T>(s.cols, {xp, dyp, dxp, sv.data, bv.data}), [&](auto vec) {
       constexpr int V = decltype(vec)::value;
-      return launch(gelu_bwd_kernel<T, V>, elementwise_grid(dev, s.size() / V), dim3(kElemBlock), 0,
-                    stream, "gelu_bwd", xp, sv, bv, scale_value, bias_value, dyp, dxp, s.rows, s.cols);
+      return launch(gelu_bwd_kernel<T, V>, elementwise_grid(dev, s.size() / V, kBatch<T, V, 2, kParamBatchRegs>),
+                    dim3(kElemBlock), 0, stream, "gelu_bwd", xp, sv, bv, scale_value, bias_value, dyp, dxp,
+                    s.rows, s.cols);
     });
   });
 }

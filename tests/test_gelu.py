@@ -288,3 +288,53 @@ def test_stale_and_poisoned_outputs(device, rng, shape, kind):
         y2, grads = vjp(*args, jax.device_put(g, device))
         mt.assert_close(y2, mt.ref_scale_bias_gelu(x, s, b), FWD_TOL[mt.F32], dtype=mt.F32, what="y (vjp)", mag=mag)
         _check_grads(x, s, b, g, grads, mt.F32)
+
+
+# JAX_MEMOPS_GRID (read once per process, hence a fresh interpreter): the elementwise kernels (gelu
+# forward, the backward without parameter gradients, the three unfused pieces) under the capped
+# grid-stride grid (persistent, the default) and a full grid (one block per 256 threads' batch of packs),
+# against the float64 reference: 16-byte packs with a partial last block (4097 x 1024, 33 x 4096),
+# unvectorized odd sizes (3 x 1000003, 7 x 33), one element. (The chain rounds x * s and u + b to the
+# dtype, hence its wider tolerance, as in test_unfused.)
+_GRID_SCRIPT = r"""
+import jax, numpy as np, jax_memops as jm, sys
+sys.path.insert(0, {tests!r})
+import memops_testing as mt
+from jax_memops import unfused
+rng = np.random.default_rng(0)
+gpu = jax.devices("gpu")[0]
+for dtype in mt.DTYPES:
+    for shape in [(4097, 1024), (33, 4096), (3, 1000003), (7, 33), (1, 1)]:
+        x = mt.randn(rng, shape, np.float32, scale=2.0).astype(dtype)
+        g = mt.randn(rng, shape, dtype, scale=1.0)
+        xd, gd = jax.device_put(x, gpu), jax.device_put(g, gpu)
+        what = f"{{dtype}} {{shape}}"
+        y, back = jax.vjp(lambda v: jm.scale_bias_gelu(v, 1.7, -0.35), xd)
+        mag = mt.ref_scale_bias_gelu_mag(x, 1.7, -0.35)
+        mt.assert_close(y, mt.ref_scale_bias_gelu(x, 1.7, -0.35), mt.FWD_TOL[dtype], dtype=dtype, what="y " + what,
+                        mag=mag)
+        dx = back(gd)[0]
+        ref_dx = mt.ref_scale_bias_gelu_vjp(x, 1.7, -0.35, g)[0]
+        mt.assert_close(dx, ref_dx, mt.GRAD_TOL[dtype], dtype=dtype, what="dx " + what,
+                        mag=mt.ref_scale_bias_gelu_vjp_mag(x, 1.7, -0.35, g))
+        chain = jax.jit(lambda v: unfused.three_kernels(v, 1.7, -0.35))(xd)
+        mt.assert_close(chain, mt.ref_scale_bias_gelu(x, 1.7, -0.35), 4 * mt.FWD_TOL[dtype], dtype=dtype,
+                        what="three kernels " + what, mag=mag)
+print("OK")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("grid", ["persistent", "full"])
+def test_gpu_elementwise_grid(gpu, grid):
+    import os
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    # No preallocation in the child: this process may already hold 75% of the GPU (JAX's default).
+    env = dict(os.environ, JAX_MEMOPS_GRID=grid, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    out = subprocess.run([sys.executable, "-c", _GRID_SCRIPT.format(tests=tests)], env=env, cwd="/",
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-2000:] + out.stderr[-4000:]
