@@ -4,7 +4,8 @@
 * input generation (fresh normal data rounded to the op's dtype, so that the reference sees exactly
   the input the op sees);
 * comparison helpers: relative error ||out - ref|| / ||ref|| plus per-row max-abs checks, with
-  per-dtype tolerances, and NaN / inf patterns that must match exactly.
+  per-dtype tolerances, and NaN / inf patterns that must match exactly;
+* run_script: a check script in a fresh interpreter, for the kernels' A/B environment variables.
 
 This module imports neither jax_memops nor (for the references) JAX.
 """
@@ -12,6 +13,9 @@ This module imports neither jax_memops nor (for the references) JAX.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -410,3 +414,21 @@ SHAPES = [
     (2, 2, 3, 31),
 ]
 SHAPE_IDS = ["x".join(map(str, s)) for s in SHAPES]
+
+
+# ----------------------------------------------------------------------------------------------
+# fresh processes
+# ----------------------------------------------------------------------------------------------
+
+
+def run_script(script: str, timeout: int = 900, *, env: dict, **fmt) -> str:
+    """Runs `script`, formatted with tests= (this folder) and **fmt, in a fresh interpreter under the
+    environment variables `env` (the kernels read their A/B switches once per process) and without JAX's
+    GPU preallocation (this process may already hold 75% of the GPU); asserts that it printed OK last
+    and returns its stderr."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", **env)
+    out = subprocess.run([sys.executable, "-c", script.format(tests=tests, **fmt)], env=env, cwd="/",
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-2000:] + out.stderr[-4000:]
+    return out.stderr

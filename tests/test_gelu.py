@@ -328,13 +328,4 @@ print("OK")
 @pytest.mark.slow
 @pytest.mark.parametrize("grid", ["persistent", "full"])
 def test_gpu_elementwise_grid(gpu, grid):
-    import os
-    import subprocess
-    import sys
-
-    tests = os.path.dirname(os.path.abspath(__file__))
-    # No preallocation in the child: this process may already hold 75% of the GPU (JAX's default).
-    env = dict(os.environ, JAX_MEMOPS_GRID=grid, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    out = subprocess.run([sys.executable, "-c", _GRID_SCRIPT.format(tests=tests)], env=env, cwd="/",
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-2000:] + out.stderr[-4000:]
+    mt.run_script(_GRID_SCRIPT, 600, env={"JAX_MEMOPS_GRID": grid})

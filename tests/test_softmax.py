@@ -562,19 +562,7 @@ VERSION_SHAPES = [(40000, 33), (5000, 255), (5000, 256), (3000, 257), (300, 1000
 
 
 def _run_script(script, shapes, **env_vars):
-    """Runs script (formatted with tests= this folder, shapes=) in a fresh interpreter under env_vars and
-    asserts that it printed OK at the end; returns its stderr."""
-    import os
-    import subprocess
-    import sys
-
-    tests = os.path.dirname(os.path.abspath(__file__))
-    # No preallocation in the child: this process may already hold 75% of the GPU (JAX's default).
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", **env_vars)
-    out = subprocess.run([sys.executable, "-c", script.format(tests=tests, shapes=shapes)], env=env,
-                         cwd="/", capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-2000:] + out.stderr[-4000:]
-    return out.stderr
+    return mt.run_script(script, env=env_vars, shapes=shapes)
 
 
 def _run_fwd_script(shapes, **env_vars):
