@@ -21,7 +21,8 @@ set -uo pipefail
 out=${OUT:-$PWD/ab-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-for stage in ${*:-build test ab}; do
+stages="${*:-build test ab}"
+for stage in $stages; do
   t0=$SECONDS
   case $stage in
     build)
@@ -54,3 +55,8 @@ for stage in ${*:-build test ab}; do
   esac
   echo "== $stage: $((SECONDS - t0)) s"
 done
+# The device returns only a few files per call: under $OUT, everything goes into one archive.
+if [ -n "${OUT:-}" ]; then
+  tgz=/tmp/ab-v7-$$.tgz
+  tar czf "$tgz" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$tgz" "$OUT/ab-v7-${stages// /-}.tgz"
+fi
