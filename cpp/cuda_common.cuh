@@ -12,9 +12,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 

@@ -257,11 +257,12 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // Which forward kernels "auto" runs. v5 by default: v3's register classes (no prefetch) and, for long
 // rows, the bulk-copy cluster with one row buffer per CTA (softmax_fwd_tma.cuh): f32 reads it from shared
 // memory in each pass (S = 1), 16-bit types copy it into registers once and refill the buffer at once
-// (NP = 8 or 16) unless reading the buffer plans a smaller cluster. For A/B benchmarks only, the environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per
-// process) selects "v5-s1" / "v5-reg" (one of the two for every dtype), "v3" (the two-buffer bulk-copy
-// cluster), "v3-prefetch" (that, and the register classes prefetch the next row group; two raw register
-// sets, two exps per element), "v2" (the v2 kernels everywhere) or "v7-512" (v5's rule and variants with
-// 512-thread CTAs in the bulk-copy cluster). Any other value: v5. The backward is the same in all of them.
+// (NP = 8 or 16) unless reading the buffer plans a smaller cluster. For A/B benchmarks only, the
+// environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects "v5-s1" / "v5-reg" (one of
+// the two for every dtype), "v3" (the two-buffer bulk-copy cluster), "v3-prefetch" (that, and the
+// register classes prefetch the next row group; two raw register sets, two exps per element), "v2" (the
+// v2 kernels everywhere) or "v7-512" (v5's rule and variants with 512-thread CTAs in the bulk-copy
+// cluster). Any other value: v5. The backward is the same in all of them.
 enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide };
 
 FwdVersion fwd_version() {
