@@ -1,6 +1,7 @@
 """A/B of the LayerNorm / RMSNorm forward versions (cpp/norms.cu's JAX_MEMOPS_NORM_FWD: v3, norm_rows.cuh,
-and v4, norm_fwd_half.cuh, each forced for every dtype; the default takes v4 for f32, v3 for 16-bit) on one GPU: benchmarks/softmax_ab.py with the norms' defaults, one process per
-version, one table (TB/s, % of copy, vs v3, vs XLA).
+and v4, norm_fwd_half.cuh, each forced for every dtype; the default takes v4 for f32, v3 for 16-bit) on
+one GPU: benchmarks/softmax_ab.py with the norms' defaults, one process per version, one table (TB/s,
+% of copy, vs v3, vs XLA).
 
     python3 benchmarks/norms_ab.py --out ab-norms [--versions v3 v4] [bench options, e.g.
         --cols 768 1024 2048 4096 8192 12288 --dtypes float32 bfloat16]"""

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -208,6 +209,9 @@ __device__ __forceinline__ void store_stream(T* base, int64_t pack, const Pack<T
 template <typename T, int V, int K, int kRegs>
 inline constexpr int kBatch = std::clamp(
     (kRegs > 0 ? kRegs : 8 * K) / (K * static_cast<int>((sizeof(T) * V + 3) / 4)), 1, 8);
+
+// Batched-load budget (registers, see kBatch) where the loop body loads scale/bias too.
+constexpr int kParamBatchRegs = 8;
 
 // Row pass: packs i = lane, lane + tpr, ... < n of the K arrays `rows` (same row of each), kBatch
 // packs loaded before f(i, packs) runs on each; `packs` is `const Pack<T, V> (&)[K]`.
@@ -523,6 +527,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 
 // ---- Errors and device properties -----------------------------------------------------------------
 
+// Environment variable `name`, "" when unset: the kernels' A/B switches, each read once per process.
+inline std::string env_value(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
 // The start of every CUDA handler's FFI binding: the stream context; each op's buffers and attributes
 // follow from cpp/bindings.h (returned as a prvalue: the builder is never copied or moved).
 inline auto cuda_binding() { return ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>(); }
@@ -612,12 +622,13 @@ ffi::Error launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cuda
 // kernel's default.
 enum class Grid { kPersistent, kFull };
 inline Grid grid_mode(Grid preferred) {
-  static const int forced = [] {  // -1: no override
-    const char* env = std::getenv("JAX_MEMOPS_GRID");
-    const std::string v = env == nullptr ? "" : env;
-    return v == "full" ? static_cast<int>(Grid::kFull) : v == "persistent" ? static_cast<int>(Grid::kPersistent) : -1;
+  static const std::optional<Grid> forced = []() -> std::optional<Grid> {
+    const std::string v = env_value("JAX_MEMOPS_GRID");
+    if (v == "full") return Grid::kFull;
+    if (v == "persistent") return Grid::kPersistent;
+    return std::nullopt;
   }();
-  return forced < 0 ? preferred : static_cast<Grid>(forced);
+  return forced.value_or(preferred);
 }
 inline int64_t grid_for(int64_t groups, int64_t resident, Grid preferred) {
   constexpr int64_t kMaxGrid = 0x7fffffff;  // the row loops take any rows beyond

@@ -12,9 +12,6 @@ namespace ffi = xla::ffi;
 namespace jm::cuda {
 namespace {
 
-// Batched-load budget (registers, see kBatch) where the loop body loads scale/bias too.
-constexpr int kParamBatchRegs = 8;
-
 // The forward's load batch (v3): 4 packs of 16 bytes per thread issued before any is used (v2: 2).
 // Launch bound: f32 4 blocks of 256 per SM (<= 64 registers; 64 KiB of x in flight per SM); 16-bit
 // packs unpack to 8 floats (and 8 + 8 parameters), which spill at 64 registers: 3 blocks (72 registers,

@@ -202,7 +202,9 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
       if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
       rstd = 1.0f / sqrtf(var + epsilon);
     }
-    if (valid && tm.lane == 0) write_row_stats<kRms>(raw[0], edge0, sp, m1, dmean, rstd, mean_out + row, rstd_out + row);
+    if (valid && tm.lane == 0) {
+      write_row_stats<kRms>(raw[0], edge0, sp, m1, dmean, rstd, mean_out + row, rstd_out + row);
+    }
 
     // Pass 3: y.
     const float* srow = valid ? param_row(scale, row, cols) : nullptr;

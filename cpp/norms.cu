@@ -15,7 +15,6 @@
 #include "handlers.h"
 
 #include <climits>
-#include <cstdlib>
 #include <string>
 
 namespace ffi = xla::ffi;
@@ -34,8 +33,7 @@ enum class NormFwd { kByDtype, kV3, kV4 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = [] {
-    const char* env = std::getenv("JAX_MEMOPS_NORM_FWD");
-    const std::string s = env == nullptr ? "" : env;
+    const std::string s = env_value("JAX_MEMOPS_NORM_FWD");
     return s == "v3" ? NormFwd::kV3 : s == "v4" ? NormFwd::kV4 : NormFwd::kByDtype;
   }();
   return v;
@@ -46,9 +44,6 @@ bool norm_fwd_half() {
   const NormFwd v = norm_fwd_version();
   return v == NormFwd::kV4 || (v == NormFwd::kByDtype && sizeof(T) == 4);
 }
-
-// Batched-load budget (registers, see kBatch) where the loop body loads scale/bias too.
-constexpr int kParamBatchRegs = 8;
 
 // norm_fwd (v1, the fallback beyond norm_rows.cuh's classes): `tpr` threads per row (see RowPlan),
 // grid-stride over rows, batched loads, the row cached in shared memory when it fits. Pass 1 sums x (x² for RMS). LayerNorm pass 2 sums d = x - m1 and d²
@@ -356,9 +351,12 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     const auto addr = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
     const bool same_split = s.cols > 0 && (addr(xp) - addr(yp)) % 16 == 0;
     auto run = [&](auto kernel) -> ffi::Error {
-      int64_t grid = 0;
-      if (auto err = resident_blocks(kernel, plan.block, 0, what, &grid); err.failure()) return err;
-      grid = grid_for(ceil_div(s.rows, plan.rows_per_block), grid, Grid::kFull);
+      const int64_t groups = ceil_div(s.rows, plan.rows_per_block);
+      int64_t resident = groups;  // the occupancy query only where a persistent grid is asked for
+      if (grid_mode(Grid::kFull) == Grid::kPersistent) {
+        if (auto err = resident_blocks(kernel, plan.block, 0, what, &resident); err.failure()) return err;
+      }
+      const int64_t grid = grid_for(groups, resident, Grid::kFull);
       return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(plan.block), 0, stream, what, xp, scale,
                     bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon, plan.tpr);
     };

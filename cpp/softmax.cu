@@ -267,8 +267,7 @@ enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide };
 
 FwdVersion fwd_version() {
   static const FwdVersion version = [] {
-    const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_FWD");
-    const std::string v = env == nullptr ? "" : env;
+    const std::string v = env_value("JAX_MEMOPS_SOFTMAX_FWD");
     if (v == "v2") return FwdVersion::kV2;
     if (v == "v3-prefetch") return FwdVersion::kV3Prefetch;
     if (v == "v3") return FwdVersion::kV3;
@@ -302,8 +301,7 @@ int tma_active_clusters(const DeviceInfo& dev, int k, int smem, int block) {
 // plan runs). 0: their rules.
 int forced_cluster_k() {
   static const int k = [] {
-    const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_FWD_K");
-    const int v = env == nullptr ? 0 : std::atoi(env);
+    const int v = std::atoi(env_value("JAX_MEMOPS_SOFTMAX_FWD_K").c_str());
     return v >= 1 && v <= kMaxClusterNonPortable ? v : 0;
   }();
   return k;
@@ -314,8 +312,8 @@ int forced_cluster_k() {
 // runs.
 void log_tma_plan(const char* variant, RowShape s, int block, int k, int64_t chunk, int64_t smem, int active) {
   static const bool on = [] {
-    const char* env = std::getenv("JAX_MEMOPS_SOFTMAX_PLAN_LOG");
-    return env != nullptr && env[0] == '1';
+    const std::string v = env_value("JAX_MEMOPS_SOFTMAX_PLAN_LOG");
+    return !v.empty() && v[0] == '1';
   }();
   static std::atomic<int64_t> last{-1};
   const int64_t key = ((s.cols * 32 + k) * 1000003) ^ static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
@@ -326,21 +324,24 @@ void log_tma_plan(const char* variant, RowShape s, int block, int k, int64_t chu
 }
 
 // One plan of a bulk-copy kernel: cluster size k, chunk = ceil(packs / k) packs per CTA in each of
-// `stages` buffers, clusters resident; score = CTAs resident, counted up to `cap` per SM (0: does not
-// fit in shared memory, exceeds max_chunk, or cannot launch).
+// `stages` buffers, clusters resident; score = CTAs resident, counted up to kTmaScoredPerSm per SM (0:
+// does not fit in shared memory, exceeds max_chunk, or cannot launch).
 struct TmaPlan {
   int k = 0, active = 0, block = 0;
   int64_t chunk = 0, smem = 0, score = 0;
 };
 
+constexpr int kTmaScoredPerSm = 2;  // a second CTA per SM overlaps one's reduction with the other's loads
+
 template <auto Kernel>
-TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_t max_chunk, int cap, int block) {
+TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_t max_chunk, int block) {
   const int64_t chunk = ceil_div(packs, k);
   const int64_t smem = ceil_div(stages * chunk * 16, 1024) * 1024;
   if (chunk > max_chunk || smem > int64_t{dev.max_smem_optin} - kTmaSmemReserve) return {};
   const int active = tma_active_clusters<Kernel>(dev, k, static_cast<int>(smem), block);
   if (active == 0) return {};
-  return {k, active, block, chunk, smem, std::min<int64_t>(int64_t{active} * k, int64_t{cap} * dev.sm_count)};
+  const int64_t score = std::min<int64_t>(int64_t{active} * k, int64_t{kTmaScoredPerSm} * dev.sm_count);
+  return {k, active, block, chunk, smem, score};
 }
 
 // Launches plan p of Kernel (a persistent grid of clusters); *launched = false (and success) where the
@@ -399,14 +400,14 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   std::pair<TmaPlan, Variant> best{};
   if (regs) {
     best = best_of([&](int k) -> std::pair<TmaPlan, Variant> {
-      if (TmaPlan p = tma_plan<kRegs8>(dev, packs, k, 1, 8 * B, 2, B); p.score > 0) return {p, kR8};
-      return {tma_plan<kRegs16>(dev, packs, k, 1, 16 * B, 2, B), kR16};
+      if (TmaPlan p = tma_plan<kRegs8>(dev, packs, k, 1, 8 * B, B); p.score > 0) return {p, kR8};
+      return {tma_plan<kRegs16>(dev, packs, k, 1, 16 * B, B), kR16};
     });
   }
   const auto shared_plan = [&] {
     return best_of([&](int k) -> std::pair<TmaPlan, Variant> {
-      if (two_stages) return {tma_plan<kTwoStages>(dev, packs, k, 2, kAny, 2, smx::kTmaBlock), kTwo};
-      return {tma_plan<kOneStage>(dev, packs, k, 1, kAny, 2, B), kOne};
+      if (two_stages) return {tma_plan<kTwoStages>(dev, packs, k, 2, kAny, smx::kTmaBlock), kTwo};
+      return {tma_plan<kOneStage>(dev, packs, k, 1, kAny, B), kOne};
     });
   };
   if (best.first.k == 0) {
