@@ -615,9 +615,9 @@ ffi::Error launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cuda
 // The grid of a row kernel whose CTAs loop over row groups. kPersistent: at most the CTAs resident at
 // once (no partial last wave). kFull: one CTA per row group, so a CTA that finishes its rows frees its
 // slot for a fresh one whose loads start at once, while the others still drain their stores. Measured
-// on the H200 (RESULTS.md, "v6"), full / persistent for the forward register kernels (softmax C <= 8192 /
-// 16384, the norms): 1.02-1.13 in f32, median 1.02-1.04 in bf16; they take it by default, the others
-// stay persistent.
+// on the H200 (RESULTS.md, "v6", "v7"), full / persistent for the register kernels (softmax forward
+// C <= 8192 / 16384 and backward C <= 8192, the norms' forward): 1.02-1.13 in f32, median 1.02-1.05 in
+// bf16; they take it by default, the cluster, stream and norm backward kernels stay persistent.
 // JAX_MEMOPS_GRID=persistent|full (read once per process; A/B benchmarks and tests) overrides every
 // kernel's default.
 enum class Grid { kPersistent, kFull };
@@ -737,13 +737,14 @@ ffi::Error launch_rows(void (*kernel)(P...), cudaStream_t stream, RowShape s, in
 
 constexpr int kElemBlock = 256;
 
-// Up to 32 blocks per SM (the residency limit; kPersistent), then the grid strides. Under
-// JAX_MEMOPS_GRID=full (an A/B option, grid_for's override) one block per kElemBlock * batch packs: each
-// thread loads its one batch (for_grid_packs's kBatch) and exits, as the row kernels' full grids do.
+// One block per kElemBlock * batch packs (kFull, the default since v7): each thread loads its one batch
+// (for_grid_packs's kBatch) and exits, as the row kernels' full grids do; measured on the H200 against
+// the former grid (JAX_MEMOPS_GRID=persistent: up to 32 blocks per SM, the residency limit, striding):
+// GELU forward f32 1.03-1.07, the rest 0.99-1.06 (RESULTS.md, "v7").
 inline dim3 elementwise_grid(const DeviceInfo& dev, int64_t packs, int batch) {
   const int64_t capped = std::min(ceil_div(packs, kElemBlock), int64_t{dev.sm_count} * 32);
   const int64_t full = ceil_div(packs, int64_t{kElemBlock} * batch);
-  const int64_t grid = grid_mode(Grid::kPersistent) == Grid::kFull ? full : capped;
+  const int64_t grid = grid_mode(Grid::kFull) == Grid::kFull ? full : capped;
   return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(grid, 0x7fffffff))));
 }
 

@@ -32,8 +32,9 @@
 // another's reduction and stores; a cluster spreads a long row over up to 8-16 SMs (one cluster
 // barrier per row); the bulk-copy cluster keeps the next row's loads in flight through that barrier.
 // The grid is persistent (CTAs or clusters resident at once, from the occupancy API) with a row loop,
-// so there is no partial last wave beyond one row (group) per CTA; the forward's sub-warp and block
-// classes launch one CTA per row group instead (measured faster: grid_for in cuda_common.cuh).
+// so there is no partial last wave beyond one row (group) per CTA; the sub-warp and block classes
+// launch one CTA per row group instead (measured faster, forward v6 and backward v7: grid_for in
+// cuda_common.cuh).
 // Clusters need sm_90: elsewhere, or when the occupancy query says no such cluster can be resident,
 // or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
@@ -202,8 +203,9 @@ ffi::Error launch_persistent(const DeviceInfo& dev, cudaStream_t stream, int64_t
 // Launches the "auto" size class for shape s (see the table above). RowsK / ClusterK take
 // (args..., rows, int cols, tpr), StreamK / ScalarK (args..., rows, int64 cols); `elems` is what one
 // thread of RowsK / ClusterK holds; `vec`: the buffers share their address modulo 16 (then the
-// kernels use packs of `vec_width` elements, else ScalarK runs).
-template <auto RowsK, auto ClusterK, auto StreamK, auto ScalarK, typename... A>
+// kernels use packs of `vec_width` elements, else ScalarK runs). kRowsGrid: the sub-warp and block
+// classes' grid (the backward's: full, v7; the v2 forward's: persistent, as it was measured).
+template <auto RowsK, auto ClusterK, auto StreamK, auto ScalarK, Grid kRowsGrid, typename... A>
 ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width, bool vec, const char* what,
                        A... args) {
   DeviceInfo dev;
@@ -214,8 +216,8 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
     if (rt <= kMaxBlock / 2) {  // sub-warp and block classes
       const int tpr = static_cast<int>(rt);
       const int block = tpr <= 32 ? smx::kSubWarpBlock : tpr;
-      return launch_persistent<RowsK>(dev, stream, ceil_div(s.rows, block / tpr), block, what, args..., s.rows,
-                                      cols, tpr);
+      return launch_persistent<RowsK, kRowsGrid>(dev, stream, ceil_div(s.rows, block / tpr), block, what,
+                                                 args..., s.rows, cols, tpr);
     }
     if (dev.cc_major >= 9) {
       // Cluster class: 512-thread CTAs (2 per SM) when up to 8 of them hold the row, else up to 16 (a
@@ -262,7 +264,8 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // the two for every dtype), "v3" (the two-buffer bulk-copy cluster), "v3-prefetch" (that, and the
 // register classes prefetch the next row group; two raw register sets, two exps per element), "v2" (the
 // v2 kernels everywhere) or "v7-512" (v5's rule and variants with 512-thread CTAs in the bulk-copy
-// cluster). Any other value: v5. The backward is the same in all of them.
+// cluster; measured 0.92-1.13x of v5, mixed by shape, so not the default: RESULTS.md, "v7"). Any other
+// value: v5. The backward is the same in all of them.
 enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide };
 
 FwdVersion fwd_version() {
@@ -487,7 +490,8 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
       }
     }
     return launch_auto<smx::softmax_fwd_rows_kernel<T, false>, smx::softmax_fwd_rows_kernel<T, true>,
-                       smx::softmax_fwd_stream_kernel<T, kVec<T>>, smx::softmax_fwd_stream_kernel<T, 1>>(
+                       smx::softmax_fwd_stream_kernel<T, kVec<T>>, smx::softmax_fwd_stream_kernel<T, 1>,
+                       Grid::kPersistent>(
         stream, s, smx::fwd_elems_per_thread<T>(), kVec<T>, vec, "softmax_fwd", xp, yp);
   });
 }
@@ -506,7 +510,8 @@ ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx->untyped_data());
     return launch_auto<smx::softmax_bwd_rows_kernel<T, false>, smx::softmax_bwd_rows_kernel<T, true>,
-                       smx::softmax_bwd_stream_kernel<T, kVec<T>>, smx::softmax_bwd_stream_kernel<T, 1>>(
+                       smx::softmax_bwd_stream_kernel<T, kVec<T>>, smx::softmax_bwd_stream_kernel<T, 1>,
+                       Grid::kFull>(
         stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, same_alignment({yp, dyp, dxp}), "softmax_bwd", yp, dyp,
         dxp);
   });

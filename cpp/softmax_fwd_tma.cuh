@@ -48,7 +48,7 @@ struct TmaShare {
 //   S = 1, NP > 0 (v5-reg): each thread copies its <= NP packs of the stage into registers once, a block
 //     barrier, and the next row's copy is issued at once: the stage is free for the whole reduction and
 //     output pass (v3's overlap with one stage), and one read of shared memory per element.
-//   B: threads per CTA (256; 512 is JAX_MEMOPS_SOFTMAX_FWD=v7-512, an A/B option). The register variants
+//   B: threads per CTA (256; 512 is JAX_MEMOPS_SOFTMAX_FWD=v7-512, an A/B option: 0.92-1.13x). The register variants
 //     are bounded to 64 (NP <= 8) or 128 (NP = 16) registers per thread at 1024 threads per SM.
 template <typename T, int S, int NP, int B = kTmaBlock>
 __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)

@@ -292,7 +292,7 @@ def test_stale_and_poisoned_outputs(device, rng, shape, kind):
 
 # JAX_MEMOPS_GRID (read once per process, hence a fresh interpreter): the elementwise kernels (gelu
 # forward, the backward without parameter gradients, the three unfused pieces) under the capped
-# grid-stride grid (persistent, the default) and a full grid (one block per 256 threads' batch of packs),
+# grid-stride grid (persistent) and a full grid (one block per 256 threads' batch of packs, the default),
 # against the float64 reference: 16-byte packs with a partial last block (4097 x 1024, 33 x 4096),
 # unvectorized odd sizes (3 x 1000003, 7 x 33), one element. (The chain rounds x * s and u + b to the
 # dtype, hence its wider tolerance, as in test_unfused.)

@@ -577,9 +577,9 @@ def test_gpu_fwd_versions(gpu, version):
 
 
 # JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for) forces one grid on every row kernel: persistent (the
-# forward's register classes launch one CTA per row group by default) or full (the backward's register
-# classes and both stream classes too: 600001 f32 forward, 262147 backward; the row groups of 33 and 8192
-# far outnumber the resident CTAs). The backward: dx of jm.softmax's VJP against the float64 reference
+# register classes, forward and backward, launch one CTA per row group by default) or full (both stream
+# classes too: 600001 f32 forward, 262147 backward; the row groups of 33 and 8192 far outnumber the
+# resident CTAs). The backward: dx of jm.softmax's VJP against the float64 reference
 # over its classes (sub-warp, block, register cluster from 8193, stream), with _special_rows (NaN, +inf
 # and all -inf rows give NaN; -inf entries give dx exactly 0).
 _BWD_SCRIPT = r"""
