@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     }
     row_sums<kBlockRow>(s1, tpr, parity);
 
-    float m1 = 0.0f, dmean = 0.0f, rstd;  // y = ((x - m1) - dmean) * rstd * scale + bias
+    float m1 = 0.0f, dmean = 0.0f, rstd;  // y = ((x - m1) - dmean) * rstd * scale + bias (pass 3: as an fma)
     if constexpr (kRms) {
       rstd = rsqrtf(s1[0] * inv_cols + epsilon);
     } else {
@@ -127,32 +127,44 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
       return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) + sizeof(float) * sp.head) % 16 == 0;
     };
     const bool pvec = aligned_at(srow) && aligned_at(brow);
+    const float shift = -dmean * rstd;  // y = ((x - m1) * rstd + shift) * scale + bias
+    const auto pass3 = [&](auto plan) {
+      constexpr ParamLoad kPlan = decltype(plan)::value;
+      constexpr bool kDense = kPlan == ParamLoad::kDense;
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const int i = lane + k * rt;
-      if (i < sp.body) {
-        float v[V];
-        unpack_fresh(raw[k], v);
-        P out;
+      for (int k = 0; k < N; ++k) {
+        const int i = lane + k * rt;
+        if (i < sp.body) {
+          float v[V];
+          unpack_fresh(raw[k], v);
+          P out;
 #pragma unroll
-        for (int q = 0; q < V / 4; ++q) {
-          float s[4], b[4];
-          load_param_cols<4>(srow, sp.head + i * V + 4 * q, pvec, 1.0f, s);
-          load_param_cols<4>(brow, sp.head + i * V + 4 * q, pvec, 0.0f, b);
+          for (int q = 0; q < V / 4; ++q) {
+            float s[4], b[4] = {};
+            load_param_cols<4, kPlan>(srow, sp.head + i * V + 4 * q, pvec, 1.0f, s);
+            if (!(kDense && kRms)) load_param_cols<4, kPlan>(brow, sp.head + i * V + 4 * q, pvec, 0.0f, b);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            out.v[4 * q + j] = from_float<T>(((v[4 * q + j] - m1) - dmean) * rstd * s[j] + b[j]);
+            for (int j = 0; j < 4; ++j) {
+              const float d = v[4 * q + j] - m1;  // kAny: one register fewer (no `shift`) at 40
+              const float t = kPlan == ParamLoad::kAny ? (d - dmean) * rstd : fmaf(d, rstd, shift);
+              out.v[4 * q + j] = from_float<T>(t * s[j] + b[j]);
+            }
           }
+          store_stream<V>(y + off + sp.head, i, out);
         }
-        store_stream<V>(y + off + sp.head, i, out);
       }
+    };
+    if constexpr (kBlockRow && (kRms || sizeof(T) == 2)) {
+      pass3(ParamPlan<ParamLoad::kAny>{});  // kDense / kScalar spill here (8-40 bytes at the 40-register bound)
+    } else {
+      with_param_plan(pvec && srow != nullptr && (kRms || brow != nullptr), pass3);
     }
     for (int e = lane; e < sp.edges(); e += rt) {
       const int c = sp.edge_col(e, cols);
       const float s = srow != nullptr ? srow[c] : 1.0f;
       const float b = brow != nullptr ? brow[c] : 0.0f;
       const float v = e == lane ? edge0 : to_float(x[off + c]);
-      y[off + c] = from_float<T>(((v - m1) - dmean) * rstd * s + b);
+      y[off + c] = from_float<T>(fmaf(v - m1, rstd, shift) * s + b);
     }
   }
 }

@@ -26,8 +26,8 @@
 //
 // Statistics (LayerNorm): m1 = sum(x) / C, then d = x - m1, mean = m1 + sum(d) / C and
 // var = (sum(d^2) - sum(d) * sum(d) / C) / C (sum(d) only removes m1's rounding error; there is no
-// E[x^2] - E[x]^2 cancellation), y = ((x - m1) - sum(d)/C) * rstd * scale + bias: centred on the mean
-// without rounding it to f32 (x = 1e4 + 1e-2 noise keeps its accuracy). The saved mean is relative to
+// E[x^2] - E[x]^2 cancellation), y = fma(x - m1, rstd, -rstd * sum(d)/C) * scale + bias: centred on
+// the mean without rounding it to f32 (x = 1e4 + 1e-2 noise keeps its accuracy). The saved mean is relative to
 // x[row, 0] (ffi_common.h): (m1 - x[row, 0]) + sum(d) / C. RMSNorm: rstd = 1 / sqrt(sum(x^2) / C + eps),
 // y = x * rstd * scale. A NaN in a row makes its statistics, hence its whole row, NaN.
 #pragma once
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     });
     row_sums<kBlockRow>(s1, tpr, parity);
 
-    float m1 = 0.0f, dmean = 0.0f, rstd;  // y = ((x - m1) - dmean) * rstd * scale + bias
+    float m1 = 0.0f, dmean = 0.0f, rstd;  // y = ((x - m1) - dmean) * rstd * scale + bias (pass 3: as an fma)
     if constexpr (kRms) {
       rstd = 1.0f / sqrtf(s1[0] / fcols + epsilon);
     } else {
@@ -216,26 +216,31 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     };
     const bool pvec = aligned_at(srow) && aligned_at(brow);
     T* yr = y + offset;
+    const float shift = -dmean * rstd;  // y = ((x - m1) * rstd + shift) * scale + bias
+    with_param_plan(pvec && srow != nullptr && (kRms || brow != nullptr), [&](auto plan) {
+      constexpr ParamLoad kPlan = decltype(plan)::value;
+      constexpr bool kDense = kPlan == ParamLoad::kDense;
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const int i = tm.lane + k * tm.rt;
-      if (i < sp.body) {
-        float v[V], s[V], b[V];
-        unpack_fresh(raw[k], v);
-        load_param_cols<V>(srow, sp.head + i * V, pvec, 1.0f, s);
-        load_param_cols<V>(brow, sp.head + i * V, pvec, 0.0f, b);
-        Pack<T, V> out;
+      for (int k = 0; k < N; ++k) {
+        const int i = tm.lane + k * tm.rt;
+        if (i < sp.body) {
+          float v[V], s[V], b[V] = {};
+          unpack_fresh(raw[k], v);
+          load_param_cols<V, kPlan>(srow, sp.head + i * V, pvec, 1.0f, s);
+          if (!(kDense && kRms)) load_param_cols<V, kPlan>(brow, sp.head + i * V, pvec, 0.0f, b);
+          Pack<T, V> out;
 #pragma unroll
-        for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(((v[j] - m1) - dmean) * rstd * s[j] + b[j]);
-        store_stream<V>(yr + sp.head, i, out);
+          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(fmaf(v[j] - m1, rstd, shift) * s[j] + b[j]);
+          store_stream<V>(yr + sp.head, i, out);
+        }
       }
-    }
+    });
     for (int e = tm.lane; e < sp.edges(); e += tm.rt) {
       const int c = sp.edge_col(e, cols);
       const float s = srow != nullptr ? srow[c] : 1.0f;
       const float b = brow != nullptr ? brow[c] : 0.0f;
       const float v = e == tm.lane ? edge0 : to_float(xr[c]);
-      yr[c] = from_float<T>(((v - m1) - dmean) * rstd * s + b);
+      yr[c] = from_float<T>(fmaf(v - m1, rstd, shift) * s + b);
     }
   }
 }
