@@ -16,7 +16,7 @@
 #          strides. Predicted +1-4% (f32 gelu forward sits at 94% of the copy, 0.94-0.96x XLA's fusion).
 #   ncu    bf16 LayerNorm forward (75-85% of the copy, where RMSNorm bf16 reaches 90-93% and f32 LayerNorm
 #          90-96%: issue-bound at twice the elements per byte?), f32 softmax backward at 50257 (80%).
-# Logs under $OUT (else ./ab-out); a summary at the end of each stage.
+# Logs under $OUT (else ./ab-out); a summary at the end of each stage. Outcomes: RESULTS.md, "v7".
 set -uo pipefail
 out=${OUT:-$PWD/ab-out}
 mkdir -p "$out"
