@@ -31,6 +31,29 @@ __device__ __forceinline__ MaxSum pack_partial(const float (&v)[V]) {
   return {m, s};
 }
 
+// This thread's packs of a row body (i = tid, tid + nt, ... < body) in batches of B: each batch's loads
+// (load(i) -> a pack, or a struct of packs) all issued before any is used (use(packs, i)).
+template <int B, class Load, class Use>
+__device__ __forceinline__ void walk_batches(int64_t body, int64_t tid, int64_t nt, Load&& load, Use&& use) {
+  for (int64_t i0 = tid; i0 < body; i0 += B * nt) {
+    decltype(load(i0)) p[B];
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      if (i0 + b * nt < body) p[b] = load(i0 + b * nt);
+    }
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      if (i0 + b * nt < body) use(p[b], i0 + b * nt);
+    }
+  }
+}
+
+// y's and dy's packs at one index (the backward's batches).
+template <typename T, int V>
+struct PackPair {
+  Pack<T, V> y, dy;
+};
+
 template <typename T, int V>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_fwd_stream_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols) {
@@ -46,21 +69,13 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
     T* yb = yr + sp.head;
 
     MaxSum acc = MergeOp::identity();
-    for (int64_t i0 = tid; i0 < sp.body; i0 += kStreamFwdBatch<T> * nt) {
-      P p[kStreamFwdBatch<T>];
-#pragma unroll
-      for (int b = 0; b < kStreamFwdBatch<T>; ++b) {
-        if (i0 + b * nt < sp.body) p[b] = load_raw<V>(xb, i0 + b * nt);
-      }
-#pragma unroll
-      for (int b = 0; b < kStreamFwdBatch<T>; ++b) {
-        if (i0 + b * nt < sp.body) {
+    walk_batches<kStreamFwdBatch<T>>(
+        sp.body, tid, nt, [&](int64_t i) { return load_raw<V>(xb, i); },
+        [&](const P& p, int64_t) {
           float v[V];
-          unpack(p[b], v);
+          unpack(p, v);
           acc = MergeOp()(acc, pack_partial(v));
-        }
-      }
-    }
+        });
     for (int64_t e = tid; e < sp.edges(); e += nt) {
       const float v[1] = {to_float(xr[sp.edge_col(e, cols)])};
       acc = MergeOp()(acc, pack_partial(v));
@@ -68,22 +83,14 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
     const MaxSum row_ms = block_reduce_rows<MergeOp>(acc, parity);
     const float inv = 1.0f / row_ms.s;
 
-    for (int64_t i0 = tid; i0 < sp.body; i0 += kStreamFwdBatch<T> * nt) {
-      P p[kStreamFwdBatch<T>];
-#pragma unroll
-      for (int b = 0; b < kStreamFwdBatch<T>; ++b) {
-        if (i0 + b * nt < sp.body) p[b] = load_stream<V>(xb, i0 + b * nt);
-      }
-#pragma unroll
-      for (int b = 0; b < kStreamFwdBatch<T>; ++b) {
-        if (i0 + b * nt < sp.body) {
+    walk_batches<kStreamFwdBatch<T>>(
+        sp.body, tid, nt, [&](int64_t i) { return load_stream<V>(xb, i); },
+        [&](const P& p, int64_t i) {
           P out;
 #pragma unroll
-          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(exp_e(to_float(p[b].v[j]) - row_ms.m) * inv);
-          store_stream<V>(yb, i0 + b * nt, out);
-        }
-      }
-    }
+          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(exp_e(to_float(p.v[j]) - row_ms.m) * inv);
+          store_stream<V>(yb, i, out);
+        });
     for (int64_t e = tid; e < sp.edges(); e += nt) {
       const int64_t c = sp.edge_col(e, cols);
       yr[c] = from_float<T>(exp_e(to_float(xr[c]) - row_ms.m) * inv);
@@ -107,50 +114,28 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
     T* dxr = dx + offset;
 
     float dot = 0.0f;
-    for (int64_t i0 = tid; i0 < sp.body; i0 += kStreamBwdBatch<T> * nt) {
-      P py[kStreamBwdBatch<T>], pd[kStreamBwdBatch<T>];
+    walk_batches<kStreamBwdBatch<T>>(
+        sp.body, tid, nt,
+        [&](int64_t i) { return PackPair<T, V>{load_raw<V>(yr + sp.head, i), load_raw<V>(dyr + sp.head, i)}; },
+        [&](const PackPair<T, V>& p, int64_t) {
 #pragma unroll
-      for (int b = 0; b < kStreamBwdBatch<T>; ++b) {
-        if (i0 + b * nt < sp.body) {
-          py[b] = load_raw<V>(yr + sp.head, i0 + b * nt);
-          pd[b] = load_raw<V>(dyr + sp.head, i0 + b * nt);
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kStreamBwdBatch<T>; ++b) {
-        if (i0 + b * nt < sp.body) {
-#pragma unroll
-          for (int j = 0; j < V; ++j) dot += to_float(py[b].v[j]) * to_float(pd[b].v[j]);
-        }
-      }
-    }
+          for (int j = 0; j < V; ++j) dot += to_float(p.y.v[j]) * to_float(p.dy.v[j]);
+        });
     for (int64_t e = tid; e < sp.edges(); e += nt) {
       const int64_t c = sp.edge_col(e, cols);
       dot += to_float(yr[c]) * to_float(dyr[c]);
     }
     dot = block_reduce_rows<AddOp>(dot, parity);
 
-    for (int64_t i0 = tid; i0 < sp.body; i0 += kStreamBwdBatch<T> * nt) {
-      P py[kStreamBwdBatch<T>], pd[kStreamBwdBatch<T>];
-#pragma unroll
-      for (int b = 0; b < kStreamBwdBatch<T>; ++b) {
-        if (i0 + b * nt < sp.body) {
-          py[b] = load_stream<V>(yr + sp.head, i0 + b * nt);
-          pd[b] = load_stream<V>(dyr + sp.head, i0 + b * nt);
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kStreamBwdBatch<T>; ++b) {
-        if (i0 + b * nt < sp.body) {
+    walk_batches<kStreamBwdBatch<T>>(
+        sp.body, tid, nt,
+        [&](int64_t i) { return PackPair<T, V>{load_stream<V>(yr + sp.head, i), load_stream<V>(dyr + sp.head, i)}; },
+        [&](const PackPair<T, V>& p, int64_t i) {
           P out;
 #pragma unroll
-          for (int j = 0; j < V; ++j) {
-            out.v[j] = from_float<T>(to_float(py[b].v[j]) * (to_float(pd[b].v[j]) - dot));
-          }
-          store_stream<V>(dxr + sp.head, i0 + b * nt, out);
-        }
-      }
-    }
+          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(to_float(p.y.v[j]) * (to_float(p.dy.v[j]) - dot));
+          store_stream<V>(dxr + sp.head, i, out);
+        });
     for (int64_t e = tid; e < sp.edges(); e += nt) {
       const int64_t c = sp.edge_col(e, cols);
       dxr[c] = from_float<T>(to_float(yr[c]) * (to_float(dyr[c]) - dot));
