@@ -8,6 +8,9 @@ each version's speedup over the first version and over XLA.
         --versions v3 v4 --out ab-norms          # (benchmarks/norms_ab.py: these defaults)
     python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full --dirs fwd bwd \\
         --out ab-grid                            # the row kernels' grids, both directions
+    python3 benchmarks/softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "" --ops layer_norm \\
+        --out ab-builds                          # two builds: an older commit installed with
+                                                 # `pip install --target /tmp/oldsite`, and this one
 
 Variables: JAX_MEMOPS_SOFTMAX_FWD (cpp/softmax.cu: v2, v3-prefetch, v3 (the two-buffer bulk-copy cluster
 for long rows), v5-s1 / v5-reg (its one-buffer variants, forced for every dtype), v7-512 (v5 with
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -38,7 +42,8 @@ def main(argv=None, var="JAX_MEMOPS_SOFTMAX_FWD", ops=("softmax",), versions=("v
     args, bench_args = p.parse_known_args(argv)
     results = {}
     for v in args.versions:
-        out = os.path.join(args.out, v)
+        label = v or "unset"  # "": the variable set empty (each switch's default; PYTHONPATH: none)
+        out = os.path.join(args.out, re.sub(r"[^\w.-]+", "_", label).strip("_") or "unset")
         cmd = [sys.executable, "-P", "-m", "jax_memops.cli", "bench", "--ops", *args.ops, "--dirs", *args.dirs,
                "--parts", "sweep", "--out", out, *bench_args]
         print(f"== {args.var}={v}: {' '.join(cmd[2:])}", flush=True)
@@ -47,8 +52,8 @@ def main(argv=None, var="JAX_MEMOPS_SOFTMAX_FWD", ops=("softmax",), versions=("v
             print(f"version {v}: bench failed (rc={rc})", flush=True)
             continue
         with open(os.path.join(out, "results.json")) as f:
-            results[v] = {(r["op"], r["direction"], r["dtype"], r["shape"][-1]): r for r in json.load(f)["results"]
-                          if r["op"] in args.ops and r["direction"] in args.dirs}
+            results[label] = {(r["op"], r["direction"], r["dtype"], r["shape"][-1]): r
+                              for r in json.load(f)["results"] if r["op"] in args.ops and r["direction"] in args.dirs}
     if not results:
         return 1
     versions = list(results)
