@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The v8 experiments: this build against an older one (the same process per build, so both are measured
+# in one lease), the stream kernels' GPU tests, and two re-measurements the v7 session left.
+# Before the call, on the CPU machine: `rm -rf build/old && mkdir -p build/old && git archive main |
+# tar -x -C build/old` (the commit to compare against), then on the device, carrying build/old:
+#   bash benchmarks/ab_v8.sh build test        # ~60 + ~250 s
+#   bash benchmarks/ab_v8.sh ab                # ~250 s (the warm machine keeps both builds)
+# What is asked (benchmarks/RESULTS.md, "v7"):
+#   stream  softmax_stream.cuh's walk_batches (branch v8): the stream classes (f32 fwd C = 600001, bwd
+#           262147; 16-bit beyond the cluster's capacity), this build against build/old. Predicted: equal
+#           within the noise (SASS: register moves, a few instructions).
+#   norms16 JAX_MEMOPS_NORM_FWD=v3|v4 at bf16/f16 now that both have the parameter plans of v7.
+#   fusion  issue 6's fusion experiment (fused vs three kernels vs XLA, 2^25 and 2^28) under v7's full
+#           elementwise grid.
+set -uo pipefail
+out=${OUT:-$PWD/ab-out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+stages="${*:-build test ab}"
+for stage in $stages; do
+  t0=$SECONDS
+  case $stage in
+    build)
+      (cd build/old && JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation \
+        --no-deps --target /tmp/oldsite . > "$out/build-old.log" 2>&1) &
+      JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
+        > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+      wait ;;
+    test)
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 280 python3 -P -m pytest -q -rfE -n 8 --timeout 150 \
+        -k "gpu and not slow" tests > "$out/pytest.log" 2>&1
+      tail -n 1 "$out/pytest.log" ;;
+    ab)
+      timeout 120 python3 benchmarks/softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "" --dirs fwd bwd \
+        --cols 262147 600001 --out "$out/stream" > "$out/stream.log" 2>&1
+      timeout 80 python3 benchmarks/norms_ab.py --dtypes bfloat16 float16 --out "$out/norms16" \
+        > "$out/norms16.log" 2>&1
+      timeout 100 python3 -P -m jax_memops.cli bench --fusion --out "$out/fusion" > "$out/fusion.log" 2>&1
+      grep -h "^|" "$out"/stream.log "$out"/norms16.log
+      grep -A30 -i "fusion" "$out/fusion.log" | head -40 ;;
+  esac
+  echo "== $stage: $((SECONDS - t0)) s"
+done
+if [ -n "${OUT:-}" ]; then  # the device returns a few files per call: one archive
+  tgz=/tmp/ab-v8-$$.tgz
+  tar czf "$tgz" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$tgz" "$OUT/ab-v8-${stages// /-}.tgz"
+fi
