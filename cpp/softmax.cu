@@ -284,10 +284,11 @@ FwdVersion fwd_version() {
 
 constexpr int kSmemKb = 256;           // KB slots of the occupancy cache (227 KB per block on Hopper)
 
-// Clusters of k CTAs of `block` threads of the bulk-copy kernel, each with `smem` bytes (a multiple of 1 KB) of dynamic
-// shared memory, that can be resident at once; 0 when no such cluster can launch. The kernel is opted
-// in (func_opt_ins) to the device's largest dynamic shared memory and to non-portable cluster sizes
-// (k > 8). Cached per (k, smem), not per device (like blocks_per_sm).
+// Clusters of k CTAs of `block` threads of the bulk-copy kernel, each with `smem` bytes (a multiple of
+// 1 KB) of dynamic shared memory, that can be resident at once; 0 when no such cluster can launch. The
+// kernel is opted in (func_opt_ins) to the device's largest dynamic shared memory and to non-portable
+// cluster sizes (k > 8). Cached per (k, smem), not per device (like blocks_per_sm), nor per block: each Kernel
+// instance runs with one CTA size (its template B).
 template <auto Kernel>
 int tma_active_clusters(const DeviceInfo& dev, int k, int smem, int block) {
   static std::atomic<int> cache[kMaxClusterNonPortable + 1][kSmemKb];
