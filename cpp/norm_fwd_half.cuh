@@ -123,10 +123,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     // at column head + V*i), 4 columns at a time.
     const float* srow = valid ? param_row_u32(scale, row, cols) : nullptr;
     const float* brow = valid && !kRms ? param_row_u32(bias, row, cols) : nullptr;  // RMSNorm: no bias
-    const auto aligned_at = [&](const float* p) {
-      return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) + sizeof(float) * sp.head) % 16 == 0;
-    };
-    const bool pvec = aligned_at(srow) && aligned_at(brow);
+    const RowParamAccess pa = row_param_access<kRms>(srow, brow, sp.head);
     const float shift = -dmean * rstd;  // y = ((x - m1) * rstd + shift) * scale + bias
     const auto pass3 = [&](auto plan) {
       constexpr ParamLoad kPlan = decltype(plan)::value;
@@ -141,8 +138,8 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
 #pragma unroll
           for (int q = 0; q < V / 4; ++q) {
             float s[4], b[4] = {};
-            load_param_cols<4, kPlan>(srow, sp.head + i * V + 4 * q, pvec, 1.0f, s);
-            if (!(kDense && kRms)) load_param_cols<4, kPlan>(brow, sp.head + i * V + 4 * q, pvec, 0.0f, b);
+            load_param_cols<4, kPlan>(srow, sp.head + i * V + 4 * q, pa.vec, 1.0f, s);
+            if (!(kDense && kRms)) load_param_cols<4, kPlan>(brow, sp.head + i * V + 4 * q, pa.vec, 0.0f, b);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
               const float d = v[4 * q + j] - m1;  // kAny: one register fewer (no `shift`) at 40
@@ -157,7 +154,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     if constexpr (kBlockRow && (kRms || sizeof(T) == 2)) {
       pass3(ParamPlan<ParamLoad::kAny>{});  // kDense / kScalar spill here (8-40 bytes at the 40-register bound)
     } else {
-      with_param_plan(pvec && srow != nullptr && (kRms || brow != nullptr), pass3);
+      with_param_plan(pa.dense, pass3);
     }
     for (int e = lane; e < sp.edges(); e += rt) {
       const int c = sp.edge_col(e, cols);

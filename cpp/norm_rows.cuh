@@ -143,6 +143,23 @@ __device__ __forceinline__ void write_row_stats(const Pack<T, V>& raw0, float ed
   *rstd_out = rstd;
 }
 
+// How a norm row's output pass reads its parameter rows (scale, bias; nullptr when absent or the row is
+// padding), whose packs start at column head + V*i: `vec` when both start 16-byte aligned there (a
+// group's row under vmap may itself be misaligned when C % 4 != 0), `dense` (ParamLoad::kDense) when
+// moreover every row the pass reads is present (RMSNorm reads no bias).
+struct RowParamAccess {
+  bool vec, dense;
+};
+
+template <bool kRms>
+__device__ __forceinline__ RowParamAccess row_param_access(const float* srow, const float* brow, int head) {
+  const auto aligned = [head](const float* p) {
+    return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) + sizeof(float) * head) % 16 == 0;
+  };
+  const bool vec = aligned(srow) && aligned(brow);
+  return {vec, vec && srow != nullptr && (kRms || brow != nullptr)};
+}
+
 template <typename T, bool kRms, bool kBlockRow>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
                                   kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
@@ -209,15 +226,10 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     // Pass 3: y.
     const float* srow = valid ? param_row(scale, row, cols) : nullptr;
     const float* brow = valid ? param_row(bias, row, cols) : nullptr;
-    // The parameters' packs start at column head + V*i of their row (a group's row under vmap may
-    // itself be misaligned when C % 4 != 0): float4 loads when both start 16-byte aligned.
-    const auto aligned_at = [&](const float* p) {
-      return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) + sizeof(float) * sp.head) % 16 == 0;
-    };
-    const bool pvec = aligned_at(srow) && aligned_at(brow);
+    const RowParamAccess pa = row_param_access<kRms>(srow, brow, sp.head);
     T* yr = y + offset;
     const float shift = -dmean * rstd;  // y = ((x - m1) * rstd + shift) * scale + bias
-    with_param_plan(pvec && srow != nullptr && (kRms || brow != nullptr), [&](auto plan) {
+    with_param_plan(pa.dense, [&](auto plan) {
       constexpr ParamLoad kPlan = decltype(plan)::value;
       constexpr bool kDense = kPlan == ParamLoad::kDense;
 #pragma unroll
@@ -226,8 +238,8 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
         if (i < sp.body) {
           float v[V], s[V], b[V] = {};
           unpack_fresh(raw[k], v);
-          load_param_cols<V, kPlan>(srow, sp.head + i * V, pvec, 1.0f, s);
-          if (!(kDense && kRms)) load_param_cols<V, kPlan>(brow, sp.head + i * V, pvec, 0.0f, b);
+          load_param_cols<V, kPlan>(srow, sp.head + i * V, pa.vec, 1.0f, s);
+          if (!(kDense && kRms)) load_param_cols<V, kPlan>(brow, sp.head + i * V, pa.vec, 0.0f, b);
           Pack<T, V> out;
 #pragma unroll
           for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(fmaf(v[j] - m1, rstd, shift) * s[j] + b[j]);
