@@ -12,6 +12,11 @@
 #   norms16 JAX_MEMOPS_NORM_FWD=v3|v4 at bf16/f16 now that both have the parameter plans of v7.
 #   fusion  issue 6's fusion experiment (fused vs three kernels vs XLA, 2^25 and 2^28) under v7's full
 #           elementwise grid.
+# Stage `gelu` (after `build`, build/old = the commit before the GELU parameter modes): the GELU
+# kernels' ParamMode (cuda_common.cuh) against build/old — the sweep's per-column case (kRows) forward
+# and backward, the fusion experiment (kScalars) per build and per elementwise grid — and the GPU GELU
+# tests. Predicted: bf16 fused 84-88% -> >= 93% of the copy (13 instead of ~33 instructions per
+# element), f32 unchanged (at the copy already), per-column bf16 +5-10%.
 set -uo pipefail
 out=${OUT:-$PWD/ab-out}
 mkdir -p "$out"
@@ -38,6 +43,19 @@ for stage in $stages; do
       timeout 100 python3 -P -m jax_memops.cli bench --fusion --out "$out/fusion" > "$out/fusion.log" 2>&1
       grep -h "^|" "$out"/stream.log "$out"/norms16.log
       grep -A30 -i "fusion" "$out/fusion.log" | head -40 ;;
+    gelu)
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 python3 -P -m pytest -q -rfE -n 8 --timeout 120 \
+        -k "gpu and not slow and (gelu or unfused or chain)" tests > "$out/pytest-gelu.log" 2>&1
+      tail -n 1 "$out/pytest-gelu.log"
+      timeout 120 python3 benchmarks/softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "" --ops gelu \
+        --dirs fwd bwd --dtypes float32 bfloat16 --cols 768 4096 --out "$out/gelu" > "$out/gelu.log" 2>&1
+      grep -h "^|" "$out/gelu.log"
+      for run in old:/tmp/oldsite:full new::full new::persistent; do
+        IFS=: read -r name path grid <<< "$run"
+        echo "-- fusion $name grid=$grid"
+        PYTHONPATH=$path JAX_MEMOPS_GRID=$grid timeout 60 python3 -P -m jax_memops.cli bench --fusion \
+          --out "$out/fusion-$name-$grid" 2>&1 | grep -A6 "fused kernel vs"
+      done ;;
   esac
   echo "== $stage: $((SECONDS - t0)) s"
 done

@@ -814,6 +814,57 @@ __device__ __forceinline__ void for_grid_packs(const T* const (&src)[K], int64_t
   }
 }
 
+// How an elementwise kernel finds a pack's scale and bias, fixed per launch (param_mode, host):
+//   kScalars: both are attributes (the *_value arguments): no (row, column) is needed, and the tensor
+//     is one flat run of packs;
+//   kRows: each parameter one row of C floats (or an attribute): the pack's column only;
+//   kGroups: rows in contiguous groups (vmap over the parameters): param_row's group of the pack's row.
+// Why: with the test per pack (absent? grouped?) and the cursor, the bf16 GELU forward issued ~33
+// instructions per element (SASS, one 8-element pack), where its math takes 13, and ran at 84-88% of
+// the copy (RESULTS.md, "v8").
+enum class ParamMode { kScalars, kRows, kGroups };
+
+template <ParamMode M>
+using ParamModeTag = std::integral_constant<ParamMode, M>;
+
+inline ParamMode param_mode(const ParamView& scale, const ParamView& bias, int64_t rows) {
+  if (scale.data == nullptr && bias.data == nullptr) return ParamMode::kScalars;
+  const auto one_row = [rows](const ParamView& p) { return p.data == nullptr || p.rows_per_group >= rows; };
+  return one_row(scale) && one_row(bias) ? ParamMode::kRows : ParamMode::kGroups;
+}
+
+// Calls f(ParamModeTag<m>{}).
+template <typename F>
+ffi::Error with_param_mode(ParamMode m, F&& f) {
+  switch (m) {
+    case ParamMode::kScalars:
+      return f(ParamModeTag<ParamMode::kScalars>{});
+    case ParamMode::kRows:
+      return f(ParamModeTag<ParamMode::kRows>{});
+    default:
+      return f(ParamModeTag<ParamMode::kGroups>{});
+  }
+}
+
+// The V parameter values of the pack at `at` (a column multiple of V) under mode M; `value` where the
+// parameter is an attribute.
+template <ParamMode M, int V>
+__device__ __forceinline__ void load_param_at(const ParamView& p, const RowColCursor& at, int64_t cols,
+                                              float value, float (&out)[V]) {
+  if constexpr (M == ParamMode::kScalars) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = value;
+  } else {
+    load_param<V>(M == ParamMode::kRows ? p.data : param_row(p, at.r, cols), at.c / V, value, out);
+  }
+}
+
+// Whether a launch under mode M may take V-element packs: a flat run of packs (kScalars) or each row's.
+template <typename T, ParamMode M>
+bool vectorizable_in(int64_t rows, int64_t cols, std::initializer_list<const void*> buffers) {
+  return vectorizable<T>(M == ParamMode::kScalars ? rows * cols : cols, buffers);
+}
+
 // ---- Deterministic column sums (parameter gradients) -------------------------------------------------
 
 constexpr int kColTile = 32;  // columns per block (threadIdx.x)

@@ -20,18 +20,18 @@ constexpr int kFwdBatchRegs = 16;
 template <typename T>
 inline constexpr int kFwdBlocksPerSm = sizeof(T) == 2 ? 3 : 4;
 
-// gelu_fwd: elementwise grid-stride loop over V-element packs (16-byte accesses when C % V == 0 and the
-// buffers are aligned), batched loads; each pack's (row, column), for the parameters, is tracked
-// incrementally.
-template <typename T, int V>
+// gelu_fwd: elementwise grid-stride loop over V-element packs (16-byte accesses when the packs and the
+// buffers are aligned: vectorizable_in), batched loads; each pack's (row, column), for the parameters
+// (ParamMode M), is tracked incrementally, and not at all when both are attributes.
+template <typename T, int V, ParamMode M>
 __global__ void __launch_bounds__(kElemBlock, kFwdBlocksPerSm<T>)
     gelu_fwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, float scale_value,
                     float bias_value, T* __restrict__ y, int64_t rows, int64_t cols) {
   for_grid_packs<V, kFwdBatchRegs>({x}, rows * cols / V, cols, [&](int64_t q, const RowColCursor& at, const auto& p) {
     float v[V], s[V], b[V];
     unpack_fresh(p[0], v);  // 16-bit: converted here, not hoisted (the batch stays raw: half the registers)
-    load_param<V>(param_row(scale, at.r, cols), at.c / V, scale_value, s);
-    load_param<V>(param_row(bias, at.r, cols), at.c / V, bias_value, b);
+    load_param_at<M>(scale, at, cols, scale_value, s);
+    load_param_at<M>(bias, at, cols, bias_value, b);
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = gelu(v[j] * s[j] + b[j]);
     store_pack<V>(y, q, v);
@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kElemBlock, kFwdBlocksPerSm<T>)
 }
 
 // gelu_bwd without parameter gradients: the same elementwise loop, dx = dy * gelu'(u) * s.
-template <typename T, int V>
+template <typename T, int V, ParamMode M>
 __global__ void __launch_bounds__(kElemBlock)
     gelu_bwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, float scale_value,
                     float bias_value, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(kElemBlock)
     float v[V], g[V], s[V], b[V];
     unpack(p[0], v);
     unpack(p[1], g);
-    load_param<V>(param_row(scale, at.r, cols), at.c / V, scale_value, s);
-    load_param<V>(param_row(bias, at.r, cols), at.c / V, bias_value, b);
+    load_param_at<M>(scale, at, cols, scale_value, s);
+    load_param_at<M>(bias, at, cols, bias_value, b);
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = g[j] * gelu_grad(v[j] * s[j] + b[j]) * s[j];
     store_pack<V>(dx, q, v);
@@ -193,11 +193,14 @@ ffi::Error GeluFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(y->untyped_data());
-    return with_vec<T>(vectorizable<T>(s.cols, {xp, yp, sv.data, bv.data}), [&](auto vec) {
-      constexpr int V = decltype(vec)::value;
-      return launch(gelu_fwd_kernel<T, V>, elementwise_grid(dev, s.size() / V, kBatch<T, V, 1, kFwdBatchRegs>),
-                    dim3(kElemBlock), 0, stream, "gelu_fwd", xp, sv, bv, scale_value, bias_value, yp, s.rows,
-                    s.cols);
+    return with_param_mode(param_mode(sv, bv, s.rows), [&](auto mode) {
+      constexpr ParamMode M = decltype(mode)::value;
+      return with_vec<T>(vectorizable_in<T, M>(s.rows, s.cols, {xp, yp, sv.data, bv.data}), [&](auto vec) {
+        constexpr int V = decltype(vec)::value;
+        return launch(gelu_fwd_kernel<T, V, M>,
+                      elementwise_grid(dev, s.size() / V, kBatch<T, V, 1, kFwdBatchRegs>), dim3(kElemBlock), 0,
+                      stream, "gelu_fwd", xp, sv, bv, scale_value, bias_value, yp, s.rows, s.cols);
+      });
     });
   });
 }
@@ -254,11 +257,14 @@ ffi::Error GeluBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
       const GeluGradElem<T> elem{xp, dyp, dxp, sv, bv, scale_value, bias_value, s.cols};
       return launch_column_sums(stream, elem, s.cols, gs, gb, "gelu_bwd");
     }
-    return with_vec<T>(vectorizable<T>(s.cols, {xp, dyp, dxp, sv.data, bv.data}), [&](auto vec) {
-      constexpr int V = decltype(vec)::value;
-      return launch(gelu_bwd_kernel<T, V>, elementwise_grid(dev, s.size() / V, kBatch<T, V, 2, kParamBatchRegs>),
-                    dim3(kElemBlock), 0, stream, "gelu_bwd", xp, sv, bv, scale_value, bias_value, dyp, dxp,
-                    s.rows, s.cols);
+    return with_param_mode(param_mode(sv, bv, s.rows), [&](auto mode) {
+      constexpr ParamMode M = decltype(mode)::value;
+      return with_vec<T>(vectorizable_in<T, M>(s.rows, s.cols, {xp, dyp, dxp, sv.data, bv.data}), [&](auto vec) {
+        constexpr int V = decltype(vec)::value;
+        return launch(gelu_bwd_kernel<T, V, M>,
+                      elementwise_grid(dev, s.size() / V, kBatch<T, V, 2, kParamBatchRegs>), dim3(kElemBlock), 0,
+                      stream, "gelu_bwd", xp, sv, bv, scale_value, bias_value, dyp, dxp, s.rows, s.cols);
+      });
     });
   });
 }
