@@ -12,6 +12,9 @@
 #   norms16 JAX_MEMOPS_NORM_FWD=v3|v4 at bf16/f16 now that both have the parameter plans of v7.
 #   fusion  issue 6's fusion experiment (fused vs three kernels vs XLA, 2^25 and 2^28) under v7's full
 #           elementwise grid.
+# Stage `verify` (after `build`): the GPU suite on the final code, and the norm forward against build/old
+# (row_param_access; v3's rstd by rsqrtf: predicted equal within the noise, ~1% fewer instructions).
+# Stage `check`: compute-sanitizer (gpu_check.sh sanitize) and the > 2^31-element tests.
 # Stage `gelu` (after `build`, build/old = the commit before the GELU parameter modes): the GELU
 # kernels' ParamMode (cuda_common.cuh) against build/old — the sweep's per-column case (kRows) forward
 # and backward, the fusion experiment (kScalars) per build and per elementwise grid — and the GPU GELU
@@ -56,6 +59,20 @@ for stage in $stages; do
         PYTHONPATH=$path JAX_MEMOPS_GRID=$grid timeout 60 python3 -P -m jax_memops.cli bench --fusion \
           --out "$out/fusion-$name-$grid" 2>&1 | grep -A6 "fused kernel vs"
       done ;;
+    verify)
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 290 python3 -P -m pytest -q -rfE -n 8 --timeout 150 \
+        -k "gpu and not slow" tests > "$out/pytest-verify.log" 2>&1
+      tail -n 1 "$out/pytest-verify.log"
+      timeout 150 python3 benchmarks/softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "" \
+        --ops layer_norm rms_norm --dtypes bfloat16 float32 --out "$out/norms" > "$out/norms.log" 2>&1
+      grep -h "^|" "$out/norms.log" ;;
+    check)
+      T_SAN=300 bash benchmarks/gpu_check.sh sanitize 2>&1 | tail -8
+      cp gpu-out/*.log gpu-out/*.rc "$out/" 2>/dev/null
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 240 python3 -P -m pytest -v -rfEs --timeout 200 \
+        -k "gpu and slow and big" tests > "$out/pytest-big.log" 2>&1
+      grep -E "PASSED|FAILED|SKIPPED|ERROR" "$out/pytest-big.log" | sed 's/ *\[.*//' | tail -15
+      tail -n 1 "$out/pytest-big.log" ;;
   esac
   echo "== $stage: $((SECONDS - t0)) s"
 done

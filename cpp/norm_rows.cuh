@@ -29,7 +29,8 @@
 // E[x^2] - E[x]^2 cancellation), y = fma(x - m1, rstd, -rstd * sum(d)/C) * scale + bias: centred on
 // the mean without rounding it to f32 (x = 1e4 + 1e-2 noise keeps its accuracy). The saved mean is relative to
 // x[row, 0] (ffi_common.h): (m1 - x[row, 0]) + sum(d) / C. RMSNorm: rstd = 1 / sqrt(sum(x^2) / C + eps),
-// y = x * rstd * scale. A NaN in a row makes its statistics, hence its whole row, NaN.
+// y = x * rstd * scale. rstd by rsqrtf (MUFU.RSQ, <= 2 ulp; 1 / sqrtf took two slow-path branches per
+// row). A NaN in a row makes its statistics, hence its whole row, NaN.
 #pragma once
 
 #include "cuda_common.cuh"
@@ -199,7 +200,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
 
     float m1 = 0.0f, dmean = 0.0f, rstd;  // y = ((x - m1) - dmean) * rstd * scale + bias (pass 3: as an fma)
     if constexpr (kRms) {
-      rstd = 1.0f / sqrtf(s1[0] / fcols + epsilon);
+      rstd = rsqrtf(s1[0] / fcols + epsilon);
     } else {
       m1 = s1[0] / fcols;
       float s2[2] = {0.0f, 0.0f};  // sum(d), sum(d^2), d = x - m1
@@ -217,7 +218,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
       dmean = s2[0] / fcols;
       float var = (s2[1] - s2[0] * dmean) / fcols;
       if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
-      rstd = 1.0f / sqrtf(var + epsilon);
+      rstd = rsqrtf(var + epsilon);
     }
     if (valid && tm.lane == 0) {
       write_row_stats<kRms>(raw[0], edge0, sp, m1, dmean, rstd, mean_out + row, rstd_out + row);
