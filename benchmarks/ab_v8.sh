@@ -15,6 +15,11 @@
 # Stage `verify` (after `build`): the GPU suite on the final code, and the norm forward against build/old
 # (row_param_access; v3's rstd by rsqrtf: predicted equal within the noise, ~1% fewer instructions).
 # Stage `check`: compute-sanitizer (gpu_check.sh sanitize) and the > 2^31-element tests.
+# Stage `grad` (after `build`, build/old = f358944): gelu_grad branch-free with fewer operations
+# (gelu_math.h) against build/old: the GELU backward (with dscale/dbias: the partials kernel) and the
+# jitted fwd+bwd, f32/bf16 at C = 768 / 4096, and the GPU GELU tests. Predicted: bf16 backward +5-15%
+# (~30 -> ~23 instructions per element; the kernel runs one 512-thread block per SM, so a shorter compute
+# phase leaves loads in flight longer), f32 within the noise (at ~90% of the copy).
 # Stage `gelu` (after `build`, build/old = the commit before the GELU parameter modes): the GELU
 # kernels' ParamMode (cuda_common.cuh) against build/old — the sweep's per-column case (kRows) forward
 # and backward, the fusion experiment (kScalars) per build and per elementwise grid — and the GPU GELU
@@ -59,6 +64,13 @@ for stage in $stages; do
         PYTHONPATH=$path JAX_MEMOPS_GRID=$grid timeout 60 python3 -P -m jax_memops.cli bench --fusion \
           --out "$out/fusion-$name-$grid" 2>&1 | grep -A6 "fused kernel vs"
       done ;;
+    grad)
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 python3 -P -m pytest -q -rfE -n 8 --timeout 120 \
+        -k "gpu and not slow and (gelu or unfused or chain)" tests > "$out/pytest-grad.log" 2>&1
+      tail -n 1 "$out/pytest-grad.log"
+      timeout 150 python3 benchmarks/softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "" --ops gelu \
+        --dirs bwd fwd+bwd --dtypes float32 bfloat16 --cols 768 4096 --out "$out/grad" > "$out/grad.log" 2>&1
+      grep -h "^|" "$out/grad.log" ;;
     verify)
       XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 290 python3 -P -m pytest -q -rfE -n 8 --timeout 150 \
         -k "gpu and not slow" tests > "$out/pytest-verify.log" 2>&1
