@@ -19,15 +19,13 @@
 # cluster class and left on branch v6: RESULTS.md, "v6".)
 # Logs under $OUT (else ./ab-out); a summary table at the end of each stage.
 set -uo pipefail
-out=${OUT:-$PWD/ab-out}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-for stage in ${*:-build test ab}; do
+source "$(dirname "$0")/ab_lib.sh"
+ab_init "$@"
+for stage in $stages; do
   t0=$SECONDS
   case $stage in
     build)
-      JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
-        > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; } ;;
+      ab_build || exit 1 ;;
     test)  # the whole GPU suite, then the fresh-process version tests (versions, grids, plans, norms)
       XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 240 python3 -P -m pytest -q -rfE -n 8 --timeout 150 \
         -k "gpu and not slow" tests > "$out/pytest.log" 2>&1

@@ -18,16 +18,13 @@
 #          90-96%: issue-bound at twice the elements per byte?), f32 softmax backward at 50257 (80%).
 # Logs under $OUT (else ./ab-out); a summary at the end of each stage. Outcomes: RESULTS.md, "v7".
 set -uo pipefail
-out=${OUT:-$PWD/ab-out}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-stages="${*:-build test ab}"
+source "$(dirname "$0")/ab_lib.sh"
+ab_init "$@"
 for stage in $stages; do
   t0=$SECONDS
   case $stage in
     build)
-      JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
-        > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; } ;;
+      ab_build || exit 1 ;;
     test)  # the whole GPU suite, then the fresh-process tests of the A/B switches (versions, grids, plans)
       XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 250 python3 -P -m pytest -q -rfE -n 8 --timeout 150 \
         -k "gpu and not slow" tests > "$out/pytest.log" 2>&1
@@ -55,8 +52,4 @@ for stage in $stages; do
   esac
   echo "== $stage: $((SECONDS - t0)) s"
 done
-# The device returns only a few files per call: under $OUT, everything goes into one archive.
-if [ -n "${OUT:-}" ]; then
-  tgz=/tmp/ab-v7-$$.tgz
-  tar czf "$tgz" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$tgz" "$OUT/ab-v7-${stages// /-}.tgz"
-fi
+ab_pack ab-v7

@@ -26,69 +26,54 @@
 # tests. Predicted: bf16 fused 84-88% -> >= 93% of the copy (13 instead of ~33 instructions per
 # element), f32 unchanged (at the copy already), per-column bf16 +5-10%.
 set -uo pipefail
-out=${OUT:-$PWD/ab-out}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-stages="${*:-build test ab}"
-for stage in $stages; do
-  t0=$SECONDS
-  case $stage in
-    build)
-      (cd build/old && JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation \
-        --no-deps --target /tmp/oldsite . > "$out/build-old.log" 2>&1) &
-      JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
-        > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
-      wait ;;
-    test)
-      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 280 python3 -P -m pytest -q -rfE -n 8 --timeout 150 \
-        -k "gpu and not slow" tests > "$out/pytest.log" 2>&1
-      tail -n 1 "$out/pytest.log" ;;
-    ab)
-      timeout 120 python3 benchmarks/softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "" --dirs fwd bwd \
-        --cols 262147 600001 --out "$out/stream" > "$out/stream.log" 2>&1
-      timeout 80 python3 benchmarks/norms_ab.py --dtypes bfloat16 float16 --out "$out/norms16" \
-        > "$out/norms16.log" 2>&1
-      timeout 100 python3 -P -m jax_memops.cli bench --fusion --out "$out/fusion" > "$out/fusion.log" 2>&1
-      grep -h "^|" "$out"/stream.log "$out"/norms16.log
-      grep -A30 -i "fusion" "$out/fusion.log" | head -40 ;;
-    gelu)
-      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 python3 -P -m pytest -q -rfE -n 8 --timeout 120 \
-        -k "gpu and not slow and (gelu or unfused or chain)" tests > "$out/pytest-gelu.log" 2>&1
-      tail -n 1 "$out/pytest-gelu.log"
-      timeout 120 python3 benchmarks/softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "" --ops gelu \
-        --dirs fwd bwd --dtypes float32 bfloat16 --cols 768 4096 --out "$out/gelu" > "$out/gelu.log" 2>&1
-      grep -h "^|" "$out/gelu.log"
-      for run in old:/tmp/oldsite:full new::full new::persistent; do
-        IFS=: read -r name path grid <<< "$run"
-        echo "-- fusion $name grid=$grid"
-        PYTHONPATH=$path JAX_MEMOPS_GRID=$grid timeout 60 python3 -P -m jax_memops.cli bench --fusion \
-          --out "$out/fusion-$name-$grid" 2>&1 | grep -A6 "fused kernel vs"
-      done ;;
-    grad)
-      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 python3 -P -m pytest -q -rfE -n 8 --timeout 120 \
-        -k "gpu and not slow and (gelu or unfused or chain)" tests > "$out/pytest-grad.log" 2>&1
-      tail -n 1 "$out/pytest-grad.log"
-      timeout 150 python3 benchmarks/softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "" --ops gelu \
-        --dirs bwd fwd+bwd --dtypes float32 bfloat16 --cols 768 4096 --out "$out/grad" > "$out/grad.log" 2>&1
-      grep -h "^|" "$out/grad.log" ;;
-    verify)
-      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 290 python3 -P -m pytest -q -rfE -n 8 --timeout 150 \
-        -k "gpu and not slow" tests > "$out/pytest-verify.log" 2>&1
-      tail -n 1 "$out/pytest-verify.log"
-      timeout 150 python3 benchmarks/softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "" \
-        --ops layer_norm rms_norm --dtypes bfloat16 float32 --out "$out/norms" > "$out/norms.log" 2>&1
-      grep -h "^|" "$out/norms.log" ;;
-    check)
-      T_SAN=300 bash benchmarks/gpu_check.sh sanitize 2>&1 | tail -8
-      cp gpu-out/*.log gpu-out/*.rc "$out/" 2>/dev/null
-      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 240 python3 -P -m pytest -v -rfEs --timeout 200 \
-        -k "gpu and slow and big" tests > "$out/pytest-big.log" 2>&1
-      grep -E "PASSED|FAILED|SKIPPED|ERROR" "$out/pytest-big.log" | sed 's/ *\[.*//' | tail -15
-      tail -n 1 "$out/pytest-big.log" ;;
-  esac
-  echo "== $stage: $((SECONDS - t0)) s"
-done
-if [ -n "${OUT:-}" ]; then  # the device returns a few files per call: one archive
-  tgz=/tmp/ab-v8-$$.tgz
-  tar czf "$tgz" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$tgz" "$OUT/ab-v8-${stages// /-}.tgz"
-fi
+source "$(dirname "$0")/ab_lib.sh"
+
+stage_build() {
+  ab_build_old &
+  ab_build || return 1
+  wait
+}
+
+stage_test() { ab_gpu_tests pytest 280 "gpu and not slow"; }
+
+stage_ab() {
+  ab_against_old stream --dirs fwd bwd --cols 262147 600001
+  timeout 80 python3 benchmarks/norms_ab.py --dtypes bfloat16 float16 --out "$out/norms16" > "$out/norms16.log" 2>&1
+  grep -h "^|" "$out/norms16.log"
+  timeout 100 python3 -P -m jax_memops.cli bench --fusion --out "$out/fusion" > "$out/fusion.log" 2>&1
+  grep -A30 -i "fusion" "$out/fusion.log" | head -40
+}
+
+stage_gelu() {
+  ab_gpu_tests pytest-gelu 150 "gpu and not slow and (gelu or unfused or chain)"
+  ab_against_old gelu --ops gelu --dirs fwd bwd --dtypes float32 bfloat16 --cols 768 4096
+  local run name path grid
+  for run in old:/tmp/oldsite:full new::full new::persistent; do
+    IFS=: read -r name path grid <<< "$run"
+    echo "-- fusion $name grid=$grid"
+    PYTHONPATH=$path JAX_MEMOPS_GRID=$grid timeout 60 python3 -P -m jax_memops.cli bench --fusion \
+      --out "$out/fusion-$name-$grid" 2>&1 | grep -A6 "fused kernel vs"
+  done
+}
+
+stage_grad() {
+  ab_gpu_tests pytest-grad 150 "gpu and not slow and (gelu or unfused or chain)"
+  ab_against_old grad --ops gelu --dirs bwd fwd+bwd --dtypes float32 bfloat16 --cols 768 4096
+}
+
+stage_verify() {
+  ab_gpu_tests pytest-verify 290 "gpu and not slow"
+  ab_against_old norms --ops layer_norm rms_norm --dtypes bfloat16 float32
+}
+
+stage_check() {
+  T_SAN=300 bash benchmarks/gpu_check.sh sanitize 2>&1 | tail -8
+  cp gpu-out/*.log gpu-out/*.rc "$out/" 2>/dev/null
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 240 python3 -P -m pytest -v -rfEs --timeout 200 \
+    -k "gpu and slow and big" tests > "$out/pytest-big.log" 2>&1
+  grep -E "PASSED|FAILED|SKIPPED|ERROR" "$out/pytest-big.log" | sed 's/ *\[.*//' | tail -15
+  tail -n 1 "$out/pytest-big.log"
+}
+
+ab_init "$@"
+ab_run ab-v8

@@ -1,0 +1,62 @@
+# Sourced by the ab_v*.sh experiment drivers (one device call each runs some of a driver's stages): the
+# output folder, the builds, and the one archive the device brings back (it returns only a few files).
+#   ab_init "$@"       $out (= $OUT, else ./ab-out), $stages (the arguments, else "build test ab")
+#   ab_build           this tree into site-packages (sm_90 only); on failure the log's tail, status 1
+#   ab_build_old       build/old (an older commit's tree, carried to the device) into /tmp/oldsite, for
+#                      A/Bs by PYTHONPATH (softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "")
+#   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
+
+ab_init() {
+  out=${OUT:-$PWD/ab-out}
+  mkdir -p "$out"
+  export PYTHONUNBUFFERED=1
+  stages="${*:-build test ab}"
+}
+
+ab_build() {
+  JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
+    > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; return 1; }
+}
+
+ab_build_old() {
+  (cd build/old && JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation \
+    --no-deps --target /tmp/oldsite . > "$out/build-old.log" 2>&1)
+}
+
+ab_pack() {
+  [ -n "${OUT:-}" ] || return 0
+  local tgz=/tmp/$1-$$.tgz
+  tar czf "$tgz" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$tgz" "$OUT/$1-${stages// /-}.tgz"
+}
+
+# ab_run NAME: each of $stages as the driver's function stage_<stage>, timed, then ab_pack NAME.
+ab_run() {
+  local stage t0
+  for stage in $stages; do
+    t0=$SECONDS
+    if declare -F "stage_$stage" > /dev/null; then
+      "stage_$stage" || { echo "== $stage failed"; break; }
+    else
+      echo "== no stage $stage"
+    fi
+    echo "== $stage: $((SECONDS - t0)) s"
+  done
+  ab_pack "$1"
+}
+
+# ab_gpu_tests LOG SECONDS EXPR: pytest -k EXPR over tests/ (8 workers sharing the GPU), last line shown.
+ab_gpu_tests() {
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$2" python3 -P -m pytest -q -rfE -n 8 --timeout 150 -k "$3" \
+    tests > "$out/$1.log" 2>&1
+  tail -n 1 "$out/$1.log"
+}
+
+# ab_against_old NAME BENCH-OPTIONS...: softmax_ab.py, build/old's install (/tmp/oldsite) against this
+# one, the table shown.
+ab_against_old() {
+  local name=$1
+  shift
+  timeout 150 python3 benchmarks/softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "" "$@" \
+    --out "$out/$name" > "$out/$name.log" 2>&1
+  grep -h "^|" "$out/$name.log"
+}
