@@ -213,28 +213,43 @@ inline constexpr int kBatch = std::clamp(
 // Batched-load budget (registers, see kBatch) where the loop body loads scale/bias too.
 constexpr int kParamBatchRegs = 8;
 
+// Indices i = first, first + step, ... < n in batches of B: each batch's loads (load(i): a pack, or a
+// struct of packs) all issued before any is used (use(packs, i)).
+template <int B, class Load, class Use>
+__device__ __forceinline__ void walk_batches(int64_t n, int64_t first, int64_t step, Load&& load, Use&& use) {
+  for (int64_t i0 = first; i0 < n; i0 += B * step) {
+    decltype(load(i0)) p[B];
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      if (i0 + b * step < n) p[b] = load(i0 + b * step);
+    }
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      if (i0 + b * step < n) use(p[b], i0 + b * step);
+    }
+  }
+}
+
+// The packs of K arrays at one index.
+template <typename T, int V, int K>
+struct PackSet {
+  Pack<T, V> p[K];
+};
+
 // Row pass: packs i = lane, lane + tpr, ... < n of the K arrays `rows` (same row of each), kBatch
 // packs loaded before f(i, packs) runs on each; `packs` is `const Pack<T, V> (&)[K]`.
 template <int V, int kRegs = 0, int K, typename T, typename F>
 __device__ __forceinline__ void for_row_packs(const T* const (&rows)[K], int64_t n, int lane, int tpr,
                                               F&& f) {
-  constexpr int B = kBatch<T, V, K, kRegs>;
-  for (int64_t i0 = lane; i0 < n; i0 += int64_t{B} * tpr) {
-    Pack<T, V> p[B][K];
+  walk_batches<kBatch<T, V, K, kRegs>>(
+      n, lane, tpr,
+      [&](int64_t i) {
+        PackSet<T, V, K> set;
 #pragma unroll
-    for (int b = 0; b < B; ++b) {
-      const int64_t i = i0 + int64_t{b} * tpr;
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        if (i < n) p[b][k] = load_raw<V>(rows[k], i);
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-      const int64_t i = i0 + int64_t{b} * tpr;
-      if (i < n) f(i, p[b]);
-    }
-  }
+        for (int k = 0; k < K; ++k) set.p[k] = load_raw<V>(rows[k], i);
+        return set;
+      },
+      [&](const PackSet<T, V, K>& set, int64_t i) { f(i, set.p); });
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }

@@ -31,24 +31,7 @@ __device__ __forceinline__ MaxSum pack_partial(const float (&v)[V]) {
   return {m, s};
 }
 
-// This thread's packs of a row body (i = tid, tid + nt, ... < body) in batches of B: each batch's loads
-// (load(i) -> a pack, or a struct of packs) all issued before any is used (use(packs, i)).
-template <int B, class Load, class Use>
-__device__ __forceinline__ void walk_batches(int64_t body, int64_t tid, int64_t nt, Load&& load, Use&& use) {
-  for (int64_t i0 = tid; i0 < body; i0 += B * nt) {
-    decltype(load(i0)) p[B];
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-      if (i0 + b * nt < body) p[b] = load(i0 + b * nt);
-    }
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-      if (i0 + b * nt < body) use(p[b], i0 + b * nt);
-    }
-  }
-}
-
-// y's and dy's packs at one index (the backward's batches).
+// y's and dy's packs at one index (the backward's batches for walk_batches, cuda_common.cuh).
 template <typename T, int V>
 struct PackPair {
   Pack<T, V> y, dy;
