@@ -29,13 +29,16 @@ ab_pack() {
   tar czf "$tgz" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$tgz" "$OUT/$1-${stages// /-}.tgz"
 }
 
-# ab_run NAME: each of $stages as the driver's function stage_<stage>, timed, then ab_pack NAME.
+# ab_run NAME: each of $stages as the driver's function stage_<stage>, timed (a stage's failing status
+# is shown and the next stage runs; a failed build exits the driver), then ab_pack NAME.
 ab_run() {
-  local stage t0
+  local stage t0 rc
   for stage in $stages; do
     t0=$SECONDS
     if declare -F "stage_$stage" > /dev/null; then
-      "stage_$stage" || { echo "== $stage failed"; break; }
+      "stage_$stage"
+      rc=$?
+      [ $rc -eq 0 ] || echo "== $stage: status $rc"
     else
       echo "== no stage $stage"
     fi
@@ -44,10 +47,11 @@ ab_run() {
   ab_pack "$1"
 }
 
-# ab_gpu_tests LOG SECONDS EXPR: pytest -k EXPR over tests/ (8 workers sharing the GPU), last line shown.
+# ab_gpu_tests LOG SECONDS EXPR [PER-TEST SECONDS]: pytest -k EXPR over tests/ (8 workers sharing the
+# GPU; per test 150 s unless given), the last line shown.
 ab_gpu_tests() {
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$2" python3 -P -m pytest -q -rfE -n 8 --timeout 150 -k "$3" \
-    tests > "$out/$1.log" 2>&1
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$2" python3 -P -m pytest -q -rfE -n 8 --timeout "${4:-150}" \
+    -k "$3" tests > "$out/$1.log" 2>&1
   tail -n 1 "$out/$1.log"
 }
 

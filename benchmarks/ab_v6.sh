@@ -20,39 +20,39 @@
 # Logs under $OUT (else ./ab-out); a summary table at the end of each stage.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
+stage_build() { ab_build || exit 1; }
+
+# the whole GPU suite, then the fresh-process version tests (versions, grids, plans, norms)
+stage_test() {
+  ab_gpu_tests pytest 240 "gpu and not slow"
+  ab_gpu_tests pytest-versions 260 "gpu and (fwd_versions or cluster_plans or fwd_grid or norm_forward_versions)" 180
+}
+
+stage_ab() {
+  timeout 90 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full \
+    --out "$out/grid-softmax" > "$out/grid-softmax.log" 2>&1
+  timeout 80 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full \
+    --ops layer_norm rms_norm --out "$out/grid-norms" > "$out/grid-norms.log" 2>&1
+  JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 timeout 90 python3 benchmarks/softmax_ab.py --versions v5 v5-s1 v3 \
+    --dtypes bfloat16 float16 --cols 32768 50257 131072 --out "$out/long16" > "$out/long16.log" 2>&1
+  timeout 80 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full --dirs bwd \
+    --out "$out/grid-bwd" > "$out/grid-bwd.log" 2>&1
+  grep -h "^|" "$out"/grid-softmax.log "$out"/grid-norms.log "$out"/long16.log "$out"/grid-bwd.log
+  grep -h "plan:" "$out"/long16.log | sort -u
+}
+
+stage_ncu() {
+  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 240 \
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
+    --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+    python3 benchmarks/ncu_profile.py softmax:fwd:float32:131072 softmax:fwd:bfloat16:32768 \
+    softmax:fwd:bfloat16:131072 softmax:fwd:float32:1024 copy > "$out/ncu.txt" 2>&1
+  grep -E "^  [a-z_]|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issued Warp" "$out/ncu.txt" | head -80
+}
+
+stage_sanitize() {
+  T_SAN=200 bash benchmarks/gpu_check.sh sanitize | tail -6
+}
+
 ab_init "$@"
-for stage in $stages; do
-  t0=$SECONDS
-  case $stage in
-    build)
-      ab_build || exit 1 ;;
-    test)  # the whole GPU suite, then the fresh-process version tests (versions, grids, plans, norms)
-      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 240 python3 -P -m pytest -q -rfE -n 8 --timeout 150 \
-        -k "gpu and not slow" tests > "$out/pytest.log" 2>&1
-      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 260 python3 -P -m pytest -q -rfE -n 8 --timeout 180 \
-        -k "gpu and (fwd_versions or cluster_plans or fwd_grid or norm_forward_versions)" tests \
-        > "$out/pytest-versions.log" 2>&1
-      tail -n 1 "$out/pytest.log" "$out/pytest-versions.log" ;;
-    ab)
-      timeout 90 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full \
-        --out "$out/grid-softmax" > "$out/grid-softmax.log" 2>&1
-      timeout 80 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full \
-        --ops layer_norm rms_norm --out "$out/grid-norms" > "$out/grid-norms.log" 2>&1
-      JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 timeout 90 python3 benchmarks/softmax_ab.py --versions v5 v5-s1 v3 \
-        --dtypes bfloat16 float16 --cols 32768 50257 131072 --out "$out/long16" > "$out/long16.log" 2>&1
-      timeout 80 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full --dirs bwd \
-        --out "$out/grid-bwd" > "$out/grid-bwd.log" 2>&1
-      grep -h "^|" "$out"/grid-softmax.log "$out"/grid-norms.log "$out"/long16.log "$out"/grid-bwd.log
-      grep -h "plan:" "$out"/long16.log | sort -u ;;
-    ncu)
-      XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 240 \
-        ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
-        --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
-        python3 benchmarks/ncu_profile.py softmax:fwd:float32:131072 softmax:fwd:bfloat16:32768 \
-        softmax:fwd:bfloat16:131072 softmax:fwd:float32:1024 copy > "$out/ncu.txt" 2>&1
-      grep -E "^  [a-z_]|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issued Warp" "$out/ncu.txt" | head -80 ;;
-    sanitize)
-      T_SAN=200 bash benchmarks/gpu_check.sh sanitize | tail -6 ;;
-  esac
-  echo "== $stage: $((SECONDS - t0)) s"
-done
+ab_run ab-v6

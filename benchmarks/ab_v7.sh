@@ -19,37 +19,35 @@
 # Logs under $OUT (else ./ab-out); a summary at the end of each stage. Outcomes: RESULTS.md, "v7".
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
+stage_build() { ab_build || exit 1; }
+
+# the whole GPU suite, then the fresh-process tests of the A/B switches (versions, grids, plans)
+stage_test() {
+  ab_gpu_tests pytest 250 "gpu and not slow"
+  ab_gpu_tests pytest-versions 250 "gpu and (fwd_versions or cluster_plans or test_gpu_grid or elementwise_grid)" 240
+}
+
+stage_ab() {
+  JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 timeout 100 python3 benchmarks/softmax_ab.py --versions v5 v7-512 \
+    --cols 8192 16384 32768 50257 131072 262144 --out "$out/wide" > "$out/wide.log" 2>&1
+  timeout 100 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full \
+    --dirs bwd fwd+bwd --cols 128 512 1024 2048 4096 8192 --out "$out/grid-bwd" > "$out/grid-bwd.log" 2>&1
+  timeout 80 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full --ops gelu \
+    --dirs fwd bwd --out "$out/grid-gelu" > "$out/grid-gelu.log" 2>&1
+  grep -h "^|" "$out"/wide.log "$out"/grid-bwd.log "$out"/grid-gelu.log
+  grep -h "plan:" "$out"/wide.log | sort -u
+}
+
+stage_ncu() {
+  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 200 \
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
+    --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+    python3 benchmarks/ncu_profile.py layer_norm:fwd:bfloat16:768 layer_norm:fwd:bfloat16:12288:ours \
+    rms_norm:fwd:bfloat16:768:ours layer_norm:fwd:float32:768:ours softmax:bwd:float32:50257:ours copy \
+    > "$out/ncu.txt" 2>&1
+  grep -E "^  [a-zA-Z_v]|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issued Warp|Warp Cycles Per Issued" \
+    "$out/ncu.txt" | head -80
+}
+
 ab_init "$@"
-for stage in $stages; do
-  t0=$SECONDS
-  case $stage in
-    build)
-      ab_build || exit 1 ;;
-    test)  # the whole GPU suite, then the fresh-process tests of the A/B switches (versions, grids, plans)
-      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 250 python3 -P -m pytest -q -rfE -n 8 --timeout 150 \
-        -k "gpu and not slow" tests > "$out/pytest.log" 2>&1
-      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 250 python3 -P -m pytest -q -rfE -n 8 --timeout 240 \
-        -k "gpu and (fwd_versions or cluster_plans or test_gpu_grid or elementwise_grid)" tests > "$out/pytest-versions.log" 2>&1
-      tail -n 1 "$out/pytest.log" "$out/pytest-versions.log" ;;
-    ab)
-      JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 timeout 100 python3 benchmarks/softmax_ab.py --versions v5 v7-512 \
-        --cols 8192 16384 32768 50257 131072 262144 --out "$out/wide" > "$out/wide.log" 2>&1
-      timeout 100 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full \
-        --dirs bwd fwd+bwd --cols 128 512 1024 2048 4096 8192 --out "$out/grid-bwd" > "$out/grid-bwd.log" 2>&1
-      timeout 80 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_GRID --versions persistent full --ops gelu \
-        --dirs fwd bwd --out "$out/grid-gelu" > "$out/grid-gelu.log" 2>&1
-      grep -h "^|" "$out"/wide.log "$out"/grid-bwd.log "$out"/grid-gelu.log
-      grep -h "plan:" "$out"/wide.log | sort -u ;;
-    ncu)
-      XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 200 \
-        ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
-        --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
-        python3 benchmarks/ncu_profile.py layer_norm:fwd:bfloat16:768 layer_norm:fwd:bfloat16:12288:ours \
-        rms_norm:fwd:bfloat16:768:ours layer_norm:fwd:float32:768:ours softmax:bwd:float32:50257:ours copy \
-        > "$out/ncu.txt" 2>&1
-      grep -E "^  [a-zA-Z_v]|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issued Warp|Warp Cycles Per Issued" \
-        "$out/ncu.txt" | head -80 ;;
-  esac
-  echo "== $stage: $((SECONDS - t0)) s"
-done
-ab_pack ab-v7
+ab_run ab-v7

@@ -30,7 +30,7 @@ source "$(dirname "$0")/ab_lib.sh"
 
 stage_build() {
   ab_build_old &
-  ab_build || return 1
+  ab_build || exit 1
   wait
 }
 
