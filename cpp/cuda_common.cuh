@@ -874,10 +874,16 @@ __device__ __forceinline__ void load_param_at(const ParamView& p, const RowColCu
   }
 }
 
-// Whether a launch under mode M may take V-element packs: a flat run of packs (kScalars) or each row's.
-template <typename T, ParamMode M>
-bool vectorizable_in(int64_t rows, int64_t cols, std::initializer_list<const void*> buffers) {
-  return vectorizable<T>(M == ParamMode::kScalars ? rows * cols : cols, buffers);
+// Calls f(ParamModeTag<M>{}, std::integral_constant<int, V>{}) with the launch's parameter mode M and
+// pack width V: kVec<T> where the packs are aligned — a flat run of packs under kScalars, each row's
+// otherwise — and every buffer is 16-byte aligned, else 1.
+template <typename T, typename F>
+ffi::Error with_param_mode_and_vec(const ParamView& scale, const ParamView& bias, const RowShape& s,
+                                   std::initializer_list<const void*> buffers, F&& f) {
+  return with_param_mode(param_mode(scale, bias, s.rows), [&](auto mode) {
+    constexpr bool kFlat = decltype(mode)::value == ParamMode::kScalars;
+    return with_vec<T>(vectorizable<T>(kFlat ? s.size() : s.cols, buffers), [&](auto vec) { return f(mode, vec); });
+  });
 }
 
 // ---- Deterministic column sums (parameter gradients) -------------------------------------------------

@@ -21,7 +21,7 @@ template <typename T>
 inline constexpr int kFwdBlocksPerSm = sizeof(T) == 2 ? 3 : 4;
 
 // gelu_fwd: elementwise grid-stride loop over V-element packs (16-byte accesses when the packs and the
-// buffers are aligned: vectorizable_in), batched loads; each pack's (row, column), for the parameters
+// buffers are aligned: with_param_mode_and_vec), batched loads; each pack's (row, column), for the parameters
 // (ParamMode M), is tracked incrementally, and not at all when both are attributes.
 template <typename T, int V, ParamMode M>
 __global__ void __launch_bounds__(kElemBlock, kFwdBlocksPerSm<T>)
@@ -193,14 +193,12 @@ ffi::Error GeluFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(y->untyped_data());
-    return with_param_mode(param_mode(sv, bv, s.rows), [&](auto mode) {
+    return with_param_mode_and_vec<T>(sv, bv, s, {xp, yp, sv.data, bv.data}, [&](auto mode, auto vec) {
       constexpr ParamMode M = decltype(mode)::value;
-      return with_vec<T>(vectorizable_in<T, M>(s.rows, s.cols, {xp, yp, sv.data, bv.data}), [&](auto vec) {
-        constexpr int V = decltype(vec)::value;
-        return launch(gelu_fwd_kernel<T, V, M>,
-                      elementwise_grid(dev, s.size() / V, kBatch<T, V, 1, kFwdBatchRegs>), dim3(kElemBlock), 0,
-                      stream, "gelu_fwd", xp, sv, bv, scale_value, bias_value, yp, s.rows, s.cols);
-      });
+      constexpr int V = decltype(vec)::value;
+      return launch(gelu_fwd_kernel<T, V, M>, elementwise_grid(dev, s.size() / V, kBatch<T, V, 1, kFwdBatchRegs>),
+                    dim3(kElemBlock), 0, stream, "gelu_fwd", xp, sv, bv, scale_value, bias_value, yp, s.rows,
+                    s.cols);
     });
   });
 }
@@ -257,14 +255,12 @@ ffi::Error GeluBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
       const GeluGradElem<T> elem{xp, dyp, dxp, sv, bv, scale_value, bias_value, s.cols};
       return launch_column_sums(stream, elem, s.cols, gs, gb, "gelu_bwd");
     }
-    return with_param_mode(param_mode(sv, bv, s.rows), [&](auto mode) {
+    return with_param_mode_and_vec<T>(sv, bv, s, {xp, dyp, dxp, sv.data, bv.data}, [&](auto mode, auto vec) {
       constexpr ParamMode M = decltype(mode)::value;
-      return with_vec<T>(vectorizable_in<T, M>(s.rows, s.cols, {xp, dyp, dxp, sv.data, bv.data}), [&](auto vec) {
-        constexpr int V = decltype(vec)::value;
-        return launch(gelu_bwd_kernel<T, V, M>,
-                      elementwise_grid(dev, s.size() / V, kBatch<T, V, 2, kParamBatchRegs>), dim3(kElemBlock), 0,
-                      stream, "gelu_bwd", xp, sv, bv, scale_value, bias_value, dyp, dxp, s.rows, s.cols);
-      });
+      constexpr int V = decltype(vec)::value;
+      return launch(gelu_bwd_kernel<T, V, M>, elementwise_grid(dev, s.size() / V, kBatch<T, V, 2, kParamBatchRegs>),
+                    dim3(kElemBlock), 0, stream, "gelu_bwd", xp, sv, bv, scale_value, bias_value, dyp, dxp,
+                    s.rows, s.cols);
     });
   });
 }
