@@ -6,10 +6,9 @@
 // On the GPU exp and the division use the hardware's approximations (ex2.approx.ftz of a pre-scaled
 // argument; rcp.approx.ftz, 1 ulp), and the forward a shorter form (gelu below). With the accurate expf
 // and IEEE division the kernel was compute-bound on the H200 (bf16 at 2^28 elements: 2.4 TB/s against
-// a 3.9 TB/s copy). Their error here stays a few
-// float32 ulp: the argument of exp is <= 0 and the divisor 1 + e lies in [1, 2], where both are at their
-// best; a large |z| only perturbs e, which is then negligible beside 1. (tanh.approx, ~2^-11 relative,
-// is not used.)
+// a 3.9 TB/s copy). Their error here stays a few float32 ulp: the argument of exp is <= 0 and the
+// divisor 1 + e lies in [1, 2], where both are at their best; a large |z| only perturbs e, which is then
+// negligible beside 1. (tanh.approx, ~2^-11 relative, is not used.)
 #pragma once
 
 #include <cmath>
