@@ -39,7 +39,9 @@
 // or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
 // scalar accesses.
-// Forward v5 (the default) = v3's register classes + the one-buffer bulk-copy cluster (f32 from shared
+// Forward v9 (the default) = v5, but rows of 4096 (16-bit: 2048) < C <= 32768 take block rows of 8
+// packs per thread (twice the bytes in flight; up to 1024-thread CTAs, no cluster: launch_fwd_wide).
+// Forward v5 = v3's register classes + the one-buffer bulk-copy cluster (f32 from shared
 // memory, 16-bit types through registers unless reading the buffer needs fewer CTAs per cluster;
 // launch_fwd_tma); v3's two-buffer one is JAX_MEMOPS_SOFTMAX_FWD=v3.
 // Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh): the sub-warp and block classes
@@ -200,14 +202,53 @@ ffi::Error launch_persistent(const DeviceInfo& dev, cudaStream_t stream, int64_t
                 args...);
 }
 
+// A cluster's CTA size and the largest cluster of such CTAs to try.
+struct ClusterShape {
+  int block, max_k;
+};
+
+// One row per cluster of k CTAs of ClusterK (args..., rows, int cols, block), a persistent grid of
+// clusters: the first of `shapes` whose k = ceil(C / (elems x block)) is at most its max_k (and above
+// an earlier shape's max_k for the same block: already tried) and can be resident. *launched = false
+// (and success) when none launches (the caller's fallback takes the rows).
+template <auto ClusterK, typename... A>
+ffi::Error launch_cluster_rows(const DeviceInfo& dev, cudaStream_t stream, RowShape s, int elems,
+                               std::initializer_list<ClusterShape> shapes, bool* launched, const char* what,
+                               A... args) {
+  *launched = false;
+  int tried_k[2] = {0, 0};  // the largest max_k tried so far, per CTA size (512, 1024)
+  for (const ClusterShape c : shapes) {
+    const int64_t k = ceil_div(s.cols, int64_t{elems} * c.block);
+    int& tried = tried_k[c.block == kMaxBlock ? 1 : 0];
+    const bool skip = k > c.max_k || k <= tried;
+    tried = std::max(tried, c.max_k);
+    if (skip) continue;
+    const int active = active_clusters<ClusterK>(dev, c.block, static_cast<int>(k));
+    if (active == 0) continue;
+    const int64_t clusters = std::min<int64_t>(s.rows, active);
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * k)), c.block,
+                                                  static_cast<int>(k), stream, &attr);
+    if (cudaLaunchKernelEx(&cfg, ClusterK, args..., s.rows, static_cast<int>(s.cols), c.block) == cudaSuccess) {
+      *launched = true;
+      return check_launch(what);
+    }
+    (void)cudaGetLastError();  // a configuration error: fall back to the next shape or class
+  }
+  return ffi::Error::Success();
+}
+
+// The order in which launch_auto tries cluster shapes (its comment).
+enum class ClusterOrder { kV2, kV9, kFullFirst };
+
 // Launches the "auto" size class for shape s (see the table above). RowsK / ClusterK take
 // (args..., rows, int cols, tpr), StreamK / ScalarK (args..., rows, int64 cols); `elems` is what one
 // thread of RowsK / ClusterK holds; `vec`: the buffers share their address modulo 16 (then the
 // kernels use packs of `vec_width` elements, else ScalarK runs). kRowsGrid: the sub-warp and block
 // classes' grid (the backward's: full, v7; the v2 forward's: persistent, as it was measured).
 template <auto RowsK, auto ClusterK, auto StreamK, auto ScalarK, Grid kRowsGrid, typename... A>
-ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width, bool vec, const char* what,
-                       A... args) {
+ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width, bool vec, ClusterOrder order,
+                       const char* what, A... args) {
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
   if (vec && s.cols <= int64_t{elems} * kMaxBlock * kMaxCluster) {
@@ -220,27 +261,26 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
                                                  args..., s.rows, cols, tpr);
     }
     if (dev.cc_major >= 9) {
-      // Cluster class: 512-thread CTAs (2 per SM) when up to 8 of them hold the row, else up to 16 (a
-      // non-portable size), else 8 CTAs of 1024 threads (1 per SM: no overlap of one CTA's loads with
-      // another's reduction within an SM).
-      struct Shape {
-        int block, max_k;
-      };
-      for (const Shape c : {Shape{kMaxBlock / 2, kMaxCluster}, Shape{kMaxBlock / 2, kMaxClusterNonPortable},
-                            Shape{kMaxBlock, kMaxCluster}}) {
-        const int64_t k = ceil_div(s.cols, int64_t{elems} * c.block);
-        if (k > c.max_k || (c.max_k > kMaxCluster && k <= kMaxCluster)) continue;  // too few, or tried
-        const int active = active_clusters<ClusterK>(dev, c.block, static_cast<int>(k));
-        if (active == 0) continue;
-        const int64_t clusters = std::min<int64_t>(s.rows, active);
-        cudaLaunchAttribute attr;
-        const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * k)), c.block,
-                                                      static_cast<int>(k), stream, &attr);
-        if (cudaLaunchKernelEx(&cfg, ClusterK, args..., s.rows, cols, c.block) == cudaSuccess) {
-          return check_launch(what);
-        }
-        (void)cudaGetLastError();  // a configuration error: fall back to the next shape or class
+      // Cluster class: 512-thread CTAs (2 per SM) when up to 8 of them hold the row, else 8 CTAs of 1024
+      // threads (1 per SM: no overlap of one CTA's loads with another's reduction within an SM), else 16
+      // (a non-portable size) of 512 — v9 put the 1024-thread octet before the 512-thread 16: the f32
+      // backward at C = 131072 measured +10% (RESULTS.md, "v9"); the v2 forward keeps v2's order.
+      // kFullFirst (A/B): 1024-thread CTAs first (half the k: measured -8 to +10%, mixed).
+      constexpr ClusterShape kHalf8{kMaxBlock / 2, kMaxCluster}, kHalf16{kMaxBlock / 2, kMaxClusterNonPortable};
+      constexpr ClusterShape kFull8{kMaxBlock, kMaxCluster}, kFull16{kMaxBlock, kMaxClusterNonPortable};
+      bool launched = false;
+      ffi::Error err = ffi::Error::Success();
+      if (order == ClusterOrder::kFullFirst) {
+        err = launch_cluster_rows<ClusterK>(dev, stream, s, elems, {kFull8, kFull16, kHalf8, kHalf16}, &launched,
+                                            what, args...);
+      } else if (order == ClusterOrder::kV9) {
+        err = launch_cluster_rows<ClusterK>(dev, stream, s, elems, {kHalf8, kFull8, kHalf16}, &launched, what,
+                                            args...);
+      } else {
+        err = launch_cluster_rows<ClusterK>(dev, stream, s, elems, {kHalf8, kHalf16, kFull8}, &launched, what,
+                                            args...);
       }
+      if (err.failure() || launched) return err;
     }
     if (rt <= kMaxBlock) {  // no cluster: one 1024-thread CTA per row
       return launch_persistent<RowsK>(dev, stream, s.rows, kMaxBlock, what, args..., s.rows, cols, kMaxBlock);
@@ -256,17 +296,20 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v5 by default: v3's register classes (no prefetch) and, for long
-// rows, the bulk-copy cluster with one row buffer per CTA (softmax_fwd_tma.cuh): f32 reads it from shared
-// memory in each pass (S = 1), 16-bit types copy it into registers once and refill the buffer at once
-// (NP = 8 or 16) unless reading the buffer plans a smaller cluster. For A/B benchmarks only, the
-// environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects "v5-s1" / "v5-reg" (one of
-// the two for every dtype), "v3" (the two-buffer bulk-copy cluster), "v3-prefetch" (that, and the
-// register classes prefetch the next row group; two raw register sets, two exps per element), "v2" (the
-// v2 kernels everywhere) or "v7-512" (v5's rule and variants with 512-thread CTAs in the bulk-copy
-// cluster; measured 0.92-1.13x of v5, mixed by shape, so not the default: RESULTS.md, "v7"). Any other
-// value: v5. The backward is the same in all of them.
-enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide };
+// Which forward kernels "auto" runs. v9 by default: v5, except rows of kWideMinCols < C <= kWideMaxCols,
+// which take register rows of 8 packs per thread (launch_fwd_wide). v5: v3's register classes (no
+// prefetch) and, for long rows, the bulk-copy cluster with one row buffer per CTA (softmax_fwd_tma.cuh):
+// f32 reads it from shared memory in each pass (S = 1), 16-bit types copy it into registers once and
+// refill the buffer at once (NP = 8 or 16) unless reading the buffer plans a smaller cluster. For A/B
+// benchmarks only, the environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects "v5"
+// (the default before v9), "v5-s1" / "v5-reg" (one of v5's two for every dtype), "v3" (the two-buffer
+// bulk-copy cluster), "v3-prefetch" (that, and the register classes prefetch the next row group; two raw
+// register sets, two exps per element), "v2" (the v2 kernels everywhere), "v7-512" (v5's rule and
+// variants with 512-thread CTAs in the bulk-copy cluster; measured 0.92-1.13x of v5, mixed by shape:
+// RESULTS.md, "v7") or "v9-wide" / "v9-wide-512" (8-pack rows wherever they fit, on CTAs of up to 1024 /
+// 512 threads and clusters of them; RESULTS.md, "v9"). Any other value: v9. The backward is the same in
+// all of them.
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512 };
 
 FwdVersion fwd_version() {
   static const FwdVersion version = [] {
@@ -277,7 +320,10 @@ FwdVersion fwd_version() {
     if (v == "v5-s1") return FwdVersion::kV5S1;
     if (v == "v5-reg") return FwdVersion::kV5Reg;
     if (v == "v7-512") return FwdVersion::kV7Wide;
-    return FwdVersion::kV5;
+    if (v == "v9-wide") return FwdVersion::kV9Wide;
+    if (v == "v9-wide-512") return FwdVersion::kV9Wide512;
+    if (v == "v5") return FwdVersion::kV5;
+    return FwdVersion::kV9;
   }();
   return version;
 }
@@ -436,6 +482,40 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   }
 }
 
+// Register rows of 8 packs per thread (v3's kernel; 128 KB of loads in flight per SM where v3's 4 packs
+// give 64 KB): sub-warp and block rows up to `max_block` threads (f32 C <= 32768, 16-bit 65536 at 1024),
+// longer rows one per cluster of up to 16 CTAs of max_block threads. v9's default takes them for
+// kWideMinCols < C <= kWideMaxCols (block rows of 64..1024 threads): measured on the H200 against v5
+// (RESULTS.md, "v9") +6 to +16% there (f32 8192: 89 -> 94% of the copy, 32768: 86 -> 91%; bf16 8192:
+// 81 -> 94%, 32768: 82 -> 99%, where v5 ran 512-thread block rows or a bulk-copy cluster), f32 1024-4096
+// within the noise (its two exps per element against v3's one), 2-8% slower for sub-warp rows (fewer
+// threads per row) and for rows on clusters (50257-131072: v5's bulk copy stays).
+template <typename T>
+constexpr int64_t kWideMinCols = sizeof(T) == 4 ? 4096 : 2048;
+constexpr int64_t kWideMaxCols = 32768;
+
+template <typename T>
+ffi::Error launch_fwd_wide(const DeviceInfo& dev, cudaStream_t stream, RowShape s, int max_block, const T* x, T* y,
+                           bool* launched) {
+  constexpr int kPacks = 8;
+  constexpr bool kKeep = false;  // raw packs, two exps per element (f32's kept exps spill 136-180 bytes)
+  constexpr int elems = kPacks * kVec<T>;
+  *launched = false;
+  const int64_t rt = std::max<int64_t>(smx::kMinTpr, next_pow2(ceil_div(s.cols, elems)));
+  if (rt <= max_block) {
+    const int tpr = static_cast<int>(rt);
+    const int block = tpr <= 32 ? smx::kSubWarpBlock : tpr;
+    *launched = true;
+    return launch_persistent<smx::softmax_fwd_regs_kernel<T, kPacks, kKeep, false>, Grid::kFull>(
+        dev, stream, ceil_div(s.rows, block / tpr), block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols),
+        tpr);
+  }
+  if (dev.cc_major < 9) return ffi::Error::Success();
+  return launch_cluster_rows<smx::softmax_fwd_regs_kernel<T, kPacks, kKeep, false, true>>(
+      dev, stream, s, elems, {ClusterShape{max_block, kMaxCluster}, ClusterShape{max_block, kMaxClusterNonPortable}},
+      launched, "softmax_fwd (register cluster)", x, y);
+}
+
 // The v3/v5 forward where it applies (16-byte accesses; sub-warp and block classes by the register
 // kernel, longer rows by the bulk-copy cluster on sm_90); *launched = false elsewhere (the v2 classes
 // then run: the register cluster where no bulk-copy one can launch, the 1024-thread CTA, stream).
@@ -446,6 +526,14 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
+  const bool wide_default = version == FwdVersion::kV9 && s.cols > kWideMinCols<T> && s.cols <= kWideMaxCols;
+  if (wide_default || version == FwdVersion::kV9Wide || version == FwdVersion::kV9Wide512) {
+    const int max_block = version == FwdVersion::kV9Wide512 ? kMaxBlock / 2 : kMaxBlock;
+    if (auto err = launch_fwd_wide(dev, stream, s, max_block, x, y, launched); err.failure() || *launched) return err;
+  }
+  if (version == FwdVersion::kV9 || version == FwdVersion::kV9Wide || version == FwdVersion::kV9Wide512) {
+    version = FwdVersion::kV5;  // elsewhere v5
+  }
   const bool prefetch = version == FwdVersion::kV3Prefetch;
   const int64_t rt = std::max<int64_t>(smx::kMinTpr, next_pow2(ceil_div(s.cols, smx::fwd_elems_per_thread<T>())));
   if (rt <= kMaxBlock / 2) {  // sub-warp and block classes
@@ -493,8 +581,21 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
     return launch_auto<smx::softmax_fwd_rows_kernel<T, false>, smx::softmax_fwd_rows_kernel<T, true>,
                        smx::softmax_fwd_stream_kernel<T, kVec<T>>, smx::softmax_fwd_stream_kernel<T, 1>,
                        Grid::kPersistent>(
-        stream, s, smx::fwd_elems_per_thread<T>(), kVec<T>, vec, "softmax_fwd", xp, yp);
+        stream, s, smx::fwd_elems_per_thread<T>(), kVec<T>, vec, ClusterOrder::kV2, "softmax_fwd", xp, yp);
   });
+}
+
+// JAX_MEMOPS_SOFTMAX_BWD (A/B, read once per process): "v9-1024": the backward's register clusters try
+// 1024-thread CTAs (1 per SM, half the cluster size) before 512-thread ones; "v8": v2's order (16 CTAs of
+// 512 threads before 8 of 1024). Any other value: v9's order (launch_auto).
+ClusterOrder bwd_cluster_order() {
+  static const ClusterOrder order = [] {
+    const std::string v = env_value("JAX_MEMOPS_SOFTMAX_BWD");
+    if (v == "v9-1024") return ClusterOrder::kFullFirst;
+    if (v == "v8") return ClusterOrder::kV2;
+    return ClusterOrder::kV9;
+  }();
+  return order;
 }
 
 ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
@@ -513,8 +614,8 @@ ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
     return launch_auto<smx::softmax_bwd_rows_kernel<T, false>, smx::softmax_bwd_rows_kernel<T, true>,
                        smx::softmax_bwd_stream_kernel<T, kVec<T>>, smx::softmax_bwd_stream_kernel<T, 1>,
                        Grid::kFull>(
-        stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, same_alignment({yp, dyp, dxp}), "softmax_bwd", yp, dyp,
-        dxp);
+        stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, same_alignment({yp, dyp, dxp}), bwd_cluster_order(),
+        "softmax_bwd", yp, dyp, dxp);
   });
 }
 

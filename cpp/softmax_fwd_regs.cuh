@@ -35,13 +35,14 @@ struct MaxNanOp {
 
 // kKeepExp: keep the exps as floats (one exp per element; f32 only fits 64 registers), else the raw
 // packs (exp again at the output); kPrefetch: two register sets of N packs, the next row group's
-// loads issued before the current one is worked on.
-template <typename T, int N, bool kKeepExp, bool kPrefetch>
+// loads issued before the current one is worked on; kCluster: one row per thread-block cluster (the
+// (max, sum) merge through DSMEM, softmax_rows.cuh), else sub-warp or block rows.
+template <typename T, int N, bool kKeepExp, bool kPrefetch, bool kCluster = false>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_fwd_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int tpr) {
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
-  const RowIter<false> it(tpr);
+  const RowIter<kCluster> it(tpr);
 
   // The body packs of this thread's row in row group `base` (none past the last row).
   auto load_group = [&](int64_t base, P (&p)[N]) {
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
 
     T* yr = y + (valid ? row : 0) * int64_t{cols};
     T* yb = yr + sp.head;
-    const bool sub_warp = tpr <= 32;  // uniform over the grid
+    const bool sub_warp = !kCluster && tpr <= 32;  // uniform over the grid
 
     // The thread's max m over its packs and edges (edges: re-read from L1 at each use, not kept).
     float v[kKeepExp ? N : 1][V];  // kKeepExp: the packs as floats, then their exps
@@ -123,7 +124,7 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
       s += ex2_ftz((to_float(xr[sp.edge_col(e, cols)]) - ref) * kLog2e);
     }
     const MaxSum row_ms = sub_warp ? MaxSum{row_max, butterfly<AddOp>(s, tpr)}
-                                   : row_reduce<MergeOp, false>(MaxSum{m, s}, tpr, parity);
+                                   : row_reduce<MergeOp, kCluster>(MaxSum{m, s}, tpr, parity);
     const float inv_s = 1.0f / row_ms.s;
 
     // y = exp(x - M) / S. Kept exps: e * inv_s (sub-warp: e is relative to M already) or
@@ -147,6 +148,7 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
     }
     write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
   }
+  if constexpr (kCluster) cluster_sync();  // keep this CTA's shared memory alive for the others' reads
 }
 
 }  // namespace jm::cuda::smx

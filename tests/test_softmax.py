@@ -440,14 +440,15 @@ def test_kernels_reject_unknown_index(device, index):
 # ----------------------------------------------------------------------------------------------
 
 # A thread holds 16 f32 / 32 bf16-f16 row elements: sub-warp rows (4..32 threads) up to C = 512 / 1024,
-# one block per row up to 8192 / 16384; beyond, the forward (v5, sm_90) takes the bulk-copy cluster of k
-# CTAs, each holding ceil(C / 4 or 8 / k) 16-byte packs once in shared memory (16-bit: copied into
-# registers of 8 or 16 packs per thread up to 16 x 4096 packs, C = 524288), k the smallest size with 2
-# CTAs per SM where one exists (H200: f32 k = 1 at 8193..16385, 2 at 32768 and 50257, 8 at 131072;
-# 16-bit k = 1 at 16385..32768, 2 at 50257, 8 at 131072), one buffer up to 16 x ~226 KB per row (f32 ~925K, so 1000003 is
-# the stream class; 16-bit 1000003: one buffer, past the registers' limit); the backward (and the forward on
-# other GPUs) a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512 threads: 65536 / 131072), the
-# stream class beyond. Values on both sides of each limit; C
+# one block per row up to 8192 / 16384 — but the forward (v9) gives rows of 4097 (16-bit 2049) .. 32768
+# 8 packs per thread, one block of up to 1024 threads; beyond, the forward (v5, sm_90) takes the
+# bulk-copy cluster of k CTAs, each holding ceil(C / 4 or 8 / k) 16-byte packs once in shared memory
+# (16-bit: copied into registers of 8 or 16 packs per thread up to 16 x 4096 packs, C = 524288), k the
+# smallest size with 2 CTAs per SM where one exists (H200: f32 k = 2 at 50257, 8 at 131072; 16-bit k = 1
+# at 50257, 4 at 131072: the buffer where it plans a smaller cluster than registers), one buffer up to 16 x ~226 KB per row (f32 ~925K, so 1000003 is the stream
+# class; 16-bit 1000003: one buffer, past the registers' limit); the backward (and the forward on other
+# GPUs) a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512 threads: 65536 / 131072; 8 of 1024
+# before 16 of 512), the stream class beyond. Values on both sides of each limit; C
 CLASS_COLS = [1, 2, 7, 31, 33, 127, 128, 129, 512, 513, 1000, 1023, 1024, 1025, 2047, 4096, 4097, 8191,
               8192, 8193, 12289, 16384, 16385, 32768, 50257, 65536, 65537, 131072, 131073, 262144, 262147,
               600001, 1000003]
@@ -558,7 +559,7 @@ for dtype in mt.DTYPES:
 print("OK")
 """
 VERSION_SHAPES = [(40000, 33), (5000, 255), (5000, 256), (3000, 257), (300, 1000), (600, 4095), (50, 4097),
-                  (600, 8192), (20, 8193), (300, 50257), (40, 131072), (3, 600001)]
+                  (600, 8192), (20, 8193), (30, 20000), (300, 50257), (40, 131072), (3, 600001)]
 
 
 def _run_script(script, shapes, **env_vars):
@@ -571,7 +572,8 @@ def _run_fwd_script(shapes, **env_vars):
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5-s1", "v5-reg", "v7-512"])
+@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9-wide",
+                                     "v9-wide-512"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
@@ -616,6 +618,16 @@ BWD_GRID_SHAPES = [(40000, 33), (5000, 255), (3000, 257), (300, 1000), (50, 4097
 def test_gpu_grid(gpu, grid):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_GRID=grid)
     _run_script(_BWD_SCRIPT, BWD_GRID_SHAPES, JAX_MEMOPS_GRID=grid)
+
+
+# The backward's A/B switch JAX_MEMOPS_SOFTMAX_BWD (cpp/softmax.cu): v9-1024 takes 1024-thread CTAs in the
+# register clusters first (8193: k = 1 of 1024 threads; 50257: 4; 262147: beyond 8 x 1024 x 16, the
+# stream), v8 the 16 CTAs of 512 threads before 8 of 1024 (f32 131072; the default: 8 of 1024).
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["v9-1024", "v8"])
+def test_gpu_bwd_versions(gpu, version):
+    _run_script(_BWD_SCRIPT, BWD_GRID_SHAPES + [(40, 131072)], JAX_MEMOPS_SOFTMAX_BWD=version)
 
 
 # The bulk-copy cluster plans (cpp/softmax.cu launch_fwd_tma) under their rules ("") and with the cluster
