@@ -30,15 +30,6 @@
 
 namespace jm::cuda {
 
-// param_row for a row r >= 0 of int range: the group index by a 32-bit division (r >= rows_per_group
-// there, so the divisor fits too).
-__device__ __forceinline__ const float* param_row_u32(const ParamView& p, int r, int64_t cols) {
-  if (p.data == nullptr) return nullptr;
-  const uint32_t group =
-      r < p.rows_per_group ? 0u : static_cast<uint32_t>(r) / static_cast<uint32_t>(p.rows_per_group);
-  return p.data + int64_t{group} * cols;
-}
-
 template <typename T, bool kRms, bool kBlockRow>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
                                   kBlockRow ? 2 : kRms ? 5 : 4)

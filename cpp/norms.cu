@@ -28,13 +28,18 @@ namespace {
 // v3 in f32 (faster at 9 of 10 shapes) and 0.94-1.04x in bf16 (slower at 5 of 10: v3's 8 packs of 8
 // elements already keep enough bytes in flight).
 // For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them
-// for every dtype. The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4 };
+// for every dtype; =v9-6: the default, but v3's team rows take 6 packs per thread at 64 registers
+// (kRowPacksTeam6: 4 x 256 threads per SM instead of 3) where that needs no more threads per row than 8
+// packs (16-bit C = 768: 96 packs on 16 threads). The backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4, kV9Team6 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = [] {
     const std::string s = env_value("JAX_MEMOPS_NORM_FWD");
-    return s == "v3" ? NormFwd::kV3 : s == "v4" ? NormFwd::kV4 : NormFwd::kByDtype;
+    if (s == "v3") return NormFwd::kV3;
+    if (s == "v4") return NormFwd::kV4;
+    if (s == "v9-6") return NormFwd::kV9Team6;
+    return NormFwd::kByDtype;
   }();
   return v;
 }
@@ -42,7 +47,7 @@ NormFwd norm_fwd_version() {
 template <typename T>
 bool norm_fwd_half() {
   const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kV4 || (v == NormFwd::kByDtype && sizeof(T) == 4);
+  return v == NormFwd::kV4 || ((v == NormFwd::kByDtype || v == NormFwd::kV9Team6) && sizeof(T) == 4);
 }
 
 // norm_fwd (v1, the fallback beyond norm_rows.cuh's classes): `tpr` threads per row (see RowPlan),
@@ -365,6 +370,16 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
       if (const RowsPlan half = plan_norm_rows<T, kRowPacksHalf>(s.cols); half.ok) {
         plan = half;
         return plan.block_rows ? run(norm_fwd_half_kernel<T, kRms, true>) : run(norm_fwd_half_kernel<T, kRms, false>);
+      }
+    }
+    // v9-6 (A/B): team rows of 6 packs; param_row_u32's 32-bit rows need rows + a block's rows <= INT_MAX.
+    if constexpr (sizeof(T) == 2) {  // f32 runs v4 under v9-6
+      if (same_split && plan.ok && !plan.block_rows && norm_fwd_version() == NormFwd::kV9Team6 &&
+          s.rows <= int64_t{INT_MAX} - kTeamBlock) {
+        if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
+          plan = six;
+          return run(norm_fwd_rows_kernel<T, kRms, false, kRowPacksTeam6>);
+        }
       }
     }
     if (plan.ok && same_split) {

@@ -461,7 +461,10 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
 
 # The norm forward versions (cpp/norms.cu), each forced for every dtype by JAX_MEMOPS_NORM_FWD (read once per
 # process, so each runs in a fresh interpreter): v4 (norm_fwd_half.cuh: 4 packs per thread; the f32
-# default) and v3 (norm_rows.cuh: 8 packs; the 16-bit default). Its classes, f32 / 16-bit:
+# default) and v3 (norm_rows.cuh: 8 packs; the 16-bit default); v9-6 (A/B: the default, but 16-bit team rows
+# of 6 packs where they need no more threads per row than 8: C <= 199, 769 and 768 here, 60001 x 64 and
+# 8001 x 768 with many rows, 301 x 769 misaligned, vmap's 3 x 5 x 33 with per-group parameters). Its
+# classes, f32 / 16-bit:
 #   team rows (tpr 4..32): C <= 515 / 1031 -- (1, 1), (7, 3), (300, 33) edges only or mostly; (60001, 64)
 #     many rows; (8001, 515) the last f32 team width (tpr 32), many rows;
 #   block rows (64..768 threads): (129, 516) f32 64 threads / team; (20, 1000); (300, 1001) misaligned;
@@ -481,7 +484,7 @@ gpu = jax.devices("gpu")[0]
 put = lambda *a: [jax.device_put(t, gpu) for t in a]
 rng = np.random.default_rng(19)
 shapes = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 515), (129, 516), (20, 1000), (300, 1001), (8001, 768),
-          (65, 1031), (65, 1032), (33, 4097), (700, 12288), (9, 12289), (5, 12291), (5, 12292), (5, 24583),
+          (301, 769), (65, 1031), (65, 1032), (33, 4097), (700, 12288), (9, 12289), (5, 12291), (5, 12292), (5, 24583),
           (3, 24584), (3, 50257)]
 ln, rms = jax.jit(jm.layer_norm), jax.jit(jm.rms_norm)
 ln0, rms0 = jax.jit(lambda t: jm.layer_norm(t)), jax.jit(lambda t: jm.rms_norm(t))
@@ -521,6 +524,7 @@ print("OK")
 """
 
 
-@pytest.mark.parametrize("version,grid", [("v4", ""), ("v3", ""), ("v4", "persistent"), ("v3", "persistent")])
+@pytest.mark.parametrize("version,grid", [("v4", ""), ("v3", ""), ("v4", "persistent"), ("v3", "persistent"),
+                                          ("v9-6", "")])
 def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid})
