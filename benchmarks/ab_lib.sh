@@ -5,6 +5,7 @@
 #   ab_build_old       build/old (an older commit's tree, carried to the device) into /tmp/oldsite, for
 #                      A/Bs by PYTHONPATH (softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "")
 #   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
+#   ab_run, ab_gpu_tests, ab_check, ab_against_old: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -53,6 +54,17 @@ ab_gpu_tests() {
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$2" python3 -P -m pytest -q -rfE -n 8 --timeout "${4:-150}" \
     -k "$3" tests > "$out/$1.log" 2>&1
   tail -n 1 "$out/$1.log"
+}
+
+# ab_check: compute-sanitizer memcheck and racecheck over sanitize.py's default and A/B workloads
+# (gpu_check.sh sanitize; logs into $out), then the > 2^31-element GPU tests, one at a time.
+ab_check() {
+  T_SAN=300 bash benchmarks/gpu_check.sh sanitize 2>&1 | tail -8
+  cp gpu-out/*.log gpu-out/*.rc "$out/" 2>/dev/null
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 240 python3 -P -m pytest -v -rfEs --timeout 200 \
+    -k "gpu and slow and big" tests > "$out/pytest-big.log" 2>&1
+  grep -E "PASSED|FAILED|SKIPPED|ERROR" "$out/pytest-big.log" | sed 's/ *\[.*//' | tail -15
+  tail -n 1 "$out/pytest-big.log"
 }
 
 # ab_against_old NAME BENCH-OPTIONS...: softmax_ab.py, build/old's install (/tmp/oldsite) against this

@@ -486,7 +486,7 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
 // give 64 KB): sub-warp and block rows up to `max_block` threads (f32 C <= 32768, 16-bit 65536 at 1024),
 // longer rows one per cluster of up to 16 CTAs of max_block threads. v9's default takes them for
 // kWideMinCols < C <= kWideMaxCols (block rows of 64..1024 threads): measured on the H200 against v5
-// (RESULTS.md, "v9") +6 to +16% there (f32 8192: 89 -> 94% of the copy, 32768: 86 -> 91%; bf16 8192:
+// (RESULTS.md, "v9") +4 to +16% there (f32 8192: 89 -> 94% of the copy, 32768: 86 -> 91%; bf16 8192:
 // 81 -> 94%, 32768: 82 -> 99%, where v5 ran 512-thread block rows or a bulk-copy cluster), f32 1024-4096
 // within the noise (its two exps per element against v3's one), 2-8% slower for sub-warp rows (fewer
 // threads per row) and for rows on clusters (50257-131072: v5's bulk copy stays).
