@@ -14,10 +14,10 @@
 // Both: __launch_bounds__ for 768 threads per SM (<= 80 registers, ptxas -v: 71-80, no spills); 128
 // bytes of loads in flight per thread, ~96 KiB per SM. (A/B, JAX_MEMOPS_NORM_FWD=v9-6: team rows of
 // N = 6 packs at 1024 threads per SM, 64 registers — RMSNorm spill-free, LayerNorm 28 bytes of spill
-// stores; for rows that 6 packs cover with as many threads as 8, e.g. 16-bit C = 768.) A persistent grid of exactly the resident
-// blocks (resident_blocks), rows strided over it, so no partial last wave: a block does at most one
-// row more than another. Longer rows, or x and y at different addresses modulo 16, take the v1 row
-// kernel of norms.cu (row cached in shared memory, batched loads).
+// stores; for rows that 6 packs cover with as many threads as 8, e.g. 16-bit C = 768.) A persistent
+// grid of exactly the resident blocks (resident_blocks), rows strided over it, so no partial last wave:
+// a block does at most one row more than another. Longer rows, or x and y at different addresses
+// modulo 16, take the v1 row kernel of norms.cu (row cached in shared memory, batched loads).
 //
 // Rows need not start on a 16-byte boundary (C % V != 0): each row is split into a scalar head, an
 // aligned body of 16-byte packs and a scalar tail (RowSpan). The edges (head + tail, < 2V elements) go

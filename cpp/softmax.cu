@@ -269,17 +269,12 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
       constexpr ClusterShape kHalf8{kMaxBlock / 2, kMaxCluster}, kHalf16{kMaxBlock / 2, kMaxClusterNonPortable};
       constexpr ClusterShape kFull8{kMaxBlock, kMaxCluster}, kFull16{kMaxBlock, kMaxClusterNonPortable};
       bool launched = false;
-      ffi::Error err = ffi::Error::Success();
-      if (order == ClusterOrder::kFullFirst) {
-        err = launch_cluster_rows<ClusterK>(dev, stream, s, elems, {kFull8, kFull16, kHalf8, kHalf16}, &launched,
-                                            what, args...);
-      } else if (order == ClusterOrder::kV9) {
-        err = launch_cluster_rows<ClusterK>(dev, stream, s, elems, {kHalf8, kFull8, kHalf16}, &launched, what,
-                                            args...);
-      } else {
-        err = launch_cluster_rows<ClusterK>(dev, stream, s, elems, {kHalf8, kHalf16, kFull8}, &launched, what,
-                                            args...);
-      }
+      const auto try_shapes = [&](std::initializer_list<ClusterShape> shapes) {
+        return launch_cluster_rows<ClusterK>(dev, stream, s, elems, shapes, &launched, what, args...);
+      };
+      ffi::Error err = order == ClusterOrder::kFullFirst ? try_shapes({kFull8, kFull16, kHalf8, kHalf16})
+                       : order == ClusterOrder::kV9      ? try_shapes({kHalf8, kFull8, kHalf16})
+                                                         : try_shapes({kHalf8, kHalf16, kFull8});
       if (err.failure() || launched) return err;
     }
     if (rt <= kMaxBlock) {  // no cluster: one 1024-thread CTA per row
