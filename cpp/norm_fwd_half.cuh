@@ -30,14 +30,16 @@
 
 namespace jm::cuda {
 
-template <typename T, bool kRms, bool kBlockRow>
+// N = kRowPacksTeam6 (team rows only; JAX_MEMOPS_NORM_FWD=v9-6, an A/B option): 6 packs per thread at
+// 4 x 256 threads per SM (<= 64 registers; ptxas -v: RMSNorm no spills, LayerNorm 32 bytes).
+template <typename T, bool kRms, bool kBlockRow, int N = kRowPacksHalf>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
-                                  kBlockRow ? 2 : kRms ? 5 : 4)
+                                  kBlockRow ? 2 : (kRms && N == kRowPacksHalf) ? 5 : 4)
     norm_fwd_half_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, T* __restrict__ y,
                          float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int cols,
                          float epsilon, int tpr) {
+  static_assert(N == kRowPacksHalf || !kBlockRow, "block rows: 4 packs (their 40-register bound)");
   constexpr int V = kVec<T>;
-  constexpr int N = kRowPacksHalf;
   using P = Pack<T, V>;
   const int tid = static_cast<int>(threadIdx.x);
   const int shift = kBlockRow ? 0 : __ffs(tpr) - 1;  // log2(tpr) for team rows

@@ -12,12 +12,10 @@
 //     reductions: shuffles, then the warps' sums through shared memory (one barrier each, double-
 //     buffered by row parity). C <= 768 * N * V + V - 1 (f32 24579, bf16/f16 49159).
 // Both: __launch_bounds__ for 768 threads per SM (<= 80 registers, ptxas -v: 71-80, no spills); 128
-// bytes of loads in flight per thread, ~96 KiB per SM. (A/B, JAX_MEMOPS_NORM_FWD=v9-6: team rows of
-// N = 6 packs at 1024 threads per SM, 64 registers — RMSNorm spill-free, LayerNorm 28 bytes of spill
-// stores; for rows that 6 packs cover with as many threads as 8, e.g. 16-bit C = 768.) A persistent
-// grid of exactly the resident blocks (resident_blocks), rows strided over it, so no partial last wave:
-// a block does at most one row more than another. Longer rows, or x and y at different addresses
-// modulo 16, take the v1 row kernel of norms.cu (row cached in shared memory, batched loads).
+// bytes of loads in flight per thread, ~96 KiB per SM. A persistent grid of exactly the resident
+// blocks (resident_blocks), rows strided over it, so no partial last wave: a block does at most one
+// row more than another. Longer rows, or x and y at different addresses modulo 16, take the v1 row
+// kernel of norms.cu (row cached in shared memory, batched loads).
 //
 // Rows need not start on a 16-byte boundary (C % V != 0): each row is split into a scalar head, an
 // aligned body of 16-byte packs and a scalar tail (RowSpan). The edges (head + tail, < 2V elements) go
@@ -48,8 +46,9 @@ inline constexpr int kRowPacks = 8;
 
 // v4 (norm_fwd_half.cuh; the f32 default, norms.cu): half the packs per thread.
 inline constexpr int kRowPacksHalf = 4;
-// v9 (A/B): team rows of 6 packs per thread at 64 registers (C = 768 in 16-bit: 96 packs on 16 threads,
-// every slot used; with 8 packs a thread holds 2 empty slots at 80 registers).
+// v9-6 (A/B; norm_fwd_half.cuh's kernel at N = 6): 16-bit team rows of 6 packs per thread at 64
+// registers (C = 768: 96 packs on 16 threads, every slot used; with 8 packs a thread holds 2 empty
+// slots at 80 registers).
 inline constexpr int kRowPacksTeam6 = 6;
 
 // param_row for a row r >= 0 of int range: the group index by a 32-bit division (r >= rows_per_group
@@ -176,25 +175,16 @@ __device__ __forceinline__ RowParamAccess row_param_access(const float* srow, co
   return {vec, vec && srow != nullptr && (kRms || brow != nullptr)};
 }
 
-// N packs per thread: kRowPacks (768 threads per SM, <= 80 registers), or kRowPacksTeam6 for team rows
-// only (1024 threads per SM, <= 64 registers).
-template <typename T, bool kRms, bool kBlockRow, int N = kRowPacks<T>>
+template <typename T, bool kRms, bool kBlockRow>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
-                                  kBlockRow ? 1 : (N == kRowPacks<T> ? kMaxRowBlock : 1024) / kTeamBlock)
+                                  kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
     norm_fwd_rows_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, T* __restrict__ y,
                          float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int cols,
                          float epsilon, int tpr) {
   constexpr int V = kVec<T>;
-  // kLean (the 64-register team rows): v4's register savings — 1 / C once and products (the IEEE
-  // division's slow-path call clobbers registers), param_row_u32 (rows <= INT_MAX, the host checks).
-  constexpr bool kLean = N != kRowPacks<T>;
+  constexpr int N = kRowPacks<T>;
   const RowTeam<kBlockRow> tm(tpr);
   const float fcols = static_cast<float>(cols);
-  const float inv_cols = 1.0f / fcols;
-  const auto per_col = [&](float sum) { return kLean ? sum * inv_cols : sum / fcols; };
-  const auto param_row_of = [&](const ParamView& p, int64_t row) {
-    return kLean ? param_row_u32(p, static_cast<int>(row), cols) : param_row(p, row, cols);
-  };
   int parity = 0;
   for (int64_t base = tm.first; base < rows; base += tm.step, parity ^= 1) {
     const int64_t row = base + tm.group;
@@ -207,11 +197,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const int i = tm.lane + k * tm.rt;
-      if constexpr (kLean) {
-        raw[k] = load_stream_or<V>(xr + sp.head, i, i < sp.body, 0u);  // no predicated copies of packs
-      } else if (i < sp.body) {
-        raw[k] = load_stream<V>(xr + sp.head, i);
-      }
+      if (i < sp.body) raw[k] = load_stream<V>(xr + sp.head, i);
     }
     // This thread's first edge, loaded with the body (no second round trip to memory for it).
     const float edge0 = tm.lane < sp.edges() ? to_float(xr[sp.edge_col(tm.lane, cols)]) : 0.0f;
@@ -228,9 +214,9 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
 
     float m1 = 0.0f, dmean = 0.0f, rstd;  // y = ((x - m1) - dmean) * rstd * scale + bias (pass 3: as an fma)
     if constexpr (kRms) {
-      rstd = rsqrtf(per_col(s1[0]) + epsilon);
+      rstd = rsqrtf(s1[0] / fcols + epsilon);
     } else {
-      m1 = per_col(s1[0]);
+      m1 = s1[0] / fcols;
       float s2[2] = {0.0f, 0.0f};  // sum(d), sum(d^2), d = x - m1
       row_pass(raw, edge0, xr, sp, cols, tm.lane, tm.rt, [&](const float(&v)[V], int count) {
 #pragma unroll
@@ -243,8 +229,8 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
         }
       });
       row_sums<kBlockRow>(s2, tpr, parity);
-      dmean = per_col(s2[0]);
-      float var = per_col(s2[1] - s2[0] * dmean);
+      dmean = s2[0] / fcols;
+      float var = (s2[1] - s2[0] * dmean) / fcols;
       if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
       rstd = rsqrtf(var + epsilon);
     }
@@ -253,8 +239,8 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     }
 
     // Pass 3: y.
-    const float* srow = valid ? param_row_of(scale, row) : nullptr;
-    const float* brow = valid ? param_row_of(bias, row) : nullptr;
+    const float* srow = valid ? param_row(scale, row, cols) : nullptr;
+    const float* brow = valid ? param_row(bias, row, cols) : nullptr;
     const RowParamAccess pa = row_param_access<kRms>(srow, brow, sp.head);
     T* yr = y + offset;
     const float shift = -dmean * rstd;  // y = ((x - m1) * rstd + shift) * scale + bias
@@ -265,21 +251,13 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
       for (int k = 0; k < N; ++k) {
         const int i = tm.lane + k * tm.rt;
         if (i < sp.body) {
-          // kLean: the parameters 4 columns (one float4 each) at a time, as v4 (fewer live registers).
-          constexpr int kCols = kLean ? 4 : V;
-          float v[V];
+          float v[V], s[V], b[V] = {};
           unpack_fresh(raw[k], v);
+          load_param_cols<V, kPlan>(srow, sp.head + i * V, pa.vec, 1.0f, s);
+          if (!(kDense && kRms)) load_param_cols<V, kPlan>(brow, sp.head + i * V, pa.vec, 0.0f, b);
           Pack<T, V> out;
 #pragma unroll
-          for (int q = 0; q < V / kCols; ++q) {
-            float s[kCols], b[kCols] = {};
-            load_param_cols<kCols, kPlan>(srow, sp.head + i * V + kCols * q, pa.vec, 1.0f, s);
-            if (!(kDense && kRms)) load_param_cols<kCols, kPlan>(brow, sp.head + i * V + kCols * q, pa.vec, 0.0f, b);
-#pragma unroll
-            for (int j = 0; j < kCols; ++j) {
-              out.v[kCols * q + j] = from_float<T>(fmaf(v[kCols * q + j] - m1, rstd, shift) * s[j] + b[j]);
-            }
-          }
+          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(fmaf(v[j] - m1, rstd, shift) * s[j] + b[j]);
           store_stream<V>(yr + sp.head, i, out);
         }
       }

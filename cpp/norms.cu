@@ -28,9 +28,9 @@ namespace {
 // v3 in f32 (faster at 9 of 10 shapes) and 0.94-1.04x in bf16 (slower at 5 of 10: v3's 8 packs of 8
 // elements already keep enough bytes in flight).
 // For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them
-// for every dtype; =v9-6: the default, but v3's team rows take 6 packs per thread at 64 registers
-// (kRowPacksTeam6: 4 x 256 threads per SM instead of 3) where that needs no more threads per row than 8
-// packs (16-bit C = 768: 96 packs on 16 threads). The backward is the same in all.
+// for every dtype; =v9-6: the default, but 16-bit team rows run v4's kernel with 6 packs per thread at
+// 64 registers (kRowPacksTeam6: 4 x 256 threads per SM, v3 3) where that needs no more threads per row
+// than v3's 8 packs (C = 768: 96 packs on 16 threads). The backward is the same in all.
 enum class NormFwd { kByDtype, kV3, kV4, kV9Team6 };
 
 NormFwd norm_fwd_version() {
@@ -378,7 +378,7 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
           s.rows <= int64_t{INT_MAX} - kTeamBlock) {
         if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
           plan = six;
-          return run(norm_fwd_rows_kernel<T, kRms, false, kRowPacksTeam6>);
+          return run(norm_fwd_half_kernel<T, kRms, false, kRowPacksTeam6>);
         }
       }
     }
