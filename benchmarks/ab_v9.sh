@@ -18,7 +18,6 @@
 #           against the default at C = 768, and its GPU test. Predicted: bf16 LayerNorm 84-88% -> >= 90%
 #           of the copy (96 KB of loads in flight per SM instead of 72).
 #   check   compute-sanitizer (gpu_check.sh sanitize) and the > 2^31-element tests; the GPU suite.
-# Prepared for the next lease (compile-checked only): ring (below).
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -61,22 +60,6 @@ stage_team6() {
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 100 python3 -P -m pytest -q -k "norm_forward_versions and v9" \
     tests/test_gpu.py > "$out/pytest-team6.log" 2>&1
   tail -n 1 "$out/pytest-team6.log"
-}
-
-# ring: JAX_MEMOPS_SOFTMAX_FWD=v9-ring (softmax_fwd_tma.cuh's NC = 4: the one-buffer bulk-copy kernel's
-# stage refilled part by part during the output pass) against the default on the long rows, its GPU
-# tests, and compute-sanitizer over the softmax workload under it. Predicted: f32 50257 / 131072 from
-# 80 / 77% of the copy toward 90% (a CTA's next row in flight through its output pass; the max pass
-# starts on the first part), 16-bit where one buffer runs (50257, 131072) likewise.
-stage_ring() {
-  JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 timeout 100 python3 benchmarks/softmax_ab.py --versions "" v9-ring \
-    --dtypes float32 bfloat16 --cols 50257 65536 131072 262144 --out "$out/ring" > "$out/ring.log" 2>&1
-  grep -h "^|" "$out/ring.log"
-  ab_gpu_tests pytest-ring 150 "gpu and v9-ring" 140
-  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= JAX_MEMOPS_SOFTMAX_FWD=v9-ring \
-    timeout 150 compute-sanitizer --tool racecheck --kernel-name kns=softmax --error-exitcode 3 \
-    python3 benchmarks/sanitize.py --only softmax > "$out/racecheck-ring.log" 2>&1
-  echo "racecheck rc=$? $(grep -E 'SUMMARY|passed' "$out/racecheck-ring.log" | tail -2 | tr '\n' ' ')"
 }
 
 stage_suite() { ab_gpu_tests pytest-suite 290 "gpu and not slow"; }

@@ -301,11 +301,10 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // bulk-copy cluster), "v3-prefetch" (that, and the register classes prefetch the next row group; two raw
 // register sets, two exps per element), "v2" (the v2 kernels everywhere), "v7-512" (v5's rule and
 // variants with 512-thread CTAs in the bulk-copy cluster; measured 0.92-1.13x of v5, mixed by shape:
-// RESULTS.md, "v7"), "v9-wide" / "v9-wide-512" (8-pack rows wherever they fit, on CTAs of up to 1024 /
-// 512 threads and clusters of them; RESULTS.md, "v9") or "v9-ring" (v9, its one-buffer bulk-copy kernel
-// refilled in kRingParts parts during the output pass: softmax_fwd_tma.cuh's NC). Any other value: v9.
-// The backward is the same in all of them.
-enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV9Ring };
+// RESULTS.md, "v7") or "v9-wide" / "v9-wide-512" (8-pack rows wherever they fit, on CTAs of up to 1024 /
+// 512 threads and clusters of them; RESULTS.md, "v9"). Any other value: v9. The backward is the same in
+// all of them.
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512 };
 
 FwdVersion fwd_version() {
   static const FwdVersion version = [] {
@@ -318,7 +317,6 @@ FwdVersion fwd_version() {
     if (v == "v7-512") return FwdVersion::kV7Wide;
     if (v == "v9-wide") return FwdVersion::kV9Wide;
     if (v == "v9-wide-512") return FwdVersion::kV9Wide512;
-    if (v == "v9-ring") return FwdVersion::kV9Ring;
     if (v == "v5") return FwdVersion::kV5;
     return FwdVersion::kV9;
   }();
@@ -421,11 +419,11 @@ ffi::Error launch_tma_plan(const char* variant, const TmaPlan& p, cudaStream_t s
 // smaller cluster, one buffer).
 // *launched = false (and success) when no plan fits or launches: the caller falls back to the v2
 // classes.
-template <typename T, int B = smx::kTmaBlock, int NC = 1>
+template <typename T, int B = smx::kTmaBlock>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
                           T* y, bool* launched) {
   constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0>;
-  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, NC>;
+  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B>;
   constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B>;
   constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B>;
   constexpr int64_t kAny = INT_MAX;
@@ -489,7 +487,6 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
 // threads per row) and for rows on clusters (50257-131072: v5's bulk copy stays).
 template <typename T>
 constexpr int64_t kWideMinCols = sizeof(T) == 4 ? 4096 : 2048;
-constexpr int kRingParts = 4;  // v9-ring: parts of the one-buffer kernel's stage
 constexpr int64_t kWideMaxCols = 32768;
 
 template <typename T>
@@ -524,14 +521,12 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
-  const bool ring = version == FwdVersion::kV9Ring;
-  const bool v9 = version == FwdVersion::kV9 || ring;
-  const bool wide_default = v9 && s.cols > kWideMinCols<T> && s.cols <= kWideMaxCols;
+  const bool wide_default = version == FwdVersion::kV9 && s.cols > kWideMinCols<T> && s.cols <= kWideMaxCols;
   if (wide_default || version == FwdVersion::kV9Wide || version == FwdVersion::kV9Wide512) {
     const int max_block = version == FwdVersion::kV9Wide512 ? kMaxBlock / 2 : kMaxBlock;
     if (auto err = launch_fwd_wide(dev, stream, s, max_block, x, y, launched); err.failure() || *launched) return err;
   }
-  if (v9 || version == FwdVersion::kV9Wide || version == FwdVersion::kV9Wide512) {
+  if (version == FwdVersion::kV9 || version == FwdVersion::kV9Wide || version == FwdVersion::kV9Wide512) {
     version = FwdVersion::kV5;  // elsewhere v5
   }
   const bool prefetch = version == FwdVersion::kV3Prefetch;
@@ -551,7 +546,6 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
-  if (ring) return launch_fwd_tma<T, smx::kTmaBlock, kRingParts>(dev, stream, s, version, x, y, launched);
   return launch_fwd_tma(dev, stream, s, version, x, y, launched);
 }
 

@@ -50,21 +50,15 @@ struct TmaShare {
 //     output pass (v3's overlap with one stage), and one read of shared memory per element.
 //   B: threads per CTA (256; 512 is JAX_MEMOPS_SOFTMAX_FWD=v7-512, an A/B option: 0.92-1.13x). The register variants
 //     are bounded to 64 (NP <= 8) or 128 (NP = 16) registers per thread at 1024 threads per SM.
-//   NC > 1 (with S = 1, NP = 0; JAX_MEMOPS_SOFTMAX_FWD=v9-ring, an A/B option): the stage in NC parts, each
-//     with its own mbarrier. The max pass waits for each part in turn (it starts on the first part while
-//     the others land), and the output pass refills each part with the next row as soon as every thread
-//     has written its outputs from it (a block barrier per part): the next row is in flight through most
-//     of the output pass, where the one-stage kernel refills only after it.
-template <typename T, int S, int NP, int B = kTmaBlock, int NC = 1>
+template <typename T, int S, int NP, int B = kTmaBlock>
 __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk) {
   static_assert(S == 1 || S == 2, "one or two stages");
   static_assert(NP == 0 || S == 1, "the register variant needs one stage");
-  static_assert(NC >= 1 && (NC == 1 || (S == 1 && NP == 0)), "parts: one stage read from shared memory");
 #if JM_BULK_COPY
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
-  __shared__ uint64_t bar[S * NC];
+  __shared__ uint64_t bar[S];
   P* stages = reinterpret_cast<P*>(dynamic_smem());  // [S][chunk]
   const RowIter<true> it(0);
   const int tid = static_cast<int>(threadIdx.x);
@@ -81,38 +75,10 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     if (bytes > 0) bulk_load(stages + st * chunk, xr + sp.head + int64_t{share.lo} * V, bytes, &bar[st]);
   };
 
-  // NC > 1: part c of this CTA's share of n packs is [c * sub, c * sub + sub) clipped to n; bar[c]. sub is
-  // a multiple of the CTA size, so a thread's packs in the parts (lo + tid, lo + tid + nt, ...) are its
-  // packs of the whole share (tid, tid + nt, ...): the max pass, part by part, covers the packs the sum
-  // pass (for_packs) takes exps of relative to that max.
-  const int sub = (((chunk + NC - 1) / NC + nt - 1) / nt) * nt;
-  const auto part = [sub](int n, int c, int* lo, int* hi) {
-    *lo = min(n, c * sub);
-    *hi = min(n, *lo + sub);
-  };
-  // Thread 0: the bulk copy of part c of this CTA's share of `row` (0 bytes: the phase completes).
-  auto issue_part = [&](int64_t row, int c) {
-    const T* xr = x + row * int64_t{cols};
-    const RowSpan<T, V, int> sp(xr, cols, true);
-    const TmaShare share(sp.body, rank, chunk);
-    int lo, hi;
-    part(share.n, c, &lo, &hi);
-    const uint32_t bytes = static_cast<uint32_t>(hi - lo) * sizeof(P);
-    mbar_arrive_expect(&bar[c], bytes);
-    if (bytes > 0) bulk_load(stages + lo, xr + sp.head + int64_t{share.lo + lo} * V, bytes, &bar[c]);
-  };
-
   if (tid == 0) {
-    for (int b = 0; b < S * NC; ++b) mbar_init(&bar[b]);
-    // The first row ahead of the loop where a copy is in flight across the loop's top (not S = 1, NP = 0,
-    // NC = 1).
-    if constexpr (NC > 1) {
-      if (it.base < rows) {
-        for (int c = 0; c < NC; ++c) issue_part(it.base, c);
-      }
-    } else if ((S == 2 || NP > 0) && it.base < rows) {
-      issue(it.base, 0);
-    }
+    for (int st = 0; st < S; ++st) mbar_init(&bar[st]);
+    // The first row ahead of the loop where a copy is in flight across the loop's top (not S = 1, NP = 0).
+    if ((S == 2 || NP > 0) && it.base < rows) issue(it.base, 0);
   }
   __syncthreads();  // the barriers are initialized before anyone waits on them
   int i = 0;
@@ -120,7 +86,7 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     const int st = S == 2 ? (i & 1) : 0;
     // bar[st]'s phase for this row: row i is stage st's (i / S)-th fill.
     const uint32_t parity = static_cast<uint32_t>(S == 2 ? i >> 1 : i) & 1u;
-    if constexpr (NP == 0 && NC == 1) {
+    if constexpr (NP == 0) {
       // Every thread is done reading the stage refilled here: the previous row's (S = 2: the other stage;
       // S = 1: this one, which then takes this row).
       __syncthreads();
@@ -136,7 +102,7 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     const TmaShare share(sp.body, rank, chunk);
     const P* buf = stages + st * chunk;
     T* yb = yr + sp.head + int64_t{share.lo} * V;
-    if constexpr (NC == 1) mbar_wait(&bar[st], parity);  // NC > 1: part by part in the max pass
+    mbar_wait(&bar[st], parity);
 
     P v[NP > 0 ? NP : 1];  // NP > 0: this thread's packs (share packs tid, tid + nt, ...)
     if constexpr (NP > 0) {
@@ -165,16 +131,7 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
       }
     };
     float m = -INFINITY, s = 0.0f;
-    if constexpr (NC > 1) {
-      for (int c = 0; c < NC; ++c) {
-        int lo, hi;
-        part(share.n, c, &lo, &hi);
-        mbar_wait(&bar[c], parity);
-        for (int q = lo + tid; q < hi; q += nt) m = pack_max_nan(load_shared(buf + q), m);
-      }
-    } else {
-      for_packs([&](int, const P& pk) { m = pack_max_nan(pk, m); });
-    }
+    for_packs([&](int, const P& pk) { m = pack_max_nan(pk, m); });
     const float mm = safe_max(m);
     for_packs([&](int, const P& pk) {
       float f[V];
@@ -184,28 +141,14 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     });
     const MaxSum row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
     const float inv_s = 1.0f / row_ms.s;
-    const auto output = [&](int q, const P& pk) {
+    for_packs([&](int q, const P& pk) {
       float f[V];
       unpack_fresh(pk, f);
       P out;
 #pragma unroll
       for (int e = 0; e < V; ++e) out.v[e] = from_float<T>(ex2_ftz((f[e] - row_ms.m) * kLog2e) * inv_s);
       store_stream<V>(yb, q, out);
-    };
-    if constexpr (NC > 1) {
-      for (int c = 0; c < NC; ++c) {
-        int lo, hi;
-        part(share.n, c, &lo, &hi);
-        for (int q = lo + tid; q < hi; q += nt) output(q, load_shared(buf + q));
-        __syncthreads();  // every thread is done reading part c: it takes the next row's part c
-        if (tid == 0 && row + it.step < rows) {
-          fence_proxy_async_smem();
-          issue_part(row + it.step, c);
-        }
-      }
-    } else {
-      for_packs(output);
-    }
+    });
     write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
   }
   cluster_sync();  // keep this CTA's shared memory (the reduction slots) alive for the others' reads
