@@ -461,12 +461,13 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
 
 # The norm forward versions (cpp/norms.cu), each forced for every dtype by JAX_MEMOPS_NORM_FWD (read once per
 # process, so each runs in a fresh interpreter): v4 (norm_fwd_half.cuh: 4 packs per thread; the f32
-# default) and v3 (norm_rows.cuh: 8 packs; the 16-bit default); v9-6 (A/B: the default, but 16-bit team rows
-# of 6 packs where they need no more threads per row than 8: C <= 199, 769 and 768 here, 60001 x 64 and
-# 8001 x 768 with many rows, 301 x 769 misaligned, vmap's 3 x 5 x 33 with per-group parameters). Its
-# classes, f32 / 16-bit:
+# default) and v3 (norm_rows.cuh: 8 packs; the 16-bit default but for team rows that 6 packs cover with as
+# many threads: C <= 199, 768, 769 here); "" the default; v10-pipe (norm_fwd_pipe.cuh, A/B: aligned team rows
+# staged through shared memory by bulk copies; (250007, 64) gives each block over 6 tiles, so every stage
+# is refilled; (60001, 64), (8001, 768), (65, 1032) aligned; the rest fall through to the default).
+# Its classes, f32 / 16-bit:
 #   team rows (tpr 4..32): C <= 515 / 1031 -- (1, 1), (7, 3), (300, 33) edges only or mostly; (60001, 64)
-#     many rows; (8001, 515) the last f32 team width (tpr 32), many rows;
+#     and (250007, 64) many rows; (8001, 515) the last f32 team width (tpr 32), many rows;
 #   block rows (64..768 threads): (129, 516) f32 64 threads / team; (20, 1000); (300, 1001) misaligned;
 #     (8001, 768) many rows of 64-thread blocks (more rows than resident blocks); (65, 1031) / (65, 1032)
 #     the last 16-bit team width / 16-bit block rows of 64; (33, 4097) misaligned; (700, 12288) many rows;
@@ -483,9 +484,9 @@ import memops_testing as mt
 gpu = jax.devices("gpu")[0]
 put = lambda *a: [jax.device_put(t, gpu) for t in a]
 rng = np.random.default_rng(19)
-shapes = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 515), (129, 516), (20, 1000), (300, 1001), (8001, 768),
-          (301, 769), (65, 1031), (65, 1032), (33, 4097), (700, 12288), (9, 12289), (5, 12291), (5, 12292), (5, 24583),
-          (3, 24584), (3, 50257)]
+shapes = [(1, 1), (7, 3), (300, 33), (60001, 64), (250007, 64), (8001, 515), (129, 516), (20, 1000), (300, 1001),
+          (8001, 768), (301, 769), (65, 1031), (65, 1032), (33, 4097), (700, 12288), (9, 12289), (5, 12291), (5, 12292),
+          (5, 24583), (3, 24584), (3, 50257)]
 ln, rms = jax.jit(jm.layer_norm), jax.jit(jm.rms_norm)
 ln0, rms0 = jax.jit(lambda t: jm.layer_norm(t)), jax.jit(lambda t: jm.rms_norm(t))
 for dtype in mt.DTYPES:
@@ -525,6 +526,6 @@ print("OK")
 
 
 @pytest.mark.parametrize("version,grid", [("v4", ""), ("v3", ""), ("v4", "persistent"), ("v3", "persistent"),
-                                          ("v9-6", "")])
+                                          ("", ""), ("v10-pipe", "")])
 def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid})
