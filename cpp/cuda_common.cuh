@@ -190,16 +190,6 @@ __device__ __forceinline__ Pack<T, V> load_shared(const Pack<T, V>* p) {
     return *p;
   }
 }
-// load_shared where `in`, else a pack of zero bits (no predicated copy of a pack).
-template <int V, typename T>
-__device__ __forceinline__ Pack<T, V> load_shared_or_zero(const Pack<T, V>* p, bool in) {
-  static_assert(sizeof(Pack<T, V>) == 16);
-  uint4 u = make_uint4(0u, 0u, 0u, 0u);
-  if (in) u = *reinterpret_cast<const uint4*>(p);
-  Pack<T, V> out;
-  memcpy(&out, &u, sizeof(u));
-  return out;
-}
 template <int V, typename T>
 __device__ __forceinline__ void store_stream(T* base, int64_t pack, const Pack<T, V>& v) {
   Pack<T, V>* p = reinterpret_cast<Pack<T, V>*>(base) + pack;

@@ -30,112 +30,6 @@
 
 namespace jm::cuda {
 
-// One row's passes from this thread's N packs (`raw`, zero beyond the body: lane + k*rt, k < N) and first
-// edge: the statistics (exact two-pass; saved by the row's lane 0) and y. Shared by v4's kernel (packs
-// from global memory) and the bulk-copy pipeline (norm_fwd_pipe.cuh: packs from shared memory). The
-// row's x and y start at x + off, y + off; `row` < rows when `valid` (an invalid row's threads take part
-// in the reductions only).
-template <typename T, bool kRms, bool kBlockRow, int N, int V>
-__device__ __forceinline__ void norm_row_from_packs(const Pack<T, V> (&raw)[N], float edge0, const RowSpan<T, V>& sp,
-                                                    const T* __restrict__ x, T* __restrict__ y, int64_t off, int row,
-                                                    bool valid, int lane, int rt, int tpr, int parity, int cols,
-                                                    float inv_cols, float epsilon, ParamView scale, ParamView bias,
-                                                    float* __restrict__ mean_out, float* __restrict__ rstd_out) {
-  using P = Pack<T, V>;
-  // Pass 1: sum(x) (LayerNorm) or sum(x^2) (RMSNorm); the zero packs add nothing.
-  float s1[1] = {0.0f};
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    float v[V];
-    unpack_fresh(raw[k], v);
-#pragma unroll
-    for (int j = 0; j < V; ++j) s1[0] += kRms ? v[j] * v[j] : v[j];
-  }
-  s1[0] += kRms ? edge0 * edge0 : edge0;  // 0 where the thread has no edge
-  for (int e = lane + rt; e < sp.edges(); e += rt) {  // only when rt < edges (team rows of 4 or 8)
-    const float v = to_float(x[off + sp.edge_col(e, cols)]);
-    s1[0] += kRms ? v * v : v;
-  }
-  row_sums<kBlockRow>(s1, tpr, parity);
-
-  float m1 = 0.0f, dmean = 0.0f, rstd;  // y = ((x - m1) - dmean) * rstd * scale + bias (pass 3: as an fma)
-  if constexpr (kRms) {
-    rstd = rsqrtf(s1[0] * inv_cols + epsilon);
-  } else {
-    m1 = s1[0] * inv_cols;
-    float s2[2] = {0.0f, 0.0f};  // sum(d), sum(d^2), d = x - m1, over the row's elements only
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      if (lane + k * rt < sp.body) {
-        float v[V];
-        unpack_fresh(raw[k], v);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float d = v[j] - m1;
-          s2[0] += d;
-          s2[1] += d * d;
-        }
-      }
-    }
-    for (int e = lane; e < sp.edges(); e += rt) {
-      const float d = (e == lane ? edge0 : to_float(x[off + sp.edge_col(e, cols)])) - m1;
-      s2[0] += d;
-      s2[1] += d * d;
-    }
-    row_sums<kBlockRow>(s2, tpr, parity);
-    dmean = s2[0] * inv_cols;
-    float var = (s2[1] - s2[0] * dmean) * inv_cols;
-    if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
-    rstd = rsqrtf(var + epsilon);
-  }
-  if (valid && lane == 0) write_row_stats<kRms>(raw[0], edge0, sp, m1, dmean, rstd, mean_out + row, rstd_out + row);
-
-  // Pass 3: y. Parameters as in norm_fwd_rows_kernel (float4 loads when both start 16-byte aligned
-  // at column head + V*i), 4 columns at a time.
-  const float* srow = valid ? param_row_u32(scale, row, cols) : nullptr;
-  const float* brow = valid && !kRms ? param_row_u32(bias, row, cols) : nullptr;  // RMSNorm: no bias
-  const RowParamAccess pa = row_param_access<kRms>(srow, brow, sp.head);
-  const float shift = -dmean * rstd;  // y = ((x - m1) * rstd + shift) * scale + bias
-  const auto pass3 = [&](auto plan) {
-    constexpr ParamLoad kPlan = decltype(plan)::value;
-    constexpr bool kDense = kPlan == ParamLoad::kDense;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const int i = lane + k * rt;
-      if (i < sp.body) {
-        float v[V];
-        unpack_fresh(raw[k], v);
-        P out;
-#pragma unroll
-        for (int q = 0; q < V / 4; ++q) {
-          float s[4], b[4] = {};
-          load_param_cols<4, kPlan>(srow, sp.head + i * V + 4 * q, pa.vec, 1.0f, s);
-          if (!(kDense && kRms)) load_param_cols<4, kPlan>(brow, sp.head + i * V + 4 * q, pa.vec, 0.0f, b);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float d = v[4 * q + j] - m1;  // kAny: one register fewer (no `shift`) at 40
-            const float t = kPlan == ParamLoad::kAny ? (d - dmean) * rstd : fmaf(d, rstd, shift);
-            out.v[4 * q + j] = from_float<T>(t * s[j] + b[j]);
-          }
-        }
-        store_stream<V>(y + off + sp.head, i, out);
-      }
-    }
-  };
-  if constexpr (kBlockRow && (kRms || sizeof(T) == 2)) {
-    pass3(ParamPlan<ParamLoad::kAny>{});  // kDense / kScalar spill here (8-40 bytes at the 40-register bound)
-  } else {
-    with_param_plan(pa.dense, pass3);
-  }
-  for (int e = lane; e < sp.edges(); e += rt) {
-    const int c = sp.edge_col(e, cols);
-    const float s = srow != nullptr ? srow[c] : 1.0f;
-    const float b = brow != nullptr ? brow[c] : 0.0f;
-    const float v = e == lane ? edge0 : to_float(x[off + c]);
-    y[off + c] = from_float<T>(fmaf(v - m1, rstd, shift) * s + b);
-  }
-}
-
 // N = kRowPacksTeam6 (team rows only; the 16-bit default where 6 packs need as many threads per row as v3's
 // 8, norms.cu): 6 packs per thread at 4 x 256 threads per SM (<= 64 registers; ptxas -v: RMSNorm no
 // spills, LayerNorm 32 bytes).
@@ -171,8 +65,98 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     }
     const float edge0 = lane < sp.edges() ? to_float(x[off + sp.edge_col(lane, cols)]) : 0.0f;
 
-    norm_row_from_packs<T, kRms, kBlockRow>(raw, edge0, sp, x, y, off, row, valid, lane, rt, tpr, parity, cols,
-                                            inv_cols, epsilon, scale, bias, mean_out, rstd_out);
+    // Pass 1: sum(x) (LayerNorm) or sum(x^2) (RMSNorm); the zero packs add nothing.
+    float s1[1] = {0.0f};
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      float v[V];
+      unpack_fresh(raw[k], v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) s1[0] += kRms ? v[j] * v[j] : v[j];
+    }
+    s1[0] += kRms ? edge0 * edge0 : edge0;  // 0 where the thread has no edge
+    for (int e = lane + rt; e < sp.edges(); e += rt) {  // only when rt < edges (team rows of 4 or 8)
+      const float v = to_float(x[off + sp.edge_col(e, cols)]);
+      s1[0] += kRms ? v * v : v;
+    }
+    row_sums<kBlockRow>(s1, tpr, parity);
+
+    float m1 = 0.0f, dmean = 0.0f, rstd;  // y = ((x - m1) - dmean) * rstd * scale + bias (pass 3: as an fma)
+    if constexpr (kRms) {
+      rstd = rsqrtf(s1[0] * inv_cols + epsilon);
+    } else {
+      m1 = s1[0] * inv_cols;
+      float s2[2] = {0.0f, 0.0f};  // sum(d), sum(d^2), d = x - m1, over the row's elements only
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        if (lane + k * rt < sp.body) {
+          float v[V];
+          unpack_fresh(raw[k], v);
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const float d = v[j] - m1;
+            s2[0] += d;
+            s2[1] += d * d;
+          }
+        }
+      }
+      for (int e = lane; e < sp.edges(); e += rt) {
+        const float d = (e == lane ? edge0 : to_float(x[off + sp.edge_col(e, cols)])) - m1;
+        s2[0] += d;
+        s2[1] += d * d;
+      }
+      row_sums<kBlockRow>(s2, tpr, parity);
+      dmean = s2[0] * inv_cols;
+      float var = (s2[1] - s2[0] * dmean) * inv_cols;
+      if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
+      rstd = rsqrtf(var + epsilon);
+    }
+    if (valid && lane == 0) write_row_stats<kRms>(raw[0], edge0, sp, m1, dmean, rstd, mean_out + row, rstd_out + row);
+
+    // Pass 3: y. Parameters as in norm_fwd_rows_kernel (float4 loads when both start 16-byte aligned
+    // at column head + V*i), 4 columns at a time.
+    const float* srow = valid ? param_row_u32(scale, row, cols) : nullptr;
+    const float* brow = valid && !kRms ? param_row_u32(bias, row, cols) : nullptr;  // RMSNorm: no bias
+    const RowParamAccess pa = row_param_access<kRms>(srow, brow, sp.head);
+    const float shift = -dmean * rstd;  // y = ((x - m1) * rstd + shift) * scale + bias
+    const auto pass3 = [&](auto plan) {
+      constexpr ParamLoad kPlan = decltype(plan)::value;
+      constexpr bool kDense = kPlan == ParamLoad::kDense;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int i = lane + k * rt;
+        if (i < sp.body) {
+          float v[V];
+          unpack_fresh(raw[k], v);
+          P out;
+#pragma unroll
+          for (int q = 0; q < V / 4; ++q) {
+            float s[4], b[4] = {};
+            load_param_cols<4, kPlan>(srow, sp.head + i * V + 4 * q, pa.vec, 1.0f, s);
+            if (!(kDense && kRms)) load_param_cols<4, kPlan>(brow, sp.head + i * V + 4 * q, pa.vec, 0.0f, b);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const float d = v[4 * q + j] - m1;  // kAny: one register fewer (no `shift`) at 40
+              const float t = kPlan == ParamLoad::kAny ? (d - dmean) * rstd : fmaf(d, rstd, shift);
+              out.v[4 * q + j] = from_float<T>(t * s[j] + b[j]);
+            }
+          }
+          store_stream<V>(y + off + sp.head, i, out);
+        }
+      }
+    };
+    if constexpr (kBlockRow && (kRms || sizeof(T) == 2)) {
+      pass3(ParamPlan<ParamLoad::kAny>{});  // kDense / kScalar spill here (8-40 bytes at the 40-register bound)
+    } else {
+      with_param_plan(pa.dense, pass3);
+    }
+    for (int e = lane; e < sp.edges(); e += rt) {
+      const int c = sp.edge_col(e, cols);
+      const float s = srow != nullptr ? srow[c] : 1.0f;
+      const float b = brow != nullptr ? brow[c] : 0.0f;
+      const float v = e == lane ? edge0 : to_float(x[off + c]);
+      y[off + c] = from_float<T>(fmaf(v - m1, rstd, shift) * s + b);
+    }
   }
 }
 

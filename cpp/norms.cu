@@ -9,7 +9,6 @@
 // vectorized / 4096 unvectorized, else norm_bwd_kernel plus column sums.
 #include "cuda_common.cuh"
 #include "norm_fwd_half.cuh"
-#include "norm_fwd_pipe.cuh"
 #include "norm_rows.cuh"
 #include "partials.cuh"
 #include "bindings.h"
@@ -30,18 +29,15 @@ namespace {
 // elements already keep enough bytes in flight). 16-bit team rows that 6 packs per thread cover with as
 // many threads as v3's 8 (C = 768: 96 packs on 16 threads) run v4's kernel with 6 packs (kRowPacksTeam6,
 // 64 registers: 4 x 256 threads per SM, v3 3): bf16 / f16 LayerNorm 768 +5-6% in two runs ("v9", "v10").
-// For A/B benchmarks only, JAX_MEMOPS_NORM_FWD (read once per process): =v3 or =v4 forces one of them for
-// every dtype (v3: 8 packs for every 16-bit team row, the rule before v10); =v10-pipe: team rows staged
-// through shared memory by bulk copies (norm_fwd_pipe.cuh; sm_90, aligned rows), the default elsewhere.
-// The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV10Pipe };
+// For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them for
+// every dtype (v3: 8 packs for every 16-bit team row, the rule before v10). The backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = [] {
     const std::string s = env_value("JAX_MEMOPS_NORM_FWD");
     if (s == "v3") return NormFwd::kV3;
     if (s == "v4") return NormFwd::kV4;
-    if (s == "v10-pipe") return NormFwd::kV10Pipe;
     return NormFwd::kByDtype;
   }();
   return v;
@@ -343,38 +339,6 @@ struct NormGradElem {
   }
 };
 
-// v10-pipe (A/B): norm_fwd_pipe_kernel for team rows of `tpr` threads, where the rows start 16-byte
-// aligned and two stages of a tile fit kPipeSmem; *launched = false (and success) otherwise.
-template <typename T, bool kRms>
-ffi::Error norm_fwd_pipe(cudaStream_t stream, const char* what, RowShape s, int tpr, const T* x, ParamView scale,
-                         ParamView bias, T* y, float* mean, float* rstd, float epsilon, bool* launched) {
-  constexpr int V = kVec<T>;
-  DeviceInfo dev;
-  if (auto err = device_info(&dev); err.failure()) return err;
-  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  const int per_tile = kTeamBlock / tpr;
-  const int64_t tile_bytes = int64_t{per_tile} * s.cols * int64_t{sizeof(T)};
-  const int stages = static_cast<int>(std::min<int64_t>(kPipeMaxStages, kPipeSmem / tile_bytes));
-  if (dev.cc_major < 9 || s.cols % V != 0 || !aligned(x) || !aligned(y) || stages < 2 ||
-      s.rows > int64_t{INT_MAX} - per_tile) {
-    return ffi::Error::Success();
-  }
-  const auto kernel = norm_fwd_pipe_kernel<T, kRms>;
-  const size_t smem = static_cast<size_t>(stages * tile_bytes);
-  if (auto err = check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(smem)),
-                            what);
-      err.failure()) {
-    return err;
-  }
-  int64_t resident = 0;  // persistent: each block's pipeline runs over many tiles
-  if (auto err = resident_blocks(kernel, kTeamBlock, smem, what, &resident); err.failure()) return err;
-  const int64_t grid = grid_for(ceil_div(s.rows, int64_t{per_tile}), resident, Grid::kPersistent);
-  *launched = true;
-  return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(kTeamBlock), smem, stream, what, x, scale, bias, y,
-                mean, rstd, s.rows, static_cast<int>(s.cols), epsilon, tpr, stages);
-}
-
 template <bool kRms>
 ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi::AnyBuffer& x,
                     ParamView scale, ParamView bias, ffi::AnyBuffer& y, float* mean, float* rstd,
@@ -400,14 +364,6 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
       return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(plan.block), 0, stream, what, xp, scale,
                     bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon, plan.tpr);
     };
-    if (norm_fwd_version() == NormFwd::kV10Pipe && plan.ok && !plan.block_rows) {
-      bool launched = false;
-      if (auto err = norm_fwd_pipe<T, kRms>(stream, what, s, plan.tpr, xp, scale, bias, yp, mean, rstd, epsilon,
-                                            &launched);
-          err.failure() || launched) {
-        return err;
-      }
-    }
     // v4 (norm_fwd_half.cuh): its 32-bit row indices need rows + a block's rows <= INT_MAX.
     if (same_split && norm_fwd_half<T>() && s.rows <= int64_t{INT_MAX} - kMaxRowBlock) {
       if (const RowsPlan half = plan_norm_rows<T, kRowPacksHalf>(s.cols); half.ok) {
