@@ -4,9 +4,10 @@
 # Measured and removed (benchmarks/RESULTS.md, "v10"; branches v10, v10-pipe): v9-ring (the softmax
 # one-buffer bulk copy refilled in parts) and v10-pipe (norm team rows staged through shared memory by bulk
 # copies; 0.72-0.90x of the default).
-#   verify    the adopted rule (16-bit team rows of 6 packs where they need as many threads per row as 8:
-#             C <= 199, 264-391, 520-775, 1032-1543) against v3 (8 packs, the rule before), LayerNorm and
-#             RMSNorm, bf16 / f16, at 128, 768 and 1536, twice (two processes per version: the noise).
+#   verify    16-bit team rows of 6 packs where they need as many threads per row as 8 (C <= 199,
+#             264-391, 520-775, 1032-1543; then the default for LayerNorm and RMSNorm) against v3 (8 packs,
+#             the rule before), bf16 / f16, at 128, 768 and 1536, twice (two processes per version: the
+#             noise). Adopted for LayerNorm only (RMSNorm: 0.87-1.15x at 768).
 #   test      the norm version tests (fresh processes), the GPU norm suite, the > 2^31-element team rows.
 #   sanitize  compute-sanitizer memcheck and racecheck over the norms' part of sanitize.py's workload.
 set -uo pipefail

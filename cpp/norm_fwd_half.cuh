@@ -30,9 +30,9 @@
 
 namespace jm::cuda {
 
-// N = kRowPacksTeam6 (team rows only; the 16-bit default where 6 packs need as many threads per row as v3's
-// 8, norms.cu): 6 packs per thread at 4 x 256 threads per SM (<= 64 registers; ptxas -v: RMSNorm no
-// spills, LayerNorm 32 bytes).
+// N = kRowPacksTeam6 (16-bit LayerNorm team rows where 6 packs need as many threads per row as v3's 8;
+// norms.cu): 6 packs per thread at 4 x 256 threads per SM (<= 64 registers; ptxas -v: 32 bytes of spill
+// stores; RMSNorm, measured in A/B runs, compiled spill-free).
 template <typename T, bool kRms, bool kBlockRow, int N = kRowPacksHalf>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
                                   kBlockRow ? 2 : (kRms && N == kRowPacksHalf) ? 5 : 4)

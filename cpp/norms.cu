@@ -26,9 +26,10 @@ namespace {
 // for 4-byte types, norm_rows.cuh's (8 packs; "v3") for 16-bit ones, each where its classes reach
 // (v4: C <= 12291 f32), v3 beyond. Measured on the H200 (benchmarks/RESULTS.md): v4 ran 0.98-1.07x of
 // v3 in f32 (faster at 9 of 10 shapes) and 0.94-1.04x in bf16 (slower at 5 of 10: v3's 8 packs of 8
-// elements already keep enough bytes in flight). 16-bit team rows that 6 packs per thread cover with as
-// many threads as v3's 8 (C = 768: 96 packs on 16 threads) run v4's kernel with 6 packs (kRowPacksTeam6,
-// 64 registers: 4 x 256 threads per SM, v3 3): bf16 / f16 LayerNorm 768 +5-6% in two runs ("v9", "v10").
+// elements already keep enough bytes in flight). 16-bit LayerNorm team rows that 6 packs per thread cover
+// with as many threads as v3's 8 (C = 768: 96 packs on 16 threads) run v4's kernel with 6 packs
+// (kRowPacksTeam6, 64 registers: 4 x 256 threads per SM, v3 3): 128 +13-23%, 768 +2-10%, 1536 -2..+9% in
+// 4-6 runs ("v9", "v10"). Not RMSNorm: v3 is at 93-98% of the copy there, the 6 packs 0.87-1.15x of it.
 // For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them for
 // every dtype (v3: 8 packs for every 16-bit team row, the rule before v10). The backward is the same in all.
 enum class NormFwd { kByDtype, kV3, kV4 };
@@ -371,8 +372,8 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
         return plan.block_rows ? run(norm_fwd_half_kernel<T, kRms, true>) : run(norm_fwd_half_kernel<T, kRms, false>);
       }
     }
-    // 16-bit team rows of 6 packs (v4's kernel: rows + a block's rows <= INT_MAX).
-    if constexpr (sizeof(T) == 2) {
+    // 16-bit LayerNorm team rows of 6 packs (v4's kernel: rows + a block's rows <= INT_MAX).
+    if constexpr (sizeof(T) == 2 && !kRms) {
       if (same_split && plan.ok && !plan.block_rows && norm_fwd_version() != NormFwd::kV3 &&
           s.rows <= int64_t{INT_MAX} - kTeamBlock) {
         if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {

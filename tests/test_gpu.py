@@ -182,8 +182,8 @@ def test_big_rms_norm_forward(big):
     y.delete()
 
 
-# The same tensor as rows of 128: 16-bit team rows of 6 packs per thread (norm_fwd_half_kernel, 32-bit row
-# indices, 64-bit element offsets), 2**24 + 96 rows, the last 96 wholly beyond element 2**31.
+# The same tensor as rows of 128: team rows (LayerNorm: 6 packs per thread, norm_fwd_half_kernel's 32-bit row
+# indices and 64-bit element offsets; RMSNorm: v3's), 2**24 + 96 rows, the last 96 wholly beyond element 2**31.
 @pytest.mark.slow
 def test_big_norm_team_rows(big):
     gpu, x = big
@@ -487,8 +487,9 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
 
 # The norm forward versions (cpp/norms.cu), each forced for every dtype by JAX_MEMOPS_NORM_FWD (read once per
 # process, so each runs in a fresh interpreter): v4 (norm_fwd_half.cuh: 4 packs per thread; the f32
-# default) and v3 (norm_rows.cuh: 8 packs; the 16-bit default but for team rows that 6 packs cover with as
-# many threads: C <= 199, 768, 769 here, 301 x 769 misaligned); "" the default. Their classes, f32 / 16-bit:
+# default) and v3 (norm_rows.cuh: 8 packs; the 16-bit default but for LayerNorm team rows that 6 packs cover
+# with as many threads: C <= 199, 768, 769 here, 301 x 769 misaligned); "" the default. Their classes, f32 /
+# 16-bit:
 #   team rows (tpr 4..32): C <= 515 / 1031 -- (1, 1), (7, 3), (300, 33) edges only or mostly; (60001, 64)
 #     many rows; (8001, 515) the last f32 team width (tpr 32), many rows;
 #   block rows (64..768 threads): (129, 516) f32 64 threads / team; (20, 1000); (300, 1001) misaligned;
