@@ -47,8 +47,8 @@ inline constexpr int kRowPacks = 8;
 // v4 (norm_fwd_half.cuh; the f32 default, norms.cu): half the packs per thread.
 inline constexpr int kRowPacksHalf = 4;
 // v9-6 (norm_fwd_half.cuh's kernel at N = 6; the 16-bit LayerNorm default where it needs as many threads
-// per row as 8 packs): team rows of 6 packs per thread at 64 registers (C = 768: 96 packs on 16 threads, every slot
-// used; with 8 packs a thread holds 2 empty slots at 80 registers).
+// per row as 8 packs): team rows of 6 packs per thread at 64 registers (C = 768: 96 packs on 16 threads,
+// every slot used; with 8 packs a thread holds 2 empty slots at 80 registers).
 inline constexpr int kRowPacksTeam6 = 6;
 
 // param_row for a row r >= 0 of int range: the group index by a 32-bit division (r >= rows_per_group
