@@ -20,8 +20,8 @@ register clusters' order before v9, v9-1024: 1024-thread CTAs first), JAX_MEMOPS
 (forces the bulk-copy cluster size; JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 prints the plans), JAX_MEMOPS_GRID
 (cpp/cuda_common.cuh grid_for: persistent / full for every row kernel; anything else: each kernel's
 default) and JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v3 or v4 for every dtype; anything else is the default:
-v4 for f32, v3 for 16-bit types but for team rows of 6 packs per thread where they fit as well as 8). Extra options go to the bench
-(e.g. --dtypes float32 --cols 1024 131072)."""
+v4 for f32, v3 for 16-bit types but for LayerNorm team rows of 6 packs per thread where they fit as well
+as 8). Extra options go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
 
 from __future__ import annotations
 
