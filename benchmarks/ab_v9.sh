@@ -14,9 +14,8 @@
 # After the rule landed (8-pack rows for f32 4096 < C <= 32768, 16-bit 2048 < C <= 32768; the backward's
 # clusters 8 x 1024 before 16 x 512):
 #   verify  the default against v5 (forward) and v8 (backward's cluster order), the issue's shapes.
-#   team6   JAX_MEMOPS_NORM_FWD=v9-6 (16-bit team rows of 6 packs at 64 registers, 1024 threads per SM)
-#           against the default at C = 768, and its GPU test. Predicted: bf16 LayerNorm 84-88% -> >= 90%
-#           of the copy (96 KB of loads in flight per SM instead of 72).
+#   (team6, run twice: JAX_MEMOPS_NORM_FWD=v9-6, 16-bit team rows of 6 packs, against the default at C = 768;
+#   adopted for LayerNorm in v10, whose benchmarks/ab_v10.sh verify compares it with v3.)
 #   check   compute-sanitizer (gpu_check.sh sanitize) and the > 2^31-element tests; the GPU suite.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
@@ -52,15 +51,6 @@ stage_verify() {
 }
 
 stage_check() { ab_check; }
-
-stage_team6() {
-  timeout 80 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_NORM_FWD --ops layer_norm rms_norm \
-    --versions "" v9-6 --dtypes bfloat16 float16 --cols 768 --out "$out/team6" > "$out/team6.log" 2>&1
-  grep -h "^|" "$out/team6.log"
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 100 python3 -P -m pytest -q -k "norm_forward_versions and v9" \
-    tests/test_gpu.py > "$out/pytest-team6.log" 2>&1
-  tail -n 1 "$out/pytest-team6.log"
-}
 
 stage_suite() { ab_gpu_tests pytest-suite 290 "gpu and not slow"; }
 
