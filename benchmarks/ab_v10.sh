@@ -10,6 +10,12 @@
 #             noise). Adopted for LayerNorm only (RMSNorm: 0.87-1.15x at 768).
 #   test      the norm version tests (fresh processes), the GPU norm suite, the > 2^31-element team rows.
 #   sanitize  compute-sanitizer memcheck and racecheck over the norms' part of sanitize.py's workload.
+# Prepared for the next lease:
+#   ncu       Nsight Compute on what sits near 80% of the copy: the softmax forward's long rows (bulk-copy
+#             cluster, f32 50257 / 131072, bf16 131072) and bf16 LayerNorm 1024 / 2048 (v3's team and block
+#             rows), beside the copy. NCU_NORM_FWD=v10-pipe4 (on branch v10-pipe) profiles the pipeline's
+#             ~2.3 TB/s instead of the default norm kernels. Wanted: achieved occupancy against the
+#             theoretical, DRAM throughput, the top warp stall reasons.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -40,6 +46,17 @@ stage_sanitize() {
       python3 benchmarks/sanitize.py --only layer_norm rms_norm > "$out/$tool-norms.log" 2>&1
     echo "$tool rc=$? $(grep -E 'SUMMARY|passed' "$out/$tool-norms.log" | tail -2 | tr '\n' ' ')"
   done
+}
+
+stage_ncu() {
+  JAX_MEMOPS_NORM_FWD=${NCU_NORM_FWD:-} XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform \
+    timeout 240 ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
+    --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+    python3 benchmarks/ncu_profile.py softmax:fwd:float32:50257:ours softmax:fwd:float32:131072:ours \
+    softmax:fwd:bfloat16:131072:ours layer_norm:fwd:bfloat16:768:ours layer_norm:fwd:bfloat16:1024:ours \
+    layer_norm:fwd:bfloat16:2048:ours copy > "$out/ncu.txt" 2>&1
+  local keep="^  [a-zA-Z_v]|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per"
+  grep -E "$keep|Issued Warp|Warp Cycles Per Issued" "$out/ncu.txt" | head -90
 }
 
 ab_init "$@"
