@@ -17,7 +17,9 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
 // The XLA FFI headers trip two EDG front-end warnings under nvcc (#940: no return after an exhaustive
 // switch, #2473: always_inline on a non-inline function) and, with -Wall -Wextra, host-compiler
@@ -571,6 +573,17 @@ inline std::string env_value(const char* name) {
   return v == nullptr ? "" : v;
 }
 
+// The value that `choices` pairs with environment variable `name`'s value, `otherwise` when it is unset or
+// names none of them (the A/B switches' parsing; each caller keeps the result in a function-local static).
+template <typename E>
+E env_choice(const char* name, std::initializer_list<std::pair<std::string_view, E>> choices, E otherwise) {
+  const std::string v = env_value(name);
+  for (const auto& [key, value] : choices) {
+    if (v == key) return value;
+  }
+  return otherwise;
+}
+
 // The start of every CUDA handler's FFI binding: the stream context; each op's buffers and attributes
 // follow from cpp/bindings.h (returned as a prvalue: the builder is never copied or moved).
 inline auto cuda_binding() { return ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>(); }
@@ -660,12 +673,8 @@ ffi::Error launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cuda
 // kernel's default.
 enum class Grid { kPersistent, kFull };
 inline Grid grid_mode(Grid preferred) {
-  static const std::optional<Grid> forced = []() -> std::optional<Grid> {
-    const std::string v = env_value("JAX_MEMOPS_GRID");
-    if (v == "full") return Grid::kFull;
-    if (v == "persistent") return Grid::kPersistent;
-    return std::nullopt;
-  }();
+  static const std::optional<Grid> forced = env_choice<std::optional<Grid>>(
+      "JAX_MEMOPS_GRID", {{"full", Grid::kFull}, {"persistent", Grid::kPersistent}}, std::nullopt);
   return forced.value_or(preferred);
 }
 inline int64_t grid_for(int64_t groups, int64_t resident, Grid preferred) {

@@ -35,12 +35,8 @@ namespace {
 enum class NormFwd { kByDtype, kV3, kV4 };
 
 NormFwd norm_fwd_version() {
-  static const NormFwd v = [] {
-    const std::string s = env_value("JAX_MEMOPS_NORM_FWD");
-    if (s == "v3") return NormFwd::kV3;
-    if (s == "v4") return NormFwd::kV4;
-    return NormFwd::kByDtype;
-  }();
+  static const NormFwd v =
+      env_choice("JAX_MEMOPS_NORM_FWD", {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}}, NormFwd::kByDtype);
   return v;
 }
 

@@ -307,19 +307,12 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512 };
 
 FwdVersion fwd_version() {
-  static const FwdVersion version = [] {
-    const std::string v = env_value("JAX_MEMOPS_SOFTMAX_FWD");
-    if (v == "v2") return FwdVersion::kV2;
-    if (v == "v3-prefetch") return FwdVersion::kV3Prefetch;
-    if (v == "v3") return FwdVersion::kV3;
-    if (v == "v5-s1") return FwdVersion::kV5S1;
-    if (v == "v5-reg") return FwdVersion::kV5Reg;
-    if (v == "v7-512") return FwdVersion::kV7Wide;
-    if (v == "v9-wide") return FwdVersion::kV9Wide;
-    if (v == "v9-wide-512") return FwdVersion::kV9Wide512;
-    if (v == "v5") return FwdVersion::kV5;
-    return FwdVersion::kV9;
-  }();
+  static const FwdVersion version =
+      env_choice("JAX_MEMOPS_SOFTMAX_FWD",
+                 {{"v2", FwdVersion::kV2}, {"v3-prefetch", FwdVersion::kV3Prefetch}, {"v3", FwdVersion::kV3},
+                  {"v5-s1", FwdVersion::kV5S1}, {"v5-reg", FwdVersion::kV5Reg}, {"v7-512", FwdVersion::kV7Wide},
+                  {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5}},
+                 FwdVersion::kV9);
   return version;
 }
 
@@ -584,12 +577,8 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
 // 1024-thread CTAs (1 per SM, half the cluster size) before 512-thread ones; "v8": v2's order (16 CTAs of
 // 512 threads before 8 of 1024). Any other value: v9's order (launch_auto).
 ClusterOrder bwd_cluster_order() {
-  static const ClusterOrder order = [] {
-    const std::string v = env_value("JAX_MEMOPS_SOFTMAX_BWD");
-    if (v == "v9-1024") return ClusterOrder::kFullFirst;
-    if (v == "v8") return ClusterOrder::kV2;
-    return ClusterOrder::kV9;
-  }();
+  static const ClusterOrder order = env_choice(
+      "JAX_MEMOPS_SOFTMAX_BWD", {{"v9-1024", ClusterOrder::kFullFirst}, {"v8", ClusterOrder::kV2}}, ClusterOrder::kV9);
   return order;
 }
 
