@@ -30,6 +30,15 @@
 
 namespace jm::cuda {
 
+// param_row for a row r >= 0 of int range: the group index by a 32-bit division (r >= rows_per_group
+// there, so the divisor fits too).
+__device__ __forceinline__ const float* param_row_u32(const ParamView& p, int r, int64_t cols) {
+  if (p.data == nullptr) return nullptr;
+  const uint32_t group =
+      r < p.rows_per_group ? 0u : static_cast<uint32_t>(r) / static_cast<uint32_t>(p.rows_per_group);
+  return p.data + int64_t{group} * cols;
+}
+
 // N = kRowPacksTeam6 (16-bit LayerNorm team rows where 6 packs need as many threads per row as v3's 8;
 // norms.cu): 6 packs per thread at 4 x 256 threads per SM (<= 64 registers; ptxas -v: 32 bytes of spill
 // stores; RMSNorm, measured in A/B runs, compiled spill-free).

@@ -51,16 +51,6 @@ inline constexpr int kRowPacksHalf = 4;
 // every slot used; with 8 packs a thread holds 2 empty slots at 80 registers).
 inline constexpr int kRowPacksTeam6 = 6;
 
-// param_row for a row r >= 0 of int range: the group index by a 32-bit division (r >= rows_per_group
-// there, so the divisor fits too). param_row's 64-bit division is a call whose clobbered registers cost
-// spills in kernels at a 40-64 register bound.
-__device__ __forceinline__ const float* param_row_u32(const ParamView& p, int r, int64_t cols) {
-  if (p.data == nullptr) return nullptr;
-  const uint32_t group =
-      r < p.rows_per_group ? 0u : static_cast<uint32_t>(r) / static_cast<uint32_t>(p.rows_per_group);
-  return p.data + int64_t{group} * cols;
-}
-
 // This thread's place in the row geometry: lane among the row's rt threads, which of the block's rows
 // (group), and the block's row loop (first row, stride), uniform over the block as the barriers need.
 template <bool kBlockRow>

@@ -43,7 +43,7 @@ NormFwd norm_fwd_version() {
 template <typename T>
 bool norm_fwd_half() {
   const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kV4 || (v != NormFwd::kV3 && sizeof(T) == 4);
+  return v == NormFwd::kV4 || (v == NormFwd::kByDtype && sizeof(T) == 4);
 }
 
 // norm_fwd (v1, the fallback beyond norm_rows.cuh's classes): `tpr` threads per row (see RowPlan),
@@ -370,7 +370,7 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     }
     // 16-bit LayerNorm team rows of 6 packs (v4's kernel: rows + a block's rows <= INT_MAX).
     if constexpr (sizeof(T) == 2 && !kRms) {
-      if (same_split && plan.ok && !plan.block_rows && norm_fwd_version() != NormFwd::kV3 &&
+      if (same_split && plan.ok && !plan.block_rows && norm_fwd_version() == NormFwd::kByDtype &&
           s.rows <= int64_t{INT_MAX} - kTeamBlock) {
         if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
           plan = six;
