@@ -9,6 +9,7 @@
 #             the rule before), bf16 / f16, at 128, 768 and 1536, twice (two processes per version: the
 #             noise). Adopted for LayerNorm only (RMSNorm: 0.87-1.15x at 768).
 #   test      the norm version tests (fresh processes), the GPU norm suite, the > 2^31-element team rows.
+#   review    the fresh-process version tests (each A/B switch parsed by env_choice) on the GPU.
 #   sanitize  compute-sanitizer memcheck and racecheck over the norms' part of sanitize.py's workload.
 # Prepared for the next lease:
 #   ncu       Nsight Compute on what sits near 80% of the copy: the softmax forward's long rows (bulk-copy
@@ -36,6 +37,10 @@ stage_test() {
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 python3 -P -m pytest -q -rfEs -k "big_norm_team_rows" \
     tests/test_gpu.py > "$out/pytest-big-team.log" 2>&1
   tail -n 1 "$out/pytest-big-team.log"
+}
+
+stage_review() {
+  ab_gpu_tests pytest-review 240 "(gpu and slow and not big) or norm_forward_versions" 200
 }
 
 stage_sanitize() {

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The v11 experiments (one device call runs some stages; A/B by environment variable, one build):
+#   bash benchmarks/ab_v11.sh build push test sanitize
+# Measured and removed (benchmarks/RESULTS.md, "v11"; branches v11-tail, v11-stagger): the softmax
+# bulk-copy cluster's last partial round split off onto larger clusters (rounds.py: the per-row time is
+# flat across a partial round; 0.91-1.01x), and the first wave's CTAs started in phase-shifted slots
+# (JAX_MEMOPS_STAGGER; softmax long rows and bf16 LayerNorm 0.90-1.04x).
+#   push      JAX_MEMOPS_SOFTMAX_PUSH: the bulk-copy cluster merges each row's (max, sum) by messages into
+#             every CTA's inbox (mbarrier per row parity): st.async (1) or DSMEM stores and remote
+#             arrivals (2), against the cluster barrier and DSMEM reads (""); f32 / bf16, C = 50257..262144.
+#   test      the push reduction's GPU tests (fresh processes; 0, 1, 2 under several plans).
+#   sanitize  compute-sanitizer memcheck and racecheck over sanitize.py's softmax workload under
+#             JAX_MEMOPS_SOFTMAX_PUSH=$SAN_PUSH (2 unless set; 1 crashed racecheck: "failed to handle a
+#             hardware exception", memcheck clean).
+set -uo pipefail
+source "$(dirname "$0")/ab_lib.sh"
+
+stage_build() { ab_build || exit 1; }
+
+stage_push() {
+  timeout 150 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_PUSH --versions "" 1 2 \
+    --dtypes float32 bfloat16 --cols 50257 65536 131072 262144 --out "$out/push" > "$out/push.log" 2>&1
+  grep -h "^|" "$out/push.log"
+}
+
+stage_test() {
+  ab_gpu_tests pytest-push 220 "push_reduce" 180
+}
+
+stage_sanitize() {
+  local tool
+  for tool in memcheck racecheck; do
+    JAX_MEMOPS_SOFTMAX_PUSH=${SAN_PUSH:-2} XLA_PYTHON_CLIENT_PREALLOCATE=false \
+      XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 150 compute-sanitizer --tool $tool \
+      --kernel-name kns=softmax_fwd_tma --error-exitcode 3 python3 benchmarks/sanitize.py --only softmax \
+      > "$out/$tool-push.log" 2>&1
+    echo "$tool rc=$? $(grep -E 'SUMMARY|passed' "$out/$tool-push.log" | tail -2 | tr '\n' ' ')"
+  done
+}
+
+# race: racecheck over the bulk-copy cluster alone (misaligned rows, many rows per cluster, k from 1 to 16
+# by the plans) under each JAX_MEMOPS_SOFTMAX_PUSH, and sanitize.py's softmax workload under the default
+# with the same kernel filter (the control: under 1 and 2 that run crashed at a shape no bulk-copy kernel runs).
+stage_race() {
+  local push
+  cat > /tmp/tma_race.py <<'PY'
+import jax, numpy as np, jax_memops as jm
+rng = np.random.default_rng(0)
+for shape, dt in (((3, 50257), np.float32), ((68, 131072), np.float32), ((9, 262147), np.float32),
+                  ((60, 131073), jax.numpy.bfloat16), ((5, 65536), np.float32)):
+    x = np.asarray(jax.numpy.asarray(rng.standard_normal(shape), dt), np.float64)  # as the kernel sees it
+    y = np.asarray(jax.jit(jm.softmax)(jax.numpy.asarray(x, dt)), np.float64)
+    r = np.exp(x - x.max(-1, keepdims=True)); r /= r.sum(-1, keepdims=True)
+    assert np.abs(y - r).max() <= (1e-2 if dt != np.float32 else 1e-5) * np.abs(r).max(), shape
+print("tma race workload OK")
+PY
+  for push in 0 1 2; do
+    JAX_MEMOPS_SOFTMAX_PUSH=$push XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
+      timeout 100 compute-sanitizer --tool racecheck --kernel-name kns=softmax_fwd_tma --error-exitcode 3 \
+      python3 /tmp/tma_race.py > "$out/race-tma-$push.log" 2>&1
+    echo "racecheck tma push=$push rc=$? $(grep -E 'SUMMARY|OK' "$out/race-tma-$push.log" | tail -2 | tr '\n' ' ')"
+  done
+  SAN_PUSH=0 stage_sanitize 2>&1 | grep racecheck
+}
+
+ab_init "$@"
+ab_run ab-v11
