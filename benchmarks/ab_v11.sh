@@ -5,20 +5,25 @@
 # bulk-copy cluster's last partial round split off onto larger clusters (rounds.py: the per-row time is
 # flat across a partial round; 0.91-1.01x), and the first wave's CTAs started in phase-shifted slots
 # (JAX_MEMOPS_STAGGER; softmax long rows and bf16 LayerNorm 0.90-1.04x).
-#   push      JAX_MEMOPS_SOFTMAX_PUSH: the bulk-copy cluster merges each row's (max, sum) by messages into
-#             every CTA's inbox (mbarrier per row parity): st.async (1) or DSMEM stores and remote
-#             arrivals (2), against the cluster barrier and DSMEM reads (""); f32 / bf16, C = 50257..262144.
-#   test      the push reduction's GPU tests (fresh processes; 0, 1, 2 under several plans).
+#   push      JAX_MEMOPS_SOFTMAX_PUSH: how the bulk-copy cluster merges each row's (max, sum): "0" the
+#             cluster barrier and DSMEM reads for every k, "" the default (st.async messages into every
+#             CTA's inbox for k >= 4, the barrier below), "1" messages for every k; f32 / bf16, C =
+#             50257..262144. (Measured with a third variant, DSMEM stores + remote arrivals, on branch
+#             v11-push: 0.90-0.99x of the barrier.)
+#   test      the merge's GPU tests (fresh processes; 0, 1 and the default under several plans; the plan
+#             log names each launch's merge).
 #   sanitize  compute-sanitizer memcheck and racecheck over sanitize.py's softmax workload under
-#             JAX_MEMOPS_SOFTMAX_PUSH=$SAN_PUSH (2 unless set; 1 crashed racecheck: "failed to handle a
-#             hardware exception", memcheck clean).
+#             JAX_MEMOPS_SOFTMAX_PUSH=$SAN_PUSH (1 unless set). Racecheck with this kernel filter crashed
+#             ("failed to handle a hardware exception") at f32 2 x 12288, which runs no bulk-copy kernel,
+#             under every setting, the old default too: the race stage is the racecheck that counts.
+#   race      racecheck over a bulk-copy-only workload under 0, 1 and the default, then the crash's control.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
 stage_build() { ab_build || exit 1; }
 
 stage_push() {
-  timeout 150 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_PUSH --versions "" 1 2 \
+  timeout 150 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_PUSH --versions 0 "" 1 \
     --dtypes float32 bfloat16 --cols 50257 65536 131072 262144 --out "$out/push" > "$out/push.log" 2>&1
   grep -h "^|" "$out/push.log"
 }
@@ -30,7 +35,7 @@ stage_test() {
 stage_sanitize() {
   local tool
   for tool in memcheck racecheck; do
-    JAX_MEMOPS_SOFTMAX_PUSH=${SAN_PUSH:-2} XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    JAX_MEMOPS_SOFTMAX_PUSH=${SAN_PUSH:-1} XLA_PYTHON_CLIENT_PREALLOCATE=false \
       XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 150 compute-sanitizer --tool $tool \
       --kernel-name kns=softmax_fwd_tma --error-exitcode 3 python3 benchmarks/sanitize.py --only softmax \
       > "$out/$tool-push.log" 2>&1
@@ -39,8 +44,8 @@ stage_sanitize() {
 }
 
 # race: racecheck over the bulk-copy cluster alone (misaligned rows, many rows per cluster, k from 1 to 16
-# by the plans) under each JAX_MEMOPS_SOFTMAX_PUSH, and sanitize.py's softmax workload under the default
-# with the same kernel filter (the control: under 1 and 2 that run crashed at a shape no bulk-copy kernel runs).
+# by the plans) under each JAX_MEMOPS_SOFTMAX_PUSH, and sanitize.py's softmax workload under "0" with the
+# same kernel filter (the control: that run crashed at a shape no bulk-copy kernel runs, whatever the merge).
 stage_race() {
   local push
   cat > /tmp/tma_race.py <<'PY'
@@ -54,7 +59,7 @@ for shape, dt in (((3, 50257), np.float32), ((68, 131072), np.float32), ((9, 262
     assert np.abs(y - r).max() <= (1e-2 if dt != np.float32 else 1e-5) * np.abs(r).max(), shape
 print("tma race workload OK")
 PY
-  for push in 0 1 2; do
+  for push in 0 1 ""; do
     JAX_MEMOPS_SOFTMAX_PUSH=$push XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
       timeout 100 compute-sanitizer --tool racecheck --kernel-name kns=softmax_fwd_tma --error-exitcode 3 \
       python3 /tmp/tma_race.py > "$out/race-tma-$push.log" 2>&1

@@ -545,6 +545,32 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
 #endif
 }
 
+// This CTA's shared-memory address `local` (smem_addr) as the address of the same variable in cluster
+// CTA `rank`'s shared memory.
+__device__ __forceinline__ uint32_t cluster_map(uint32_t local, int rank) {
+#if JM_BULK_COPY
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+#else
+  __trap();
+  return 0;
+#endif
+}
+
+// Writes the two floats (a, b) to `remote` (cluster_map: another CTA's shared memory, or this one's),
+// completing 8 bytes of transactions on that CTA's mbarrier `remote_bar` (cluster_map too): a one-way
+// message, no round trip and no barrier with the receiver.
+__device__ __forceinline__ void push_pair(uint32_t remote, float a, float b, uint32_t remote_bar) {
+#if JM_BULK_COPY
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+               ::"r"(remote), "f"(a), "f"(b), "r"(remote_bar)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
 // Blocks until bar has completed the phase of parity `parity` (0 for its 1st, 3rd, ... phase). A wait
 // of over 2^35 cycles (~17 s at 1.98 GHz; generous for sanitizers and time slicing) traps: a protocol
 // error becomes a launch failure, not a hung GPU.

@@ -40,7 +40,8 @@
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
 // scalar accesses.
 // Forward v9 (the default) = v5, but rows of 4096 (16-bit: 2048) < C <= 32768 take block rows of 8
-// packs per thread (twice the bytes in flight; up to 1024-thread CTAs, no cluster: launch_fwd_wide).
+// packs per thread (twice the bytes in flight; up to 1024-thread CTAs, no cluster: launch_fwd_wide);
+// since v11 the bulk-copy clusters of 4 or more CTAs merge (max, sum) by messages (push_min_cluster).
 // Forward v5 = v3's register classes + the one-buffer bulk-copy cluster (f32 from shared
 // memory, 16-bit types through registers unless reading the buffer needs fewer CTAs per cluster;
 // launch_fwd_tma); v3's two-buffer one is JAX_MEMOPS_SOFTMAX_FWD=v3.
@@ -401,6 +402,19 @@ ffi::Error launch_tma_plan(const char* variant, const TmaPlan& p, cudaStream_t s
   return check_launch("softmax_fwd (bulk-copy cluster)");
 }
 
+// How the bulk-copy cluster merges each row's (max, sum) (softmax_fwd_tma.cuh, kPush): by messages
+// into every CTA's inbox for clusters of kPushMinCluster CTAs or more, by a cluster barrier and DSMEM
+// reads below. Measured on the H200 (RESULTS.md, "v11"; three runs): messages +10 to +18% at k = 8, 16
+// (f32 131072, 262144), +2 to +9% at k = 4, 8 (f32 65536, bf16 131072, 262144), -1 to -4% at k = 2 (f32
+// 50257, bf16 65536). JAX_MEMOPS_SOFTMAX_PUSH (A/B, read once per process): "0" the barrier for every k,
+// "1" messages for every k; anything else: this rule.
+constexpr int kPushMinCluster = 4;
+
+int push_min_cluster() {
+  static const int k = env_choice("JAX_MEMOPS_SOFTMAX_PUSH", {{"0", INT_MAX}, {"1", 1}}, kPushMinCluster);
+  return k;
+}
+
 // The bulk-copy cluster class (sm_90; softmax_fwd_tma.cuh): among cluster sizes k = 1, 2, 4, 8, 16 the
 // plan with the most CTAs resident, counted up to 2 per SM (a second CTA per SM overlaps one CTA's
 // reduction with the other's loads; more adds little), the smallest k on ties (measured on the H200:
@@ -410,15 +424,17 @@ ffi::Error launch_tma_plan(const char* variant, const TmaPlan& p, cudaStream_t s
 // SM) (v5's 16-bit types, which have twice the elements per byte, so v3's three shared-memory passes
 // and two exps per element weigh twice as much; where no register plan fits, or one buffer plans a
 // smaller cluster, one buffer).
+// kPush: the kernels that merge a row's (max, sum) by messages; where the plan's k is below
+// push_min_cluster(), the barrier's kernels plan and run instead.
 // *launched = false (and success) when no plan fits or launches: the caller falls back to the v2
 // classes.
-template <typename T, int B = smx::kTmaBlock>
+template <typename T, int B = smx::kTmaBlock, bool kPush = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
                           T* y, bool* launched) {
-  constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0>;
-  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B>;
-  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B>;
-  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B>;
+  constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush>;
+  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush>;
+  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush>;
+  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B, kPush>;
   constexpr int64_t kAny = INT_MAX;
   *launched = false;
   const int64_t packs = ceil_div(s.cols, kVec<T>);
@@ -462,11 +478,23 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
     }
   }
   if (best.first.k == 0) return ffi::Error::Success();
+  if constexpr (kPush) {  // the plans are those of the message kernels; below push_min_cluster, the barrier's
+    if (best.first.k < push_min_cluster()) return launch_fwd_tma<T, B, false>(dev, stream, s, version, x, y, launched);
+  }
   switch (best.second) {
-    case kOne: return launch_tma_plan<kOneStage>("one buffer", best.first, stream, s, x, y, launched);
-    case kR8: return launch_tma_plan<kRegs8>("registers (8)", best.first, stream, s, x, y, launched);
-    case kR16: return launch_tma_plan<kRegs16>("registers (16)", best.first, stream, s, x, y, launched);
-    default: return launch_tma_plan<kTwoStages>("two buffers", best.first, stream, s, x, y, launched);
+    // The plan log names the merge too (the tests read it).
+    case kOne:
+      return launch_tma_plan<kOneStage>(kPush ? "one buffer, messages" : "one buffer", best.first, stream, s, x, y,
+                                        launched);
+    case kR8:
+      return launch_tma_plan<kRegs8>(kPush ? "registers (8), messages" : "registers (8)", best.first, stream, s, x, y,
+                                     launched);
+    case kR16:
+      return launch_tma_plan<kRegs16>(kPush ? "registers (16), messages" : "registers (16)", best.first, stream, s, x,
+                                      y, launched);
+    default:
+      return launch_tma_plan<kTwoStages>(kPush ? "two buffers, messages" : "two buffers", best.first, stream, s, x, y,
+                                         launched);
   }
 }
 
@@ -539,7 +567,7 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
-  return launch_fwd_tma(dev, stream, s, version, x, y, launched);
+  return launch_fwd_tma<T, smx::kTmaBlock, true>(dev, stream, s, version, x, y, launched);
 }
 
 ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,

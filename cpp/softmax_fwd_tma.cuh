@@ -7,8 +7,8 @@
 // row's 16-byte-aligned body in a shared-memory buffer; the row's scalar head and tail (misaligned C) are
 // read from global memory by the cluster's first lanes, as in the register classes. Per row, in each
 // CTA: wait for the row's buffer -> per-thread max, then sum of exp(x - max) -> (max, sum) merged over
-// the block, then the cluster (DSMEM, one cluster barrier) -> y = exp(x - M) / S, 16-byte streaming
-// stores. Three variants (template parameters S, NP; the host's plan in softmax.cu picks k and the
+// the block, then the cluster (DSMEM and one cluster barrier; v11, k >= 4: messages, kPush below) ->
+// y = exp(x - M) / S, 16-byte streaming stores. Three variants (template parameters S, NP; the host's plan in softmax.cu picks k and the
 // variant):
 //   v3 (S = 2): two buffers; the next row's copy is issued at the top of each row into the other one.
 //   v5, f32 (S = 1): one buffer, refilled at the top of the next row (after this row's output pass), so
@@ -50,7 +50,11 @@ struct TmaShare {
 //     output pass (v3's overlap with one stage), and one read of shared memory per element.
 //   B: threads per CTA (256; 512 is JAX_MEMOPS_SOFTMAX_FWD=v7-512, an A/B option: 0.92-1.13x). The register variants
 //     are bounded to 64 (NP <= 8) or 128 (NP = 16) registers per thread at 1024 threads per SM.
-template <typename T, int S, int NP, int B = kTmaBlock>
+//   kPush (v11): the cluster's merge of (max, sum) by messages instead of a cluster barrier and DSMEM
+//     reads: thread 0 of each CTA sends its block's pair into every CTA's inbox (st.async, completing 8
+//     bytes on the receiver's mbarrier), and each CTA waits on its own mbarrier for the k pairs: no CTA
+//     waits for the others at a barrier, and no remote read (softmax.cu takes it for k >= 4).
+template <typename T, int S, int NP, int B = kTmaBlock, bool kPush = false>
 __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk) {
   static_assert(S == 1 || S == 2, "one or two stages");
@@ -75,12 +79,20 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     if (bytes > 0) bulk_load(stages + st * chunk, xr + sp.head + int64_t{share.lo} * V, bytes, &bar[st]);
   };
 
+  // kPush: the inbox of the cluster's (max, sum) pairs, [row parity][sender rank], and its barriers.
+  __shared__ MaxSum inbox[kPush ? 2 : 1][kPush ? kMaxClusterNonPortable : 1];
+  __shared__ uint64_t inbar[kPush ? 2 : 1];
   if (tid == 0) {
     for (int st = 0; st < S; ++st) mbar_init(&bar[st]);
+    if constexpr (kPush) {
+      mbar_init(&inbar[0]);
+      mbar_init(&inbar[1]);
+    }
     // The first row ahead of the loop where a copy is in flight across the loop's top (not S = 1, NP = 0).
     if ((S == 2 || NP > 0) && it.base < rows) issue(it.base, 0);
   }
   __syncthreads();  // the barriers are initialized before anyone waits on them
+  if constexpr (kPush) cluster_sync();  // ... and before any CTA of the cluster sends to them
   int i = 0;
   for (int64_t row = it.base; row < rows; row += it.step, ++i) {
     const int st = S == 2 ? (i & 1) : 0;
@@ -139,7 +151,27 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
 #pragma unroll
       for (int e = 0; e < V; ++e) s += ex2_ftz((f[e] - mm) * kLog2e);
     });
-    const MaxSum row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
+    MaxSum row_ms;
+    if constexpr (kPush) {
+      // Row i's pairs go to inbox[i & 1]; a CTA sends row i + 2's only after its block barrier of row
+      // i + 1, which every thread passes after reading row i's inbox, and after its wait for row i + 1,
+      // which needs every CTA's row i + 1 pair, sent after their row i waits: no inbox slot or barrier
+      // phase is reused early. Pairs may land before the receiver's expect (tx-count goes negative).
+      const int p = i & 1;
+      const MaxSum blk = block_reduce_rows<MergeOp>(with_edges(MaxSum{m, s}, xr, sp, cols, it), p);
+      const int k = cluster_blocks();
+      if (tid == 0) {
+        mbar_arrive_expect(&inbar[p], static_cast<uint32_t>(k * sizeof(MaxSum)));
+        const uint32_t slot = smem_addr(&inbox[p][rank]);
+        const uint32_t pbar = smem_addr(&inbar[p]);
+        for (int r = 0; r < k; ++r) push_pair(cluster_map(slot, r), blk.m, blk.s, cluster_map(pbar, r));
+      }
+      mbar_wait(&inbar[p], static_cast<uint32_t>(i >> 1) & 1u);
+      const int lane = tid % 32;
+      row_ms = butterfly<MergeOp>(lane < k ? inbox[p][lane] : MergeOp::identity(), 32);
+    } else {
+      row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
+    }
     const float inv_s = 1.0f / row_ms.s;
     for_packs([&](int q, const P& pk) {
       float f[V];

@@ -650,3 +650,23 @@ def test_gpu_fwd_cluster_plans(gpu, version, k):
                           JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
     threads = 512 if version == "v7-512" else 256
     assert f"x {threads} threads" in err, f"no bulk-copy launch of {threads}-thread CTAs:\n" + err[-4000:]
+
+
+# JAX_MEMOPS_SOFTMAX_PUSH (cpp/softmax.cu push_min_cluster): how the bulk-copy cluster merges each
+# row's (max, sum): by st.async messages into every CTA's inbox (mbarrier per row parity; kPush in
+# softmax_fwd_tma.cuh) for every k ("1"), by the cluster barrier and DSMEM reads for every k ("0"), or the
+# default rule (messages from k = 4: ""). CLUSTER_SHAPES under each variant's rule and at k = 2, 4, 16
+# (many rows per cluster: the inbox slots and barrier phases cycle; k = 16: 16 senders per inbox).
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("push", ["0", "1", ""])
+@pytest.mark.parametrize("version,k", [("v5", ""), ("v5", "2"), ("v5", "16"), ("v5-s1", "4"), ("v5-reg", "16"),
+                                       ("v3", "")])
+def test_gpu_fwd_push_reduce(gpu, version, k, push):
+    err = _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k,
+                          JAX_MEMOPS_SOFTMAX_PUSH=push, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    plans = re.findall(r"softmax_fwd plan: (.*?) x \d+ threads .* k=(\d+) ", err)
+    assert plans, "no bulk-copy launch:\n" + err[-4000:]
+    for variant, kk in plans:
+        want = push == "1" or (push == "" and int(kk) >= 4)
+        assert variant.endswith(", messages") == want, f"PUSH={push!r}: k = {kk} ran {variant!r}\n" + err[-4000:]
