@@ -8,8 +8,8 @@
 // read from global memory by the cluster's first lanes, as in the register classes. Per row, in each
 // CTA: wait for the row's buffer -> per-thread max, then sum of exp(x - max) -> (max, sum) merged over
 // the block, then the cluster (DSMEM and one cluster barrier; v11, k >= 4: messages, kPush below) ->
-// y = exp(x - M) / S, 16-byte streaming stores. Three variants (template parameters S, NP; the host's plan in softmax.cu picks k and the
-// variant):
+// y = exp(x - M) / S, 16-byte streaming stores. Three variants (template parameters S, NP; the host's
+// plan in softmax.cu picks k and the variant):
 //   v3 (S = 2): two buffers; the next row's copy is issued at the top of each row into the other one.
 //   v5, f32 (S = 1): one buffer, refilled at the top of the next row (after this row's output pass), so
 //     a CTA has no row in flight while it reduces and stores: the other CTAs of the SM hide that, and
