@@ -347,19 +347,22 @@ int forced_cluster_k() {
 }
 
 // JAX_MEMOPS_SOFTMAX_PLAN_LOG=1: each bulk-copy launch whose plan differs from the previous one is
-// described on stderr (variant, CTA size, cluster size, chunk, shared memory, clusters resident), for A/B
-// runs.
-void log_tma_plan(const char* variant, RowShape s, int block, int k, int64_t chunk, int64_t smem, int active) {
+// described on stderr (variant and ", messages" where the kernel merges by messages, CTA size, cluster
+// size, chunk, shared memory, clusters resident), for A/B runs and the tests.
+void log_tma_plan(const char* variant, bool messages, RowShape s, int block, int k, int64_t chunk, int64_t smem,
+                  int active) {
   static const bool on = [] {
     const std::string v = env_value("JAX_MEMOPS_SOFTMAX_PLAN_LOG");
     return !v.empty() && v[0] == '1';
   }();
   static std::atomic<int64_t> last{-1};
-  const int64_t key = ((s.cols * 32 + k) * 1000003) ^ static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
+  const int64_t key = ((s.cols * 64 + k * 2 + messages) * 1000003) ^
+                      static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
   if (!on || last.exchange(key) == key) return;
-  std::fprintf(stderr, "softmax_fwd plan: %s x %d threads rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB "
-               "clusters=%d\n", variant, block, static_cast<long long>(s.rows), static_cast<long long>(s.cols), k,
-               static_cast<long long>(chunk), static_cast<long long>(smem / 1024), active);
+  std::fprintf(stderr, "softmax_fwd plan: %s%s x %d threads rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB "
+               "clusters=%d\n", variant, messages ? ", messages" : "", block, static_cast<long long>(s.rows),
+               static_cast<long long>(s.cols), k, static_cast<long long>(chunk), static_cast<long long>(smem / 1024),
+               active);
 }
 
 // One plan of a bulk-copy kernel: cluster size k, chunk = ceil(packs / k) packs per CTA in each of
@@ -383,12 +386,13 @@ TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_
   return {k, active, block, chunk, smem, score};
 }
 
-// Launches plan p of Kernel (a persistent grid of clusters); *launched = false (and success) where the
-// launch is refused (a configuration error: the caller's fallback takes the rows).
+// Launches plan p of Kernel (a persistent grid of clusters; `messages`: its merge, for the log);
+// *launched = false (and success) where the launch is refused (a configuration error: the caller's
+// fallback takes the rows).
 template <auto Kernel, typename T>
-ffi::Error launch_tma_plan(const char* variant, const TmaPlan& p, cudaStream_t stream, RowShape s, const T* x,
-                           T* y, bool* launched) {
-  log_tma_plan(variant, s, p.block, p.k, p.chunk, p.smem, p.active);
+ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p, cudaStream_t stream, RowShape s,
+                           const T* x, T* y, bool* launched) {
+  log_tma_plan(variant, messages, s, p.block, p.k, p.chunk, p.smem, p.active);
   const int64_t clusters = std::min<int64_t>(s.rows, p.active);
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), p.block, p.k,
@@ -482,19 +486,10 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
     if (best.first.k < push_min_cluster()) return launch_fwd_tma<T, B, false>(dev, stream, s, version, x, y, launched);
   }
   switch (best.second) {
-    // The plan log names the merge too (the tests read it).
-    case kOne:
-      return launch_tma_plan<kOneStage>(kPush ? "one buffer, messages" : "one buffer", best.first, stream, s, x, y,
-                                        launched);
-    case kR8:
-      return launch_tma_plan<kRegs8>(kPush ? "registers (8), messages" : "registers (8)", best.first, stream, s, x, y,
-                                     launched);
-    case kR16:
-      return launch_tma_plan<kRegs16>(kPush ? "registers (16), messages" : "registers (16)", best.first, stream, s, x,
-                                      y, launched);
-    default:
-      return launch_tma_plan<kTwoStages>(kPush ? "two buffers, messages" : "two buffers", best.first, stream, s, x, y,
-                                         launched);
+    case kOne: return launch_tma_plan<kOneStage>("one buffer", kPush, best.first, stream, s, x, y, launched);
+    case kR8: return launch_tma_plan<kRegs8>("registers (8)", kPush, best.first, stream, s, x, y, launched);
+    case kR16: return launch_tma_plan<kRegs16>("registers (16)", kPush, best.first, stream, s, x, y, launched);
+    default: return launch_tma_plan<kTwoStages>("two buffers", kPush, best.first, stream, s, x, y, launched);
   }
 }
 
