@@ -558,13 +558,22 @@ __device__ __forceinline__ uint32_t cluster_map(uint32_t local, int rank) {
 #endif
 }
 
-// Writes the two floats (a, b) to `remote` (cluster_map: another CTA's shared memory, or this one's),
-// completing 8 bytes of transactions on that CTA's mbarrier `remote_bar` (cluster_map too): a one-way
-// message, no round trip and no barrier with the receiver.
+// Writes the two floats (a, b) (or the one float a) to `remote` (cluster_map: another CTA's shared
+// memory, or this one's), completing 8 (4) bytes of transactions on that CTA's mbarrier `remote_bar`
+// (cluster_map too): a one-way message, no round trip and no barrier with the receiver.
 __device__ __forceinline__ void push_pair(uint32_t remote, float a, float b, uint32_t remote_bar) {
 #if JM_BULK_COPY
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
                ::"r"(remote), "f"(a), "f"(b), "r"(remote_bar)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void push_one(uint32_t remote, float a, uint32_t remote_bar) {
+#if JM_BULK_COPY
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+               ::"r"(remote), "r"(__float_as_uint(a)), "r"(remote_bar)
                : "memory");
 #else
   __trap();

@@ -605,6 +605,13 @@ ClusterOrder bwd_cluster_order() {
   return order;
 }
 
+// JAX_MEMOPS_SOFTMAX_BWD=v12-mail (A/B): v9's order, and the register clusters merge each row's sum by
+// messages (softmax_bwd_rows_kernel's kMail).
+bool bwd_mail() {
+  static const bool mail = env_choice("JAX_MEMOPS_SOFTMAX_BWD", {{"v12-mail", true}}, false);
+  return mail;
+}
+
 ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
                       ffi::Result<ffi::AnyBuffer> dx) {
   RowShape s;
@@ -618,11 +625,17 @@ ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
     const T* yp = static_cast<const T*>(y.untyped_data());
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx->untyped_data());
+    const bool vec = same_alignment({yp, dyp, dxp});
+    if (bwd_mail()) {
+      return launch_auto<smx::softmax_bwd_rows_kernel<T, false>, smx::softmax_bwd_rows_kernel<T, true, true>,
+                         smx::softmax_bwd_stream_kernel<T, kVec<T>>, smx::softmax_bwd_stream_kernel<T, 1>,
+                         Grid::kFull>(stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, vec, ClusterOrder::kV9,
+                                      "softmax_bwd", yp, dyp, dxp);
+    }
     return launch_auto<smx::softmax_bwd_rows_kernel<T, false>, smx::softmax_bwd_rows_kernel<T, true>,
                        smx::softmax_bwd_stream_kernel<T, kVec<T>>, smx::softmax_bwd_stream_kernel<T, 1>,
                        Grid::kFull>(
-        stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, same_alignment({yp, dyp, dxp}), bwd_cluster_order(),
-        "softmax_bwd", yp, dyp, dxp);
+        stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, vec, bwd_cluster_order(), "softmax_bwd", yp, dyp, dxp);
   });
 }
 

@@ -79,15 +79,10 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     if (bytes > 0) bulk_load(stages + st * chunk, xr + sp.head + int64_t{share.lo} * V, bytes, &bar[st]);
   };
 
-  // kPush: the inbox of the cluster's (max, sum) pairs, [row parity][sender rank], and its barriers.
-  __shared__ MaxSum inbox[kPush ? 2 : 1][kPush ? kMaxClusterNonPortable : 1];
-  __shared__ uint64_t inbar[kPush ? 2 : 1];
+  __shared__ ClusterMail<MaxSum> mail;  // kPush: the (max, sum) messages (softmax_rows.cuh)
+  if constexpr (kPush) mail_init(mail);
   if (tid == 0) {
     for (int st = 0; st < S; ++st) mbar_init(&bar[st]);
-    if constexpr (kPush) {
-      mbar_init(&inbar[0]);
-      mbar_init(&inbar[1]);
-    }
     // The first row ahead of the loop where a copy is in flight across the loop's top (not S = 1, NP = 0).
     if ((S == 2 || NP > 0) && it.base < rows) issue(it.base, 0);
   }
@@ -153,22 +148,8 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     });
     MaxSum row_ms;
     if constexpr (kPush) {
-      // Row i's pairs go to inbox[i & 1]; a CTA sends row i + 2's only after its block barrier of row
-      // i + 1, which every thread passes after reading row i's inbox, and after its wait for row i + 1,
-      // which needs every CTA's row i + 1 pair, sent after their row i waits: no inbox slot or barrier
-      // phase is reused early. Pairs may land before the receiver's expect (tx-count goes negative).
-      const int p = i & 1;
-      const MaxSum blk = block_reduce_rows<MergeOp>(with_edges(MaxSum{m, s}, xr, sp, cols, it), p);
-      const int k = cluster_blocks();
-      if (tid == 0) {
-        mbar_arrive_expect(&inbar[p], static_cast<uint32_t>(k * sizeof(MaxSum)));
-        const uint32_t slot = smem_addr(&inbox[p][rank]);
-        const uint32_t pbar = smem_addr(&inbar[p]);
-        for (int r = 0; r < k; ++r) push_pair(cluster_map(slot, r), blk.m, blk.s, cluster_map(pbar, r));
-      }
-      mbar_wait(&inbar[p], static_cast<uint32_t>(i >> 1) & 1u);
-      const int lane = tid % 32;
-      row_ms = butterfly<MergeOp>(lane < k ? inbox[p][lane] : MergeOp::identity(), 32);
+      const MaxSum blk = block_reduce_rows<MergeOp>(with_edges(MaxSum{m, s}, xr, sp, cols, it), i & 1);
+      row_ms = mail_merge<MergeOp>(mail, blk, i);
     } else {
       row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
     }

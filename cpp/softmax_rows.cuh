@@ -177,6 +177,50 @@ __device__ __forceinline__ typename Op::P cluster_reduce(typename Op::P v, int p
   return butterfly<Op>(v, 32);
 }
 
+// The cluster's merge by messages (v11; the bulk-copy forward from k = 4, the backward's register
+// clusters as an A/B): thread 0 of each CTA sends its block's value into every CTA's inbox
+// [row parity][sender rank] (st.async, completing on the receiver's mbarrier of that parity), and each
+// CTA waits on its own mbarrier for the k values, then every warp merges them in rank order (the same
+// bits in every CTA). No CTA waits for the others at a barrier; nothing is read remotely. Reuse: a CTA
+// sends row i + 2's value only after its block barrier of row i + 1, which every thread passes after
+// reading row i's inbox, and after its wait for row i + 1, which needs every CTA's row i + 1 value, sent
+// after their own row i waits; a value may land before the receiver's expect (the tx-count goes
+// negative, which the mbarrier allows). The kernel declares one ClusterMail in shared memory, calls
+// mail_init (then a block barrier and cluster_sync before any send) and ends with a cluster barrier,
+// like cluster_reduce.
+template <typename P>
+struct ClusterMail {
+  P inbox[2][kMaxClusterNonPortable];
+  uint64_t bar[2];
+};
+
+template <typename P>
+__device__ __forceinline__ void mail_init(ClusterMail<P>& m) {
+  if (threadIdx.x == 0) {
+    mbar_init(&m.bar[0]);
+    mbar_init(&m.bar[1]);
+  }
+}
+
+__device__ __forceinline__ void mail_send(uint32_t slot, float v, uint32_t bar) { push_one(slot, v, bar); }
+__device__ __forceinline__ void mail_send(uint32_t slot, MaxSum v, uint32_t bar) { push_pair(slot, v.m, v.s, bar); }
+
+// Row i's merge over the cluster of this CTA's block value `v` (every thread calls it with the same i).
+template <class Op>
+__device__ __forceinline__ typename Op::P mail_merge(ClusterMail<typename Op::P>& m, typename Op::P v, int i) {
+  const int p = i & 1;
+  const int k = cluster_blocks();
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect(&m.bar[p], static_cast<uint32_t>(k * sizeof(v)));
+    const uint32_t slot = smem_addr(&m.inbox[p][cluster_rank()]);
+    const uint32_t bar = smem_addr(&m.bar[p]);
+    for (int r = 0; r < k; ++r) mail_send(cluster_map(slot, r), v, cluster_map(bar, r));
+  }
+  mbar_wait(&m.bar[p], static_cast<uint32_t>(i >> 1) & 1u);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  return butterfly<Op>(lane < k ? m.inbox[p][lane] : Op::identity(), 32);
+}
+
 // ---- Row geometry -----------------------------------------------------------------------------------------
 
 // This thread's place: which row of each row group it works on, and its lane among the row's `rt`
@@ -381,16 +425,26 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
 
 
 // dx = y * (dy - sum(dy * y)) per row, y and dy in registers (raw packs, converted at each use).
-template <typename T, bool kCluster>
+// kMail (clusters only; A/B, JAX_MEMOPS_SOFTMAX_BWD=v12-mail): the cluster's sum by messages (mail_merge)
+// instead of a cluster barrier and DSMEM reads.
+template <typename T, bool kCluster, bool kMail = false>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_bwd_rows_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
                      int cols, int tpr) {
+  static_assert(kCluster || !kMail, "messages merge over a cluster");
   constexpr int V = kVec<T>;
   constexpr int N = kBwdPacks;
   using P = Pack<T, V>;
   const RowIter<kCluster> it(tpr);
+  __shared__ ClusterMail<float> mail;
+  if constexpr (kMail) {
+    mail_init(mail);
+    __syncthreads();
+    cluster_sync();  // every CTA's barriers are initialized before any send
+  }
   int parity = 0;
-  for (int64_t base = it.base; base < rows; base += it.step, parity ^= 1) {
+  int i = 0;
+  for (int64_t base = it.base; base < rows; base += it.step, parity ^= 1, ++i) {
     const int64_t row = base + it.group;
     const bool valid = row < rows;
     const int64_t offset = (valid ? row : 0) * int64_t{cols};
@@ -422,7 +476,11 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
       const int c = sp.edge_col(e, cols);
       dot += to_float(yr[c]) * to_float(dyr[c]);
     }
-    dot = row_reduce<AddOp, kCluster>(dot, tpr, parity);
+    if constexpr (kMail) {
+      dot = mail_merge<AddOp>(mail, block_reduce_rows<AddOp>(dot, parity), i);
+    } else {
+      dot = row_reduce<AddOp, kCluster>(dot, tpr, parity);
+    }
 
     T* dxr = dx + offset;
 #pragma unroll

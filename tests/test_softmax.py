@@ -622,10 +622,12 @@ def test_gpu_grid(gpu, grid):
 
 # The backward's A/B switch JAX_MEMOPS_SOFTMAX_BWD (cpp/softmax.cu): v9-1024 takes 1024-thread CTAs in the
 # register clusters first (8193: k = 1 of 1024 threads; 50257: 4; 262147: beyond 8 x 1024 x 16, the
-# stream), v8 the 16 CTAs of 512 threads before 8 of 1024 (f32 131072; the default: 8 of 1024).
+# stream), v8 the 16 CTAs of 512 threads before 8 of 1024 (f32 131072; the default: 8 of 1024), v12-mail
+# the default's clusters merging each row's sum by messages (mail_merge; 30 x 50257: many rows per
+# cluster, the inbox slots and barrier phases cycle).
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["v9-1024", "v8"])
+@pytest.mark.parametrize("version", ["v9-1024", "v8", "v12-mail"])
 def test_gpu_bwd_versions(gpu, version):
     _run_script(_BWD_SCRIPT, BWD_GRID_SHAPES + [(40, 131072)], JAX_MEMOPS_SOFTMAX_BWD=version)
 
