@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # The v12 experiments (one device call runs some stages; A/B by environment variable, one build):
-#   bash benchmarks/ab_v12.sh build mail push test race
-#   mail   JAX_MEMOPS_SOFTMAX_BWD=v12-mail: the backward's register clusters (f32 C = 32768: k = 4 of 512
-#          threads, 50257: 7, 131072: 8 of 1024) merge each row's sum(dy * y) by messages (mail_merge,
-#          softmax_rows.cuh) instead of a cluster barrier and DSMEM reads, against the default (""); bwd
-#          and fwd+bwd, f32 / bf16, two rounds. Predicted from v11's forward (+3 to +18% at k >= 4):
-#          f32 50257 79-82% -> ~85% of the copy.
+#   bash benchmarks/ab_v12.sh build mail push explore test big race
+#   mail   the backward's register clusters (f32 C = 32768: k = 4 of 512 threads, 50257: 7, 131072: 8 of
+#          1024; bf16 32768: 2, 50257: 4, 131072: 8 of 512) merging each row's sum(dy * y) by messages
+#          (mail_merge, softmax_rows.cuh) against the cluster barrier and DSMEM reads:
+#          JAX_MEMOPS_SOFTMAX_PUSH 0 (barrier), default (messages from k = 4), 1 (messages); bwd and
+#          fwd+bwd, f32 / bf16. Predicted from v11's forward (+3 to +18% at k >= 4): f32 50257 79-82% ->
+#          ~85% of the copy. (Its first run, RESULTS "v12", compared the same message kernel under
+#          JAX_MEMOPS_SOFTMAX_BWD=v12-mail, the A/B switch before the rule.)
 #   push   the forward's merge (JAX_MEMOPS_SOFTMAX_PUSH 0, default, 1) again: its kernel now calls the
 #          shared mail_merge (SASS changed by scheduling from v11's measured one).
-#   test   the backward versions (fresh processes, v12-mail among them) and the forward merge tests.
-#   race   compute-sanitizer racecheck and memcheck over the cluster kernels alone (bulk-copy forward and
-#          register-cluster backward, misaligned rows, many rows per cluster) under the default and
-#          v12-mail (sanitize.py's softmax workload with a kernel filter crashed the tool in v11).
+#   explore with messages in place, do larger clusters pay now? The forward at 50257 / 65536 with the
+#          bulk-copy cluster size forced (JAX_MEMOPS_SOFTMAX_FWD_K 2, 4, 8: k >= 4 merge by messages;
+#          the planner picks k = 2 at f32 50257 as a tie on CTAs resident, counted to 2 per SM); the f32
+#          backward at 65537 / 131072 in v8's order (16 CTAs of 512 threads before 8 of 1024: 2 CTAs
+#          per SM, a barrier over 16 cost v9 10%).
+#   test   the merge tests (forward and backward, every variable value), the backward's cluster orders,
+#          the grids and the bulk-copy plans (fresh processes).
+#   big    the cluster classes past element 2^31 (bf16 16385 x 131072: the backward's k = 8 by messages).
+#   race   compute-sanitizer racecheck (default and PUSH=1: messages at k = 2, 3 too) and memcheck
+#          (default) over the cluster kernels alone (bulk-copy forward and register-cluster backward,
+#          misaligned rows, many rows per cluster; sanitize.py's softmax workload with a kernel filter
+#          crashed the tool in v11).
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -19,8 +29,8 @@ stage_build() { ab_build || exit 1; }
 
 stage_mail() {
   local round
-  for round in 1 2; do
-    timeout 200 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_BWD --versions "" v12-mail \
+  for round in ${ROUNDS:-1 2}; do
+    timeout 200 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_PUSH --versions 0 "" 1 \
       --dirs bwd fwd+bwd --dtypes float32 bfloat16 --cols 32768 50257 131072 --out "$out/mail$round" \
       > "$out/mail$round.log" 2>&1
     grep -h "^|" "$out/mail$round.log"
@@ -33,19 +43,34 @@ stage_push() {
   grep -h "^|" "$out/push.log"
 }
 
+stage_explore() {
+  timeout 150 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_FWD_K --versions "" 2 4 8 \
+    --dtypes float32 bfloat16 --cols 50257 65536 --out "$out/fwdk" > "$out/fwdk.log" 2>&1
+  grep -h "^|" "$out/fwdk.log"
+  timeout 100 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_BWD --versions "" v8 \
+    --dirs bwd --dtypes float32 --cols 65537 131072 --out "$out/bwd16" > "$out/bwd16.log" 2>&1
+  grep -h "^|" "$out/bwd16.log"
+}
+
 stage_test() {
-  ab_gpu_tests pytest-mail 240 "gpu_bwd_versions or push_reduce" 200
+  ab_gpu_tests pytest-merge 300 "push_reduce or gpu_bwd_versions or gpu_grid or fwd_cluster_plans" 250
+}
+
+stage_big() {
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 200 python3 -P -m pytest -q -rfE --timeout 180 \
+    -k "big_softmax_cluster_class" tests > "$out/pytest-big.log" 2>&1
+  tail -n 1 "$out/pytest-big.log"
 }
 
 stage_race() {
-  local tool bwd
+  local tool push run
   cat > /tmp/cluster_race.py <<'PY'
 import jax, numpy as np, jax_memops as jm
 rng = np.random.default_rng(0)
 vjp = jax.jit(lambda x, g: jax.vjp(jm.softmax, x)[1](g)[0])
 for shape, dt in (((3, 50257), np.float32), ((68, 131072), np.float32), ((9, 262147), np.float32),
                   ((60, 131073), jax.numpy.bfloat16), ((5, 65536), np.float32), ((30, 50257), np.float32),
-                  ((7, 32768), jax.numpy.bfloat16)):
+                  ((7, 32768), jax.numpy.bfloat16), ((5, 16385), np.float32)):
     x = np.asarray(jax.numpy.asarray(rng.standard_normal(shape), dt), np.float64)  # as the kernels see it
     g = np.asarray(jax.numpy.asarray(rng.standard_normal(shape), dt), np.float64)
     y = np.asarray(jax.jit(jm.softmax)(jax.numpy.asarray(x, dt)), np.float64)
@@ -57,14 +82,14 @@ for shape, dt in (((3, 50257), np.float32), ((68, 131072), np.float32), ((9, 262
     assert np.abs(dx - rdx).max() <= 4 * tol * np.abs(rdx).max(), shape
 print("cluster race workload OK")
 PY
-  for bwd in "" v12-mail; do
-    for tool in racecheck memcheck; do
-      JAX_MEMOPS_SOFTMAX_BWD=$bwd XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
-        timeout 120 compute-sanitizer --tool $tool --kernel-name kns=softmax_ \
-        --error-exitcode 3 python3 /tmp/cluster_race.py > "$out/$tool-cluster-${bwd:-default}.log" 2>&1
-      echo "$tool bwd=${bwd:-default} rc=$? $(grep -E 'SUMMARY|OK' "$out/$tool-cluster-${bwd:-default}.log" \
-        | tail -2 | tr '\n' ' ')"
-    done
+  for run in racecheck: racecheck:1 memcheck:; do
+    tool=${run%%:*}
+    push=${run#*:}
+    JAX_MEMOPS_SOFTMAX_PUSH=$push XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
+      timeout 150 compute-sanitizer --tool $tool --kernel-name kns=softmax_ \
+      --error-exitcode 3 python3 /tmp/cluster_race.py > "$out/$tool-cluster-push${push:-rule}.log" 2>&1
+    echo "$tool push=${push:-rule} rc=$? $(grep -E 'SUMMARY|OK' "$out/$tool-cluster-push${push:-rule}.log" \
+      | tail -2 | tr '\n' ' ')"
   done
 }
 

@@ -23,7 +23,8 @@
 //                                                        tensor passes)
 // The forward takes the bulk-copy cluster for every row beyond the block class where it can launch;
 // the register cluster class serves the backward, and the forward only where no bulk-copy one can
-// launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below).
+// launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below). Since v12 the backward's clusters of 4 or more
+// CTAs merge each row's sum by messages instead of the cluster barrier and DSMEM (push_min_cluster).
 // Why: every register kernel is __launch_bounds__(1024, 1), <= 64 registers (ptxas -v: 48-64, no
 // spills), so an SM holds 1024 threads. More elements per thread spill (ptxas converts 16-bit packs
 // to float eagerly: unpack_fresh in cuda_common.cuh stops that). Sub-warp rows put several rows in a
@@ -179,15 +180,19 @@ int cached_active_clusters(std::atomic<int>& slot, const DeviceInfo& dev, int bl
 }
 
 // Clusters of k CTAs of `block` threads of Kernel that can be resident at once; 0 when such a cluster
-// cannot launch (the query fails or finds none). k > 8 needs the kernel's opt-in to non-portable
+// cannot launch or Kernel is nullptr (the query fails or finds none). k > 8 needs the kernel's opt-in to non-portable
 // cluster sizes on this device (func_opt_ins: once per device; it was once per process, which left a
 // second GPU's k = 16 launches refused and its rows to the fallback classes). The count is cached like
 // blocks_per_sm.
 template <auto Kernel>
 int active_clusters(const DeviceInfo& dev, int block, int k) {
-  static std::atomic<int> cache[2][kMaxClusterNonPortable + 1];
-  if (k > kMaxCluster && (func_opt_ins<Kernel, false>(dev) & 2) == 0) return 0;
-  return cached_active_clusters<Kernel>(cache[block == kMaxBlock ? 1 : 0][k], dev, block, k, 0);
+  if constexpr (std::is_same_v<decltype(Kernel), std::nullptr_t>) {
+    return 0;  // no such kernel
+  } else {
+    static std::atomic<int> cache[2][kMaxClusterNonPortable + 1];
+    if (k > kMaxCluster && (func_opt_ins<Kernel, false>(dev) & 2) == 0) return 0;
+    return cached_active_clusters<Kernel>(cache[block == kMaxBlock ? 1 : 0][k], dev, block, k, 0);
+  }
 }
 
 // A launch of a block-level kernel over `groups` units of work (rows or row groups): at most as many
@@ -203,6 +208,43 @@ ffi::Error launch_persistent(const DeviceInfo& dev, cudaStream_t stream, int64_t
                 args...);
 }
 
+// How a cluster merges each row's value ((max, sum) in the bulk-copy forward, sum(dy * y) in the
+// backward's register clusters): by messages into every CTA's inbox (softmax_fwd_tma.cuh's kPush,
+// softmax_rows.cuh's mail_merge) for clusters of kPushMinCluster CTAs or more, by a cluster barrier and
+// DSMEM reads below. Measured on the H200 (RESULTS.md, "v11", "v12"): forward messages +10 to +18% at
+// k = 8, 16 (f32 131072, 262144), +2 to +9% at k = 4, 8 (f32 65536, bf16 131072, 262144), -1 to -4% at
+// k = 2 (f32 50257, bf16 65536); backward +4 to +12% at k = 4, 7, 8 (f32 32768, 50257, 131072; bf16
+// 50257, 131072), -1 to +7% at k = 2 (bf16 32768). JAX_MEMOPS_SOFTMAX_PUSH (A/B, read once per process):
+// "0" the barrier for every k, "1" messages for every k; anything else: this rule.
+constexpr int kPushMinCluster = 4;
+
+int push_min_cluster() {
+  static const int k = env_choice("JAX_MEMOPS_SOFTMAX_PUSH", {{"0", INT_MAX}, {"1", 1}}, kPushMinCluster);
+  return k;
+}
+
+// JAX_MEMOPS_SOFTMAX_PLAN_LOG=1: the cluster launches are described on stderr (log_tma_plan,
+// log_cluster_rows), for A/B runs and the tests.
+bool plan_log_on() {
+  static const bool on = [] {
+    const std::string v = env_value("JAX_MEMOPS_SOFTMAX_PLAN_LOG");
+    return !v.empty() && v[0] == '1';
+  }();
+  return on;
+}
+
+// Under plan_log_on(): each register-cluster launch whose shape differs from the previous one (kernel
+// family `what`, merge, CTA size, cluster size, clusters resident).
+void log_cluster_rows(const char* what, bool messages, RowShape s, int block, int k, int active) {
+  static std::atomic<int64_t> last{-1};
+  const int64_t key = ((s.cols * 64 + k * 2 + messages) * 1000003 + block) ^
+                      static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(what));
+  if (!plan_log_on() || last.exchange(key) == key) return;
+  std::fprintf(stderr, "%s: register cluster k=%d x %d threads, merge by %s, rows=%lld cols=%lld clusters=%d\n",
+               what, k, block, messages ? "messages" : "barrier", static_cast<long long>(s.rows),
+               static_cast<long long>(s.cols), active);
+}
+
 // A cluster's CTA size and the largest cluster of such CTAs to try.
 struct ClusterShape {
   int block, max_k;
@@ -210,12 +252,15 @@ struct ClusterShape {
 
 // One row per cluster of k CTAs of ClusterK (args..., rows, int cols, block), a persistent grid of
 // clusters: the first of `shapes` whose k = ceil(C / (elems x block)) is at most its max_k (and above
-// an earlier shape's max_k for the same block: already tried) and can be resident. *launched = false
-// (and success) when none launches (the caller's fallback takes the rows).
-template <auto ClusterK, typename... A>
+// an earlier shape's max_k for the same block: already tried) and can be resident. MailK (the same
+// signature; nullptr: none): the kernel that merges by messages, run instead of ClusterK where k >=
+// push_min_cluster(). *launched = false (and success) when none launches (the caller's fallback takes the
+// rows).
+template <auto ClusterK, auto MailK = nullptr, typename... A>
 ffi::Error launch_cluster_rows(const DeviceInfo& dev, cudaStream_t stream, RowShape s, int elems,
                                std::initializer_list<ClusterShape> shapes, bool* launched, const char* what,
                                A... args) {
+  constexpr bool kHasMail = !std::is_same_v<decltype(MailK), std::nullptr_t>;
   *launched = false;
   int tried_k[2] = {0, 0};  // the largest max_k tried so far, per CTA size (512, 1024)
   for (const ClusterShape c : shapes) {
@@ -224,13 +269,17 @@ ffi::Error launch_cluster_rows(const DeviceInfo& dev, cudaStream_t stream, RowSh
     const bool skip = k > c.max_k || k <= tried;
     tried = std::max(tried, c.max_k);
     if (skip) continue;
-    const int active = active_clusters<ClusterK>(dev, c.block, static_cast<int>(k));
+    const bool mail = kHasMail && k >= push_min_cluster();
+    const int active = mail ? active_clusters<MailK>(dev, c.block, static_cast<int>(k))
+                            : active_clusters<ClusterK>(dev, c.block, static_cast<int>(k));
     if (active == 0) continue;
+    log_cluster_rows(what, mail, s, c.block, static_cast<int>(k), active);
     const int64_t clusters = std::min<int64_t>(s.rows, active);
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * k)), c.block,
                                                   static_cast<int>(k), stream, &attr);
-    if (cudaLaunchKernelEx(&cfg, ClusterK, args..., s.rows, static_cast<int>(s.cols), c.block) == cudaSuccess) {
+    const auto kernel = mail ? MailK : ClusterK;
+    if (cudaLaunchKernelEx(&cfg, kernel, args..., s.rows, static_cast<int>(s.cols), c.block) == cudaSuccess) {
       *launched = true;
       return check_launch(what);
     }
@@ -246,8 +295,10 @@ enum class ClusterOrder { kV2, kV9, kFullFirst };
 // (args..., rows, int cols, tpr), StreamK / ScalarK (args..., rows, int64 cols); `elems` is what one
 // thread of RowsK / ClusterK holds; `vec`: the buffers share their address modulo 16 (then the
 // kernels use packs of `vec_width` elements, else ScalarK runs). kRowsGrid: the sub-warp and block
-// classes' grid (the backward's: full, v7; the v2 forward's: persistent, as it was measured).
-template <auto RowsK, auto ClusterK, auto StreamK, auto ScalarK, Grid kRowsGrid, typename... A>
+// classes' grid (the backward's: full, v7; the v2 forward's: persistent, as it was measured). MailK:
+// ClusterK merging by messages (launch_cluster_rows; nullptr: none).
+template <auto RowsK, auto ClusterK, auto StreamK, auto ScalarK, Grid kRowsGrid, auto MailK = nullptr,
+          typename... A>
 ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width, bool vec, ClusterOrder order,
                        const char* what, A... args) {
   DeviceInfo dev;
@@ -271,7 +322,7 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
       constexpr ClusterShape kFull8{kMaxBlock, kMaxCluster}, kFull16{kMaxBlock, kMaxClusterNonPortable};
       bool launched = false;
       const auto try_shapes = [&](std::initializer_list<ClusterShape> shapes) {
-        return launch_cluster_rows<ClusterK>(dev, stream, s, elems, shapes, &launched, what, args...);
+        return launch_cluster_rows<ClusterK, MailK>(dev, stream, s, elems, shapes, &launched, what, args...);
       };
       ffi::Error err = order == ClusterOrder::kFullFirst ? try_shapes({kFull8, kFull16, kHalf8, kHalf16})
                        : order == ClusterOrder::kV9      ? try_shapes({kHalf8, kFull8, kHalf16})
@@ -346,19 +397,15 @@ int forced_cluster_k() {
   return k;
 }
 
-// JAX_MEMOPS_SOFTMAX_PLAN_LOG=1: each bulk-copy launch whose plan differs from the previous one is
-// described on stderr (variant and ", messages" where the kernel merges by messages, CTA size, cluster
+// Under plan_log_on(): each bulk-copy launch whose plan differs from the previous one is described on
+// stderr (variant and ", messages" where the kernel merges by messages, CTA size, cluster
 // size, chunk, shared memory, clusters resident), for A/B runs and the tests.
 void log_tma_plan(const char* variant, bool messages, RowShape s, int block, int k, int64_t chunk, int64_t smem,
                   int active) {
-  static const bool on = [] {
-    const std::string v = env_value("JAX_MEMOPS_SOFTMAX_PLAN_LOG");
-    return !v.empty() && v[0] == '1';
-  }();
   static std::atomic<int64_t> last{-1};
   const int64_t key = ((s.cols * 64 + k * 2 + messages) * 1000003) ^
                       static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
-  if (!on || last.exchange(key) == key) return;
+  if (!plan_log_on() || last.exchange(key) == key) return;
   std::fprintf(stderr, "softmax_fwd plan: %s%s x %d threads rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB "
                "clusters=%d\n", variant, messages ? ", messages" : "", block, static_cast<long long>(s.rows),
                static_cast<long long>(s.cols), k, static_cast<long long>(chunk), static_cast<long long>(smem / 1024),
@@ -404,19 +451,6 @@ ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p,
   }
   *launched = true;
   return check_launch("softmax_fwd (bulk-copy cluster)");
-}
-
-// How the bulk-copy cluster merges each row's (max, sum) (softmax_fwd_tma.cuh, kPush): by messages
-// into every CTA's inbox for clusters of kPushMinCluster CTAs or more, by a cluster barrier and DSMEM
-// reads below. Measured on the H200 (RESULTS.md, "v11"; three runs): messages +10 to +18% at k = 8, 16
-// (f32 131072, 262144), +2 to +9% at k = 4, 8 (f32 65536, bf16 131072, 262144), -1 to -4% at k = 2 (f32
-// 50257, bf16 65536). JAX_MEMOPS_SOFTMAX_PUSH (A/B, read once per process): "0" the barrier for every k,
-// "1" messages for every k; anything else: this rule.
-constexpr int kPushMinCluster = 4;
-
-int push_min_cluster() {
-  static const int k = env_choice("JAX_MEMOPS_SOFTMAX_PUSH", {{"0", INT_MAX}, {"1", 1}}, kPushMinCluster);
-  return k;
 }
 
 // The bulk-copy cluster class (sm_90; softmax_fwd_tma.cuh): among cluster sizes k = 1, 2, 4, 8, 16 the
@@ -605,13 +639,6 @@ ClusterOrder bwd_cluster_order() {
   return order;
 }
 
-// JAX_MEMOPS_SOFTMAX_BWD=v12-mail (A/B): v9's order, and the register clusters merge each row's sum by
-// messages (softmax_bwd_rows_kernel's kMail).
-bool bwd_mail() {
-  static const bool mail = env_choice("JAX_MEMOPS_SOFTMAX_BWD", {{"v12-mail", true}}, false);
-  return mail;
-}
-
 ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
                       ffi::Result<ffi::AnyBuffer> dx) {
   RowShape s;
@@ -625,17 +652,12 @@ ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
     const T* yp = static_cast<const T*>(y.untyped_data());
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx->untyped_data());
-    const bool vec = same_alignment({yp, dyp, dxp});
-    if (bwd_mail()) {
-      return launch_auto<smx::softmax_bwd_rows_kernel<T, false>, smx::softmax_bwd_rows_kernel<T, true, true>,
-                         smx::softmax_bwd_stream_kernel<T, kVec<T>>, smx::softmax_bwd_stream_kernel<T, 1>,
-                         Grid::kFull>(stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, vec, ClusterOrder::kV9,
-                                      "softmax_bwd", yp, dyp, dxp);
-    }
+    // Register clusters of k >= push_min_cluster() CTAs merge each row's sum by messages (kMail).
     return launch_auto<smx::softmax_bwd_rows_kernel<T, false>, smx::softmax_bwd_rows_kernel<T, true>,
                        smx::softmax_bwd_stream_kernel<T, kVec<T>>, smx::softmax_bwd_stream_kernel<T, 1>,
-                       Grid::kFull>(
-        stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, vec, bwd_cluster_order(), "softmax_bwd", yp, dyp, dxp);
+                       Grid::kFull, smx::softmax_bwd_rows_kernel<T, true, true>>(
+        stream, s, smx::bwd_elems_per_thread<T>(), kVec<T>, same_alignment({yp, dyp, dxp}), bwd_cluster_order(),
+        "softmax_bwd", yp, dyp, dxp);
   });
 }
 

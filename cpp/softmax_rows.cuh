@@ -177,17 +177,17 @@ __device__ __forceinline__ typename Op::P cluster_reduce(typename Op::P v, int p
   return butterfly<Op>(v, 32);
 }
 
-// The cluster's merge by messages (v11; the bulk-copy forward from k = 4, the backward's register
-// clusters as an A/B): thread 0 of each CTA sends its block's value into every CTA's inbox
-// [row parity][sender rank] (st.async, completing on the receiver's mbarrier of that parity), and each
-// CTA waits on its own mbarrier for the k values, then every warp merges them in rank order (the same
-// bits in every CTA). No CTA waits for the others at a barrier; nothing is read remotely. Reuse: a CTA
-// sends row i + 2's value only after its block barrier of row i + 1, which every thread passes after
-// reading row i's inbox, and after its wait for row i + 1, which needs every CTA's row i + 1 value, sent
-// after their own row i waits; a value may land before the receiver's expect (the tx-count goes
-// negative, which the mbarrier allows). The kernel declares one ClusterMail in shared memory, calls
-// mail_init (then a block barrier and cluster_sync before any send) and ends with a cluster barrier,
-// like cluster_reduce.
+// The cluster's merge by messages (v11, v12; the bulk-copy forward and the backward's register
+// clusters, from k = 4 CTAs: push_min_cluster in softmax.cu): thread 0 of each CTA sends its block's
+// value into every CTA's inbox [row parity][sender rank] (st.async, completing on the receiver's
+// mbarrier of that parity), and each CTA waits on its own mbarrier for the k values, then every warp
+// merges them in rank order (the same bits in every CTA). No CTA waits for the others at a barrier;
+// nothing is read remotely. Reuse: a CTA sends row i + 2's value only after its block barrier of row
+// i + 1, which every thread passes after reading row i's inbox, and after its wait for row i + 1, which
+// needs every CTA's row i + 1 value, sent after their own row i waits; a value may land before the
+// receiver's expect (the tx-count goes negative, which the mbarrier allows). The kernel declares one
+// ClusterMail in shared memory, calls mail_init (then a block barrier and cluster_sync before any send)
+// and ends with a cluster barrier, like cluster_reduce.
 template <typename P>
 struct ClusterMail {
   P inbox[2][kMaxClusterNonPortable];
@@ -425,7 +425,7 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
 
 
 // dx = y * (dy - sum(dy * y)) per row, y and dy in registers (raw packs, converted at each use).
-// kMail (clusters only; A/B, JAX_MEMOPS_SOFTMAX_BWD=v12-mail): the cluster's sum by messages (mail_merge)
+// kMail (clusters only; v12, clusters of 4 CTAs or more): the cluster's sum by messages (mail_merge)
 // instead of a cluster barrier and DSMEM reads.
 template <typename T, bool kCluster, bool kMail = false>
 __global__ void __launch_bounds__(kMaxBlock, 1)

@@ -129,7 +129,8 @@ def test_big_softmax_backward(big):
 
 # The cluster classes of "auto" past element 2**31: 16385 rows of 131072 bf16 elements (4 GiB per
 # tensor); the forward runs the bulk-copy cluster through registers (v5's 16-bit plan, sm_90: int64 row
-# offsets of its bulk copies and stores), the backward the register cluster (a row over 8 CTAs of 1024 threads).
+# offsets of its bulk copies and stores), the backward the register cluster (a row over 8 CTAs of 512
+# threads, its sums merged by messages).
 CLUSTER_C = 131072
 CLUSTER_N = 2**31 // CLUSTER_C + 1
 CLUSTER_ROWS = np.array([0, 1, CLUSTER_N - 2, CLUSTER_N - 1])
