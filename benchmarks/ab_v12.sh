@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The v12 experiments (one device call runs some stages; A/B by environment variable, one build):
-#   bash benchmarks/ab_v12.sh build mail push explore test big race
+#   bash benchmarks/ab_v12.sh build mail push explore order test big race final
 #   mail   the backward's register clusters (f32 C = 32768: k = 4 of 512 threads, 50257: 7, 131072: 8 of
 #          1024; bf16 32768: 2, 50257: 4, 131072: 8 of 512) merging each row's sum(dy * y) by messages
 #          (mail_merge, softmax_rows.cuh) against the cluster barrier and DSMEM reads:
@@ -14,10 +14,14 @@
 #          bulk-copy cluster size forced (JAX_MEMOPS_SOFTMAX_FWD_K 2, 4, 8: k >= 4 merge by messages;
 #          the planner picks k = 2 at f32 50257 as a tie on CTAs resident, counted to 2 per SM); the f32
 #          backward at 65537 / 131072 in v8's order (16 CTAs of 512 threads before 8 of 1024: 2 CTAs
-#          per SM, a barrier over 16 cost v9 10%).
+#          per SM, a barrier over 16 cost v9 10%). (Run at 8a7214a, where "v8" named that order.)
+#   order  the backward's register-cluster order with messages: the default (v2's again: 16 CTAs of 512
+#          before 8 of 1024) against JAX_MEMOPS_SOFTMAX_BWD=v9 (8 of 1024 first); f32 65537 / 131072, bf16
+#          196608 / 262144 (only there do the orders differ), bwd and fwd+bwd, two rounds.
 #   test   the merge tests (forward and backward, every variable value), the backward's cluster orders,
 #          the grids and the bulk-copy plans (fresh processes).
 #   big    the cluster classes past element 2^31 (bf16 16385 x 131072: the backward's k = 8 by messages).
+#   final  the softmax figures at C = 32768, 50257, 131072 (every direction, f32 / bf16) for README.
 #   race   compute-sanitizer racecheck (default and PUSH=1: messages at k = 2, 3 too) and memcheck
 #          (default) over the cluster kernels alone (bulk-copy forward and register-cluster backward,
 #          misaligned rows, many rows per cluster; sanitize.py's softmax workload with a kernel filter
@@ -52,8 +56,27 @@ stage_explore() {
   grep -h "^|" "$out/bwd16.log"
 }
 
+stage_order() {
+  local round
+  for round in ${ROUNDS:-1 2}; do
+    timeout 120 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_BWD --versions "" v9 \
+      --dirs bwd fwd+bwd --dtypes float32 --cols 65537 131072 --out "$out/order-f32-$round" \
+      > "$out/order-f32-$round.log" 2>&1
+    timeout 120 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_BWD --versions "" v9 \
+      --dirs bwd fwd+bwd --dtypes bfloat16 --cols 196608 262144 --out "$out/order-bf16-$round" \
+      > "$out/order-bf16-$round.log" 2>&1
+    grep -h "^|" "$out/order-f32-$round.log" "$out/order-bf16-$round.log"
+  done
+}
+
+stage_final() {
+  timeout 200 python3 -P -m jax_memops.cli bench --ops softmax --dirs fwd bwd fwd+bwd --parts sweep \
+    --dtypes float32 bfloat16 --cols 32768 50257 131072 --out "$out/final" > "$out/final.log" 2>&1
+  grep -E "^softmax" "$out/final.log"
+}
+
 stage_test() {
-  ab_gpu_tests pytest-merge 300 "push_reduce or gpu_bwd_versions or gpu_grid or fwd_cluster_plans" 250
+  ab_gpu_tests pytest-merge 300 "${TESTS:-push_reduce or gpu_bwd_versions or gpu_grid or fwd_cluster_plans}" 250
 }
 
 stage_big() {

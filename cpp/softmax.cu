@@ -17,8 +17,8 @@
 //                                                        (max, sum)
 //  cluster    1024..8192  k <= 8 CTAs of 512 threads     registers of k CTAs; the        <= 131072 | 262144
 //                         (k <= 16 where the device      row's (max, sum) or dot via     (8 x 512: 65536
-//                         allows it, else 8 of 1024),    DSMEM                           | 131072)
-//                         one row
+//                         allows it, else 8 of 1024),    DSMEM (backward k >= 4:         | 131072)
+//                         one row                        messages)
 //  stream     any         up to 1024 threads, one row    HBM: two passes (3 fwd, 5 bwd   longer
 //                                                        tensor passes)
 // The forward takes the bulk-copy cluster for every row beyond the block class where it can launch;
@@ -313,11 +313,12 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
                                                  args..., s.rows, cols, tpr);
     }
     if (dev.cc_major >= 9) {
-      // Cluster class: 512-thread CTAs (2 per SM) when up to 8 of them hold the row, else 8 CTAs of 1024
-      // threads (1 per SM: no overlap of one CTA's loads with another's reduction within an SM), else 16
-      // (a non-portable size) of 512 — v9 put the 1024-thread octet before the 512-thread 16: the f32
-      // backward at C = 131072 measured +10% (RESULTS.md, "v9"); the v2 forward keeps v2's order.
-      // kFullFirst (A/B): 1024-thread CTAs first (half the k: measured -8 to +10%, mixed).
+      // Cluster class: 512-thread CTAs (2 per SM: one CTA's loads overlap another's reduction within an
+      // SM) when up to 8 of them hold the row, else 16 of 512 (a non-portable size), else 8 of 1024 (v2's
+      // order, kV2). kV9: the 1024-thread octet before the 512-thread 16 (the f32 backward at C = 131072
+      // measured +10% with v9's cluster barrier, RESULTS.md "v9"; with v12's merge by messages from k = 4
+      // the 16 of 512 measured +5 to +20%, "v12"). kFullFirst (A/B): 1024-thread CTAs first (half the k:
+      // measured -8 to +10%, mixed).
       constexpr ClusterShape kHalf8{kMaxBlock / 2, kMaxCluster}, kHalf16{kMaxBlock / 2, kMaxClusterNonPortable};
       constexpr ClusterShape kFull8{kMaxBlock, kMaxCluster}, kFull16{kMaxBlock, kMaxClusterNonPortable};
       bool launched = false;
@@ -630,12 +631,12 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
   });
 }
 
-// JAX_MEMOPS_SOFTMAX_BWD (A/B, read once per process): "v9-1024": the backward's register clusters try
-// 1024-thread CTAs (1 per SM, half the cluster size) before 512-thread ones; "v8": v2's order (16 CTAs of
-// 512 threads before 8 of 1024). Any other value: v9's order (launch_auto).
+// The backward's register-cluster order (launch_auto): v2's (16 CTAs of 512 threads before 8 of 1024)
+// again since v12. JAX_MEMOPS_SOFTMAX_BWD (A/B, read once per process): "v9": v9's order (8 of 1024 before
+// 16 of 512); "v9-1024": 1024-thread CTAs (1 per SM, half the cluster size) before 512-thread ones.
 ClusterOrder bwd_cluster_order() {
   static const ClusterOrder order = env_choice(
-      "JAX_MEMOPS_SOFTMAX_BWD", {{"v9-1024", ClusterOrder::kFullFirst}, {"v8", ClusterOrder::kV2}}, ClusterOrder::kV9);
+      "JAX_MEMOPS_SOFTMAX_BWD", {{"v9-1024", ClusterOrder::kFullFirst}, {"v9", ClusterOrder::kV9}}, ClusterOrder::kV2);
   return order;
 }
 

@@ -623,10 +623,10 @@ def test_gpu_grid(gpu, grid):
 
 # The backward's A/B switch JAX_MEMOPS_SOFTMAX_BWD (cpp/softmax.cu): v9-1024 takes 1024-thread CTAs in the
 # register clusters first (8193: k = 1 of 1024 threads; 50257: 4; 262147: beyond 8 x 1024 x 16, the
-# stream), v8 the 16 CTAs of 512 threads before 8 of 1024 (f32 131072; the default: 8 of 1024).
+# stream), v9 the 8 CTAs of 1024 threads before 16 of 512 (f32 131072; the default: 16 of 512).
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["v9-1024", "v8"])
+@pytest.mark.parametrize("version", ["v9-1024", "v9"])
 def test_gpu_bwd_versions(gpu, version):
     _run_script(_BWD_SCRIPT, BWD_GRID_SHAPES + [(40, 131072)], JAX_MEMOPS_SOFTMAX_BWD=version)
 
@@ -675,17 +675,18 @@ def test_gpu_fwd_push_reduce(gpu, version, k, push):
 
 # The backward's register clusters under JAX_MEMOPS_SOFTMAX_PUSH: each row's sum(dy * y) merged by
 # messages (mail_merge, softmax_rows.cuh) for every k ("1"), by the cluster barrier and DSMEM reads for
-# every k ("0"), or by the rule (messages from k = 4: ""), in v9's cluster order and v9-1024's. Clusters
-# of k = 2 (f32 8193, bf16 32768), 3 (f32 16385), 4, 7 (f32 32768, 50257), 5 (bf16 131073 on 1024-thread
-# CTAs), 8; many rows per cluster (the inbox slots and barrier phases cycle), the special rows. The plan
-# log must show every launch's merge as the variable asks and the rule's both merges.
+# every k ("0"), or by the rule (messages from k = 4: ""), in the default cluster order and v9's.
+# Clusters of k = 2 (f32 8193, bf16 32768), 3 (f32 16385), 4, 7 (f32 32768, 50257), 8, 9 (bf16 131073;
+# under v9's order 5 of 1024 threads), 16 (f32 131072; under v9's order 8 of 1024); many rows per
+# cluster (the inbox slots and barrier phases cycle), the special rows. The plan log must show every
+# launch's merge as the variable asks and the rule's both merges.
 BWD_CLUSTER_SHAPES = [(20, 8193), (3, 16385), (470, 32768), (1, 50257), (320, 50257), (40, 131072), (60, 131073)]
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("push", ["0", "1", ""])
-@pytest.mark.parametrize("order", ["", "v9-1024"])
+@pytest.mark.parametrize("order", ["", "v9"])
 def test_gpu_bwd_push_reduce(gpu, order, push):
     err = _run_script(_BWD_SCRIPT, BWD_CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_BWD=order, JAX_MEMOPS_SOFTMAX_PUSH=push,
                       JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
