@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The v12 experiments (one device call runs some stages; A/B by environment variable, one build):
-#   bash benchmarks/ab_v12.sh build mail push explore order test big race final
+#   bash benchmarks/ab_v12.sh build mail push explore order test big race final fwdk
 #   mail   the backward's register clusters (f32 C = 32768: k = 4 of 512 threads, 50257: 7, 131072: 8 of
 #          1024; bf16 32768: 2, 50257: 4, 131072: 8 of 512) merging each row's sum(dy * y) by messages
 #          (mail_merge, softmax_rows.cuh) against the cluster barrier and DSMEM reads:
@@ -22,6 +22,8 @@
 #          the grids and the bulk-copy plans (fresh processes).
 #   big    the cluster classes past element 2^31 (bf16 16385 x 131072: the backward's k = 8 by messages).
 #   final  the softmax figures at C = 32768, 50257, 131072 (every direction, f32 / bf16) for README.
+#   fwdk   the forward at 40000 / 50257 with k = 4 forced (messages) against the planner's (f32 k = 2 by
+#          the barrier, bf16 k = 1), two rounds: explore's single run showed +2 to +7%.
 #   race   compute-sanitizer racecheck (default and PUSH=1: messages at k = 2, 3 too) and memcheck
 #          (default) over the cluster kernels alone (bulk-copy forward and register-cluster backward,
 #          misaligned rows, many rows per cluster; sanitize.py's softmax workload with a kernel filter
@@ -73,6 +75,15 @@ stage_final() {
   timeout 200 python3 -P -m jax_memops.cli bench --ops softmax --dirs fwd bwd fwd+bwd --parts sweep \
     --dtypes float32 bfloat16 --cols 32768 50257 131072 --out "$out/final" > "$out/final.log" 2>&1
   grep -E "^softmax" "$out/final.log"
+}
+
+stage_fwdk() {
+  local round
+  for round in ${ROUNDS:-1 2}; do
+    timeout 100 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_FWD_K --versions "" 4 \
+      --dtypes float32 bfloat16 --cols 40000 50257 --out "$out/fwdk4-$round" > "$out/fwdk4-$round.log" 2>&1
+    grep -h "^|" "$out/fwdk4-$round.log"
+  done
 }
 
 stage_test() {
