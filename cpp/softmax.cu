@@ -180,10 +180,10 @@ int cached_active_clusters(std::atomic<int>& slot, const DeviceInfo& dev, int bl
 }
 
 // Clusters of k CTAs of `block` threads of Kernel that can be resident at once; 0 when such a cluster
-// cannot launch or Kernel is nullptr (the query fails or finds none). k > 8 needs the kernel's opt-in to non-portable
-// cluster sizes on this device (func_opt_ins: once per device; it was once per process, which left a
-// second GPU's k = 16 launches refused and its rows to the fallback classes). The count is cached like
-// blocks_per_sm.
+// cannot launch (the query fails or finds none) or Kernel is nullptr. k > 8 needs the kernel's opt-in to
+// non-portable cluster sizes on this device (func_opt_ins: once per device; it was once per process,
+// which left a second GPU's k = 16 launches refused and its rows to the fallback classes). The count is
+// cached like blocks_per_sm.
 template <auto Kernel>
 int active_clusters(const DeviceInfo& dev, int block, int k) {
   if constexpr (std::is_same_v<decltype(Kernel), std::nullptr_t>) {

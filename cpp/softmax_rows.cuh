@@ -443,8 +443,8 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
     cluster_sync();  // every CTA's barriers are initialized before any send
   }
   int parity = 0;
-  int i = 0;
-  for (int64_t base = it.base; base < rows; base += it.step, parity ^= 1, ++i) {
+  int n = 0;  // this CTA's row count (mail_merge's inbox and phase)
+  for (int64_t base = it.base; base < rows; base += it.step, parity ^= 1, ++n) {
     const int64_t row = base + it.group;
     const bool valid = row < rows;
     const int64_t offset = (valid ? row : 0) * int64_t{cols};
@@ -477,7 +477,7 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
       dot += to_float(yr[c]) * to_float(dyr[c]);
     }
     if constexpr (kMail) {
-      dot = mail_merge<AddOp>(mail, block_reduce_rows<AddOp>(dot, parity), i);
+      dot = mail_merge<AddOp>(mail, block_reduce_rows<AddOp>(dot, parity), n);
     } else {
       dot = row_reduce<AddOp, kCluster>(dot, tpr, parity);
     }
