@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The v12 experiments (one device call runs some stages; A/B by environment variable, one build):
-#   bash benchmarks/ab_v12.sh build mail push explore order test big race final fwdk
+#   bash benchmarks/ab_v12.sh build mail push explore order test big race final fwdk fwdk-map
 #   mail   the backward's register clusters (f32 C = 32768: k = 4 of 512 threads, 50257: 7, 131072: 8 of
 #          1024; bf16 32768: 2, 50257: 4, 131072: 8 of 512) merging each row's sum(dy * y) by messages
 #          (mail_merge, softmax_rows.cuh) against the cluster barrier and DSMEM reads:
@@ -24,6 +24,7 @@
 #   final  the softmax figures at C = 32768, 50257, 131072 (every direction, f32 / bf16) for README.
 #   fwdk   the forward at 40000 / 50257 with k = 4 forced (messages) against the planner's (f32 k = 2 by
 #          the barrier, bf16 k = 1), two rounds: explore's single run showed +2 to +7%.
+#   fwdk-map  where k = 4 pays: C = 45000 .. 60000 with k = 2, 4 forced against the planner's, one round.
 #   race   compute-sanitizer racecheck (default and PUSH=1: messages at k = 2, 3 too) and memcheck
 #          (default) over the cluster kernels alone (bulk-copy forward and register-cluster backward,
 #          misaligned rows, many rows per cluster; sanitize.py's softmax workload with a kernel filter
@@ -84,6 +85,12 @@ stage_fwdk() {
       --dtypes float32 bfloat16 --cols 40000 50257 --out "$out/fwdk4-$round" > "$out/fwdk4-$round.log" 2>&1
     grep -h "^|" "$out/fwdk4-$round.log"
   done
+}
+
+stage_fwdk-map() {
+  timeout 150 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_FWD_K --versions "" 2 4 \
+    --dtypes float32 bfloat16 --cols 45000 50257 55000 60000 --out "$out/fwdk-map" > "$out/fwdk-map.log" 2>&1
+  grep -h "^|" "$out/fwdk-map.log"
 }
 
 stage_test() {
