@@ -43,26 +43,16 @@ stage_sanitize() {
   done
 }
 
-# race: racecheck over the bulk-copy cluster alone (misaligned rows, many rows per cluster, k from 1 to 16
-# by the plans) under each JAX_MEMOPS_SOFTMAX_PUSH, and sanitize.py's softmax workload under "0" with the
+# race: racecheck over the bulk-copy cluster alone (benchmarks/cluster_race.py under the kernel filter
+# kns=softmax_fwd_tma: misaligned rows, many rows per cluster, k from 1 to 16 by the plans; v11 ran its
+# first five shapes, written inline here) under each JAX_MEMOPS_SOFTMAX_PUSH, and sanitize.py's softmax workload under "0" with the
 # same kernel filter (the control: that run crashed at a shape no bulk-copy kernel runs, whatever the merge).
 stage_race() {
   local push
-  cat > /tmp/tma_race.py <<'PY'
-import jax, numpy as np, jax_memops as jm
-rng = np.random.default_rng(0)
-for shape, dt in (((3, 50257), np.float32), ((68, 131072), np.float32), ((9, 262147), np.float32),
-                  ((60, 131073), jax.numpy.bfloat16), ((5, 65536), np.float32)):
-    x = np.asarray(jax.numpy.asarray(rng.standard_normal(shape), dt), np.float64)  # as the kernel sees it
-    y = np.asarray(jax.jit(jm.softmax)(jax.numpy.asarray(x, dt)), np.float64)
-    r = np.exp(x - x.max(-1, keepdims=True)); r /= r.sum(-1, keepdims=True)
-    assert np.abs(y - r).max() <= (1e-2 if dt != np.float32 else 1e-5) * np.abs(r).max(), shape
-print("tma race workload OK")
-PY
   for push in 0 1 ""; do
     JAX_MEMOPS_SOFTMAX_PUSH=$push XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
       timeout 100 compute-sanitizer --tool racecheck --kernel-name kns=softmax_fwd_tma --error-exitcode 3 \
-      python3 /tmp/tma_race.py > "$out/race-tma-$push.log" 2>&1
+      python3 benchmarks/cluster_race.py > "$out/race-tma-$push.log" 2>&1
     echo "racecheck tma push=$push rc=$? $(grep -E 'SUMMARY|OK' "$out/race-tma-$push.log" | tail -2 | tr '\n' ' ')"
   done
   SAN_PUSH=0 stage_sanitize 2>&1 | grep racecheck

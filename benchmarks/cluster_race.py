@@ -1,0 +1,37 @@
+"""The cluster kernels' workload for compute-sanitizer (racecheck, memcheck): jm.softmax forward and its VJP
+at shapes that run the bulk-copy forward and the backward's register clusters (k = 2 .. 16 by the plans,
+misaligned rows, many rows per cluster), checked against float64. Small enough for the sanitizers; run it
+under a kernel filter, e.g. compute-sanitizer --tool racecheck --kernel-name kns=softmax_ python3
+benchmarks/cluster_race.py (benchmarks/ab_v11.sh and ab_v12.sh, race stages)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_memops as jm
+
+SHAPES = (((3, 50257), np.float32), ((68, 131072), np.float32), ((9, 262147), np.float32),
+          ((60, 131073), jnp.bfloat16), ((5, 65536), np.float32), ((30, 50257), np.float32),
+          ((7, 32768), jnp.bfloat16), ((5, 16385), np.float32))
+Y_TOL = {np.float32: 1e-5, jnp.bfloat16: 1e-2}  # of max |y|
+DX_TOL = {np.float32: 4e-5, jnp.bfloat16: 8e-2}  # of max |dx|
+
+
+def main():
+    rng = np.random.default_rng(0)
+    vjp = jax.jit(lambda x, g: jax.vjp(jm.softmax, x)[1](g)[0])
+    for shape, dt in SHAPES:
+        x = np.asarray(jnp.asarray(rng.standard_normal(shape), dt), np.float64)  # as the kernels see it
+        g = np.asarray(jnp.asarray(rng.standard_normal(shape), dt), np.float64)
+        y = np.asarray(jax.jit(jm.softmax)(jnp.asarray(x, dt)), np.float64)
+        dx = np.asarray(vjp(jnp.asarray(x, dt), jnp.asarray(g, dt)), np.float64)
+        r = np.exp(x - x.max(-1, keepdims=True))
+        r /= r.sum(-1, keepdims=True)
+        rdx = r * (g - (g * r).sum(-1, keepdims=True))
+        assert np.abs(y - r).max() <= Y_TOL[dt] * np.abs(r).max(), ("y", shape, dt)
+        assert np.abs(dx - rdx).max() <= DX_TOL[dt] * np.abs(rdx).max(), ("dx", shape, dt)
+    print("cluster race workload OK")
+
+
+if __name__ == "__main__":
+    main()
