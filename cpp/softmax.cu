@@ -180,19 +180,15 @@ int cached_active_clusters(std::atomic<int>& slot, const DeviceInfo& dev, int bl
 }
 
 // Clusters of k CTAs of `block` threads of Kernel that can be resident at once; 0 when such a cluster
-// cannot launch (the query fails or finds none) or Kernel is nullptr. k > 8 needs the kernel's opt-in to
-// non-portable cluster sizes on this device (func_opt_ins: once per device; it was once per process,
-// which left a second GPU's k = 16 launches refused and its rows to the fallback classes). The count is
-// cached like blocks_per_sm.
+// cannot launch (the query fails or finds none). k > 8 needs the kernel's opt-in to non-portable
+// cluster sizes on this device (func_opt_ins: once per device; it was once per process, which left a
+// second GPU's k = 16 launches refused and its rows to the fallback classes). The count is cached like
+// blocks_per_sm.
 template <auto Kernel>
 int active_clusters(const DeviceInfo& dev, int block, int k) {
-  if constexpr (std::is_same_v<decltype(Kernel), std::nullptr_t>) {
-    return 0;  // no such kernel
-  } else {
-    static std::atomic<int> cache[2][kMaxClusterNonPortable + 1];
-    if (k > kMaxCluster && (func_opt_ins<Kernel, false>(dev) & 2) == 0) return 0;
-    return cached_active_clusters<Kernel>(cache[block == kMaxBlock ? 1 : 0][k], dev, block, k, 0);
-  }
+  static std::atomic<int> cache[2][kMaxClusterNonPortable + 1];
+  if (k > kMaxCluster && (func_opt_ins<Kernel, false>(dev) & 2) == 0) return 0;
+  return cached_active_clusters<Kernel>(cache[block == kMaxBlock ? 1 : 0][k], dev, block, k, 0);
 }
 
 // A launch of a block-level kernel over `groups` units of work (rows or row groups): at most as many
@@ -253,14 +249,14 @@ struct ClusterShape {
 // One row per cluster of k CTAs of ClusterK (args..., rows, int cols, block), a persistent grid of
 // clusters: the first of `shapes` whose k = ceil(C / (elems x block)) is at most its max_k (and above
 // an earlier shape's max_k for the same block: already tried) and can be resident. MailK (the same
-// signature; nullptr: none): the kernel that merges by messages, run instead of ClusterK where k >=
-// push_min_cluster(). *launched = false (and success) when none launches (the caller's fallback takes the
-// rows).
-template <auto ClusterK, auto MailK = nullptr, typename... A>
+// signature; ClusterK itself where there is none): the kernel that merges by messages, run instead of
+// ClusterK where k >= push_min_cluster(). *launched = false (and success) when none launches (the
+// caller's fallback takes the rows).
+template <auto ClusterK, auto MailK = ClusterK, typename... A>
 ffi::Error launch_cluster_rows(const DeviceInfo& dev, cudaStream_t stream, RowShape s, int elems,
                                std::initializer_list<ClusterShape> shapes, bool* launched, const char* what,
                                A... args) {
-  constexpr bool kHasMail = !std::is_same_v<decltype(MailK), std::nullptr_t>;
+  constexpr bool kHasMail = MailK != ClusterK;
   *launched = false;
   int tried_k[2] = {0, 0};  // the largest max_k tried so far, per CTA size (512, 1024)
   for (const ClusterShape c : shapes) {
@@ -296,8 +292,8 @@ enum class ClusterOrder { kV2, kV9, kFullFirst };
 // thread of RowsK / ClusterK holds; `vec`: the buffers share their address modulo 16 (then the
 // kernels use packs of `vec_width` elements, else ScalarK runs). kRowsGrid: the sub-warp and block
 // classes' grid (the backward's: full, v7; the v2 forward's: persistent, as it was measured). MailK:
-// ClusterK merging by messages (launch_cluster_rows; nullptr: none).
-template <auto RowsK, auto ClusterK, auto StreamK, auto ScalarK, Grid kRowsGrid, auto MailK = nullptr,
+// ClusterK merging by messages (launch_cluster_rows; ClusterK itself: none).
+template <auto RowsK, auto ClusterK, auto StreamK, auto ScalarK, Grid kRowsGrid, auto MailK = ClusterK,
           typename... A>
 ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width, bool vec, ClusterOrder order,
                        const char* what, A... args) {
