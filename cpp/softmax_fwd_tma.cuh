@@ -50,10 +50,8 @@ struct TmaShare {
 //     output pass (v3's overlap with one stage), and one read of shared memory per element.
 //   B: threads per CTA (256; 512 is JAX_MEMOPS_SOFTMAX_FWD=v7-512, an A/B option: 0.92-1.13x). The register variants
 //     are bounded to 64 (NP <= 8) or 128 (NP = 16) registers per thread at 1024 threads per SM.
-//   kPush (v11): the cluster's merge of (max, sum) by messages instead of a cluster barrier and DSMEM
-//     reads: thread 0 of each CTA sends its block's pair into every CTA's inbox (st.async, completing 8
-//     bytes on the receiver's mbarrier), and each CTA waits on its own mbarrier for the k pairs: no CTA
-//     waits for the others at a barrier, and no remote read (softmax.cu takes it for k >= 4).
+//   kPush (v11): the cluster's merge of (max, sum) by messages (mail_merge, softmax_rows.cuh) instead of
+//     a cluster barrier and DSMEM reads (softmax.cu takes it for k >= 4).
 template <typename T, int S, int NP, int B = kTmaBlock, bool kPush = false>
 __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk) {
