@@ -12,18 +12,20 @@ each version's speedup over the first version and over XLA.
         --out ab-builds                          # two builds: an older commit installed with
                                                  # `pip install --target /tmp/oldsite`, and this one
 
-Variables: JAX_MEMOPS_SOFTMAX_FWD (cpp/softmax.cu: v2, v3-prefetch, v3 (the two-buffer bulk-copy cluster
-for long rows), v5 (v9 without its 8-pack rows), v5-s1 / v5-reg (its one-buffer variants, forced for
-every dtype), v7-512 (v5 with 512-thread CTAs in the bulk-copy cluster), v9-wide / v9-wide-512 (8-pack
-register rows wherever they fit); anything else is v9, the default), JAX_MEMOPS_SOFTMAX_BWD (v9: the
-register clusters' order of v9-v11, 8 CTAs of 1024 threads before 16 of 512; v9-1024: 1024-thread CTAs
-first), JAX_MEMOPS_SOFTMAX_FWD_K (forces the bulk-copy cluster size; JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 prints the plans), JAX_MEMOPS_SOFTMAX_PUSH
-(the clusters' merge, the bulk-copy forward's (max, sum) and the backward's sum: 0 the cluster barrier, 1
-messages, for every k; anything else the default, messages from k = 4), JAX_MEMOPS_GRID
-(cpp/cuda_common.cuh grid_for: persistent / full for every row kernel; anything else: each kernel's
-default) and JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v3 or v4 for every dtype; anything else is the default:
-v4 for f32, v3 for 16-bit types but for LayerNorm team rows of 6 packs per thread where they fit as well
-as 8). Extra options go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
+Variables: JAX_MEMOPS_SOFTMAX_FWD (cpp/softmax.cu: v2, v3-prefetch, v3 (the two-buffer bulk-copy cluster for
+long rows), v5 (v9 without its 8-pack rows), v5-s1 / v5-reg (its one-buffer variants, forced for every
+dtype), v7-512 (v5 with 512-thread CTAs in the bulk-copy cluster), v9-wide / v9-wide-512 (8-pack register
+rows wherever they fit); anything else is v9, the default), JAX_MEMOPS_SOFTMAX_BWD (v9: the register
+clusters' order of v9-v11, 8 CTAs of 1024 threads before 16 of 512; v9-1024: 1024-thread CTAs first),
+JAX_MEMOPS_SOFTMAX_FWD_K (forces the bulk-copy cluster size; JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 prints the
+plans), JAX_MEMOPS_SOFTMAX_TIE (small: the bulk-copy planner's ties go to the smallest k, v12's rule;
+anything else: to the smallest k that merges by messages), JAX_MEMOPS_SOFTMAX_PUSH (the clusters' merge, the
+bulk-copy forward's (max, sum) and the backward's sum: 0 the cluster barrier, 1 messages, for every k;
+anything else the default, messages from k = 4), JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for: persistent /
+full for every row kernel; anything else: each kernel's default) and JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v3
+or v4 for every dtype; anything else is the default: v4 for f32, v3 for 16-bit types but for LayerNorm team
+rows of 6 packs per thread where they fit as well as 8). Extra options go to the bench (e.g. --dtypes
+float32 --cols 1024 131072)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@
 //  block      64..512     rt threads, one row            registers; smem warp partials   <= 8192 | 16384
 //  bulk-copy  (forward,   k = 1..16 CTAs of 256 threads  shared memory of k CTAs, one  16 x ~226 KB
 //   cluster   sm_90)      (k: up to 2 CTAs per SM, from  row buffer (v3: two) filled  (f32 C ~ 925K,
-//                         the occupancy API; smallest k  by cp.async.bulk (16-bit:   16-bit ~1.85M)
-//                         on ties)                       copied to registers); DSMEM
+//                         the occupancy API; ties: the  by cp.async.bulk (16-bit:   16-bit ~1.85M)
+//                         smallest k by messages)        copied to registers); DSMEM
 //                                                        (max, sum)
 //  cluster    1024..8192  k <= 8 CTAs of 512 threads     registers of k CTAs; the        <= 131072 | 262144
 //                         (k <= 16 where the device      row's (max, sum) or dot via     (8 x 512: 65536
@@ -419,6 +419,19 @@ struct TmaPlan {
 
 constexpr int kTmaScoredPerSm = 2;  // a second CTA per SM overlaps one's reduction with the other's loads
 
+// Ties in score (launch_fwd_tma): since v13 the smallest k that merges by messages (k >= push_min_cluster())
+// wins over a smaller k that merges by the barrier, else the smallest k. Where that changes the plan
+// (f32 40000-55000: k = 4 of one buffer for 2; 16-bit 40000-65536: 4 of 8-pack registers for 1 or 2,
+// 100000: 4 of one buffer for 2) the H200 measured, over three runs, against the smallest k: f32 40000
+// +0 to +2%, 50257 +2 to +4%, 55000 +5 to +9%; bf16 50257 -4 to +5%, 55000 +4 to +8%, 65536 -3 to +4%,
+// 100000 +7 to +11%, 40000 -3 to -5% (RESULTS.md, "v13"): k = 4 holds 4 CTAs per SM where k = 2 holds 2,
+// and its merge waits at no barrier. JAX_MEMOPS_SOFTMAX_TIE=small (A/B, read once per process): the
+// smallest k on every tie (v5-v12).
+bool tie_to_messages() {
+  static const bool on = env_choice("JAX_MEMOPS_SOFTMAX_TIE", {{"small", false}}, true);
+  return on;
+}
+
 template <auto Kernel>
 TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_t max_chunk, int block) {
   const int64_t chunk = ceil_div(packs, k);
@@ -452,9 +465,10 @@ ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p,
 
 // The bulk-copy cluster class (sm_90; softmax_fwd_tma.cuh): among cluster sizes k = 1, 2, 4, 8, 16 the
 // plan with the most CTAs resident, counted up to 2 per SM (a second CTA per SM overlaps one CTA's
-// reduction with the other's loads; more adds little), the smallest k on ties (measured on the H200:
-// each doubling of k costs 5-45% at the same bytes per CTA; a cluster barrier and DSMEM merge per row
-// over more CTAs, and fewer clusters resident). Variants: two buffers (v3); one buffer (v5's f32); one
+// reduction with the other's loads; more adds little), on ties the smallest k that merges by messages,
+// else the smallest k (tie_to_messages; measured on the H200 before the messages: each doubling of k
+// cost 5-45% at the same bytes per CTA, a cluster barrier and DSMEM merge per row over more CTAs, and
+// fewer clusters resident). Variants: two buffers (v3); one buffer (v5's f32); one
 // buffer copied into registers, at most 8 packs per thread (64 registers, 4 CTAs per SM) else 16 (2 per
 // SM) (v5's 16-bit types, which have twice the elements per byte, so v3's three shared-memory passes
 // and two exps per element weigh twice as much; where no register plan fits, or one buffer plans a
@@ -477,12 +491,15 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   const bool two_stages = version == FwdVersion::kV3 || version == FwdVersion::kV3Prefetch;
   const int forced = forced_cluster_k();
   enum Variant { kTwo, kOne, kR8, kR16 };
+  const bool tie_push = kPush && tie_to_messages();
   auto best_of = [&](auto plan_k) {  // plan_k(k) -> {TmaPlan, Variant}
     std::pair<TmaPlan, Variant> best{};
     for (int k = 1; k <= kMaxClusterNonPortable; k *= 2) {
       if (forced != 0 && k != forced) continue;
       const auto p = plan_k(k);
-      if (p.first.score > best.first.score) best = p;
+      const bool to_messages = tie_push && p.first.score > 0 && p.first.score == best.first.score &&
+                               best.first.k < push_min_cluster() && p.first.k >= push_min_cluster();
+      if (p.first.score > best.first.score || to_messages) best = p;
     }
     return best;
   };

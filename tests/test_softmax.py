@@ -444,12 +444,13 @@ def test_kernels_reject_unknown_index(device, index):
 # one block per row up to 8192 / 16384 — but the forward (v9) gives rows of 4097 (16-bit 2049) .. 32768
 # 8 packs per thread, one block of up to 1024 threads; beyond, the forward (v5, sm_90) takes the
 # bulk-copy cluster of k CTAs, each holding ceil(C / 4 or 8 / k) 16-byte packs once in shared memory
-# (16-bit: copied into registers of 8 or 16 packs per thread up to 16 x 4096 packs, C = 524288), k the
-# smallest size with 2 CTAs per SM where one exists (H200: f32 k = 2 at 50257, 8 at 131072; 16-bit k = 1
-# at 50257, 4 at 131072: the buffer where it plans a smaller cluster than registers), one buffer up to 16 x ~226 KB per row (f32 ~925K, so 1000003 is the stream
-# class; 16-bit 1000003: one buffer, past the registers' limit); the backward (and the forward on other
-# GPUs) a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512 threads: 65536 / 131072; 8 of 1024
-# before 16 of 512), the stream class beyond. Values on both sides of each limit; C
+# (16-bit: copied into registers of 8 or 16 packs per thread up to 16 x 4096 packs, C = 524288), k with
+# the most CTAs resident (counted up to 2 per SM), ties to the smallest k that merges by messages (k >= 4)
+# (H200: f32 k = 4 at 50257, 8 at 131072; 16-bit k = 4 at 50257 in registers, 4 at 131072: the buffer
+# where it plans a smaller cluster than registers), one buffer up to 16 x ~226 KB per row (f32 ~925K, so
+# 1000003 is the stream class; 16-bit 1000003: one buffer, past the registers' limit); the backward (and
+# the forward on other GPUs) a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512 threads: 65536 /
+# 131072; 16 of 512 before 8 of 1024), the stream class beyond. Values on both sides of each limit; C
 CLASS_COLS = [1, 2, 7, 31, 33, 127, 128, 129, 512, 513, 1000, 1023, 1024, 1025, 2047, 4096, 4097, 8191,
               8192, 8193, 12289, 16384, 16385, 32768, 50257, 65536, 65537, 131072, 131073, 262144, 262147,
               600001, 1000003]
@@ -697,3 +698,21 @@ def test_gpu_bwd_push_reduce(gpu, order, push):
         assert merge == want, f"PUSH={push!r}: k = {k} merged by {merge}\n" + err[-4000:]
     merges = {"": {"barrier", "messages"}, "0": {"barrier"}, "1": {"messages"}}[push]
     assert {merge for _, merge in plans} == merges, f"PUSH={push!r}: merges {plans}\n" + err[-4000:]
+
+
+# The bulk-copy planner's ties (cpp/softmax.cu tie_to_messages): by default the smallest k that merges by
+# messages (k >= 4) wins a tie in score over a smaller k, so at C = 50257 every dtype's plan is k = 4 by
+# messages; JAX_MEMOPS_SOFTMAX_TIE=small restores the smallest k (f32 k = 2, 16-bit k = 1, by the barrier).
+# CLUSTER_SHAPES correct against float64 under both.
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("tie", ["", "small"])
+def test_gpu_fwd_tie_rule(gpu, tie):
+    err = _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_TIE=tie, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    plans = re.findall(r"softmax_fwd plan: (.*?) x \d+ threads rows=\d+ cols=(\d+) k=(\d+) ", err)
+    at = [(variant, int(k)) for variant, cols, k in plans if cols == "50257"]
+    assert at, "no bulk-copy launch at C = 50257:\n" + err[-4000:]
+    if tie == "small":
+        assert all(k < 4 and not variant.endswith(", messages") for variant, k in at), at
+    else:
+        assert all(k == 4 and variant.endswith(", messages") for variant, k in at), at

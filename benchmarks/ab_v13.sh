@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The v13 experiments (one device call runs some stages; A/B by environment variable, one build):
+#   bash benchmarks/ab_v13.sh build test suite race final    (main: the tie rule adopted)
+#   regs   (branch v13's copy of this script, where the variants stay) the forward's long rows (C >
+#          32768) on register clusters merging (max, sum) by messages from k = 4 against the default
+#          bulk-copy cluster: v13-regs / v13-regs-1024 (8 packs per thread, CTAs of 512 threads first or
+#          of 1024), v13-pre (two 4-pack sets, the next row's loads in flight through each row's merge);
+#          f32 / bf16 50257 .. 262144. Predicted from the backward's register clusters (88-97% of the
+#          copy by messages, RESULTS "v12"): >= 88% at 131072.
+#   tie    the bulk-copy planner's ties: JAX_MEMOPS_SOFTMAX_TIE unset (v13: the smallest k that merges by
+#          messages) against "small" (v12: the smallest k), rounds (ROUNDS, default two); on branch v13
+#          (before the rule was the default) it ran "" / push / cap4 (TIE_MORE: more values).
+#   test   the tie rule's plan test, the forward's merge and plan tests (TESTS overrides the -k expression).
+#   suite  every softmax GPU test but the > 2^31-element ones.
+#   race   compute-sanitizer racecheck (rule, PUSH=1) and memcheck over benchmarks/cluster_race.py (VARS:
+#          extra environment, e.g. JAX_MEMOPS_SOFTMAX_FWD=v13-regs on branch v13).
+#   final  the softmax figures at C = 32768, 50257, 131072 (every direction, f32 / bf16) for README.
+set -uo pipefail
+source "$(dirname "$0")/ab_lib.sh"
+
+stage_build() { ab_build || exit 1; }
+
+stage_tie() {
+  local round
+  for round in ${ROUNDS:-1 2}; do
+    JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 timeout 200 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_TIE \
+      --versions "" ${TIE_VERSIONS:-small} --dtypes float32 bfloat16 --cols 40000 50257 55000 65536 100000 131072 \
+      --out "$out/tie$round" > "$out/tie$round.log" 2>&1
+    grep -h "^|" "$out/tie$round.log"
+    grep -h "softmax_fwd plan" "$out/tie$round.log" | sort | uniq | cut -c1-110
+  done
+}
+
+stage_test() {
+  ab_gpu_tests pytest-v13 300 "${TESTS:-tie_rule or fwd_push_reduce or fwd_cluster_plans or bwd_push_reduce}" 250
+  grep -E "^(FAILED|ERROR)" "$out/pytest-v13.log" | cut -c1-200
+  return 0
+}
+
+stage_suite() {
+  ab_gpu_tests pytest-softmax 420 "softmax and gpu and not big" 250
+}
+
+stage_race() {
+  local tool push run
+  for run in racecheck: racecheck:1 memcheck:; do
+    tool=${run%%:*}
+    push=${run#*:}
+    env ${VARS:-} JAX_MEMOPS_SOFTMAX_PUSH=$push XLA_PYTHON_CLIENT_PREALLOCATE=false \
+      XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 150 compute-sanitizer --tool $tool \
+      --kernel-name kns=softmax_ --error-exitcode 3 python3 benchmarks/cluster_race.py \
+      > "$out/$tool-v13-push${push:-rule}.log" 2>&1
+    echo "$tool push=${push:-rule} rc=$? $(grep -E 'SUMMARY|OK' "$out/$tool-v13-push${push:-rule}.log" \
+      | tail -2 | tr '\n' ' ')"
+  done
+}
+
+stage_final() {
+  timeout 200 python3 -P -m jax_memops.cli bench --ops softmax --dirs fwd bwd fwd+bwd --parts sweep \
+    --dtypes float32 bfloat16 --cols 32768 50257 131072 --out "$out/final" > "$out/final.log" 2>&1
+  grep -E "^softmax" "$out/final.log"
+}
+
+ab_init "$@"
+ab_run ab-v13
