@@ -422,9 +422,9 @@ constexpr int kTmaScoredPerSm = 2;  // a second CTA per SM overlaps one's reduct
 // Ties in score (launch_fwd_tma): since v13 the smallest k that merges by messages (k >= push_min_cluster())
 // wins over a smaller k that merges by the barrier, else the smallest k. Where that changes the plan
 // (f32 40000-55000: k = 4 of one buffer for 2; 16-bit 40000-65536: 4 of 8-pack registers for 1 or 2,
-// 100000: 4 of one buffer for 2) the H200 measured, over three runs, against the smallest k: f32 40000
-// +0 to +2%, 50257 +2 to +4%, 55000 +5 to +9%; bf16 50257 -4 to +5%, 55000 +4 to +8%, 65536 -3 to +4%,
-// 100000 +7 to +11%, 40000 -3 to -5% (RESULTS.md, "v13"): k = 4 holds 4 CTAs per SM where k = 2 holds 2,
+// 100000: 4 of one buffer for 2) the H200 measured, over five runs, against the smallest k: f32 40000
+// +0 to +4%, 50257 +0 to +4%, 55000 +5 to +9%; bf16 50257 -4 to +5%, 55000 +4 to +11%, 65536 -3 to +4%,
+// 100000 +7 to +11%, 40000 -5 to 0% (RESULTS.md, "v13"): k = 4 holds 4 CTAs per SM where k = 2 holds 2,
 // and its merge waits at no barrier. JAX_MEMOPS_SOFTMAX_TIE=small (A/B, read once per process): the
 // smallest k on every tie (v5-v12).
 bool tie_to_messages() {
