@@ -15,6 +15,8 @@
 #   race   compute-sanitizer racecheck (rule, PUSH=1) and memcheck over benchmarks/cluster_race.py (VARS:
 #          extra environment, e.g. JAX_MEMOPS_SOFTMAX_FWD=v13-regs on branch v13).
 #   final  the softmax figures at C = 32768, 50257, 131072 (every direction, f32 / bf16) for README.
+#   chan, normtest  (branch v13-chan's copy of this script, where the variant stays) the 16-bit LayerNorm
+#          forward with its statistics in one reduction (Chan's merge) against the default, and its tests.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
