@@ -5,7 +5,7 @@
 #   ab_build_old       build/old (an older commit's tree, carried to the device) into /tmp/oldsite, for
 #                      A/Bs by PYTHONPATH (softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "")
 #   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
-#   ab_run, ab_gpu_tests, ab_check, ab_against_old: below
+#   ab_run, ab_gpu_tests, ab_check, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -75,4 +75,45 @@ ab_against_old() {
   timeout 150 python3 benchmarks/softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "" "$@" \
     --out "$out/$name" > "$out/$name.log" 2>&1
   grep -h "^|" "$out/$name.log"
+}
+
+# ab_rounds NAME SOFTMAX_AB-OPTIONS...: benchmarks/softmax_ab.py once per round of $ROUNDS (default "1 2"),
+# into $out/NAME<round> (timeout AB_TIMEOUT, default 200 s), each table shown, then the bulk-copy plans
+# the round's log names (under JAX_MEMOPS_SOFTMAX_PLAN_LOG=1).
+ab_rounds() {
+  local name=$1 round
+  shift
+  for round in ${ROUNDS:-1 2}; do
+    timeout "${AB_TIMEOUT:-200}" python3 benchmarks/softmax_ab.py "$@" --out "$out/$name$round" \
+      > "$out/$name$round.log" 2>&1
+    grep -h "^|" "$out/$name$round.log"
+    grep -h "softmax_fwd plan" "$out/$name$round.log" | sort | uniq | cut -c1-110
+  done
+  return 0
+}
+
+# ab_softmax_final: the softmax figures of README's long-row cells (C = 32768, 50257, 131072; every
+# direction, f32 / bf16), one run of the bench, the result lines shown.
+ab_softmax_final() {
+  timeout 200 python3 -P -m jax_memops.cli bench --ops softmax --dirs fwd bwd fwd+bwd --parts sweep \
+    --dtypes float32 bfloat16 --cols 32768 50257 131072 --out "$out/final" > "$out/final.log" 2>&1
+  grep -E "^softmax" "$out/final.log"
+}
+
+# ab_cluster_race TAG [VAR=VALUE...]: compute-sanitizer racecheck (the merge rule, then PUSH=1: messages at
+# every k) and memcheck (the rule) over the cluster kernels alone (benchmarks/cluster_race.py, kernel
+# filter kns=softmax_), with the given environment; logs $out/<tool>-TAG-push<rule|1>.log, a line each.
+ab_cluster_race() {
+  local tag=$1 tool push run
+  shift
+  for run in racecheck: racecheck:1 memcheck:; do
+    tool=${run%%:*}
+    push=${run#*:}
+    env "$@" JAX_MEMOPS_SOFTMAX_PUSH="$push" XLA_PYTHON_CLIENT_PREALLOCATE=false \
+      XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 150 compute-sanitizer --tool "$tool" \
+      --kernel-name kns=softmax_ --error-exitcode 3 python3 benchmarks/cluster_race.py \
+      > "$out/$tool-$tag-push${push:-rule}.log" 2>&1
+    echo "$tool push=${push:-rule} rc=$? $(grep -E 'SUMMARY|OK' "$out/$tool-$tag-push${push:-rule}.log" \
+      | tail -2 | tr '\n' ' ')"
+  done
 }

@@ -36,13 +36,8 @@ source "$(dirname "$0")/ab_lib.sh"
 stage_build() { ab_build || exit 1; }
 
 stage_mail() {
-  local round
-  for round in ${ROUNDS:-1 2}; do
-    timeout 200 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_PUSH --versions 0 "" 1 \
-      --dirs bwd fwd+bwd --dtypes float32 bfloat16 --cols 32768 50257 131072 --out "$out/mail$round" \
-      > "$out/mail$round.log" 2>&1
-    grep -h "^|" "$out/mail$round.log"
-  done
+  ab_rounds mail --var JAX_MEMOPS_SOFTMAX_PUSH --versions 0 "" 1 --dirs bwd fwd+bwd --dtypes float32 bfloat16 \
+    --cols 32768 50257 131072
 }
 
 stage_push() {
@@ -73,19 +68,11 @@ stage_order() {
   done
 }
 
-stage_final() {
-  timeout 200 python3 -P -m jax_memops.cli bench --ops softmax --dirs fwd bwd fwd+bwd --parts sweep \
-    --dtypes float32 bfloat16 --cols 32768 50257 131072 --out "$out/final" > "$out/final.log" 2>&1
-  grep -E "^softmax" "$out/final.log"
-}
+stage_final() { ab_softmax_final; }
 
 stage_fwdk() {
-  local round
-  for round in ${ROUNDS:-1 2}; do
-    timeout 100 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_FWD_K --versions "" 4 \
-      --dtypes float32 bfloat16 --cols 40000 50257 --out "$out/fwdk4-$round" > "$out/fwdk4-$round.log" 2>&1
-    grep -h "^|" "$out/fwdk4-$round.log"
-  done
+  AB_TIMEOUT=100 ab_rounds fwdk4- --var JAX_MEMOPS_SOFTMAX_FWD_K --versions "" 4 --dtypes float32 bfloat16 \
+    --cols 40000 50257
 }
 
 stage_fwdk-map() {
@@ -104,18 +91,7 @@ stage_big() {
   tail -n 1 "$out/pytest-big.log"
 }
 
-stage_race() {
-  local tool push run
-  for run in racecheck: racecheck:1 memcheck:; do
-    tool=${run%%:*}
-    push=${run#*:}
-    JAX_MEMOPS_SOFTMAX_PUSH=$push XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
-      timeout 150 compute-sanitizer --tool $tool --kernel-name kns=softmax_ \
-      --error-exitcode 3 python3 benchmarks/cluster_race.py > "$out/$tool-cluster-push${push:-rule}.log" 2>&1
-    echo "$tool push=${push:-rule} rc=$? $(grep -E 'SUMMARY|OK' "$out/$tool-cluster-push${push:-rule}.log" \
-      | tail -2 | tr '\n' ' ')"
-  done
-}
+stage_race() { ab_cluster_race cluster; }
 
 ab_init "$@"
 ab_run ab-v12

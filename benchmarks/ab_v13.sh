@@ -23,14 +23,8 @@ source "$(dirname "$0")/ab_lib.sh"
 stage_build() { ab_build || exit 1; }
 
 stage_tie() {
-  local round
-  for round in ${ROUNDS:-1 2}; do
-    JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 timeout 200 python3 benchmarks/softmax_ab.py --var JAX_MEMOPS_SOFTMAX_TIE \
-      --versions "" ${TIE_VERSIONS:-small} --dtypes float32 bfloat16 --cols 40000 50257 55000 65536 100000 131072 \
-      --out "$out/tie$round" > "$out/tie$round.log" 2>&1
-    grep -h "^|" "$out/tie$round.log"
-    grep -h "softmax_fwd plan" "$out/tie$round.log" | sort | uniq | cut -c1-110
-  done
+  JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 ab_rounds tie --var JAX_MEMOPS_SOFTMAX_TIE --versions "" ${TIE_VERSIONS:-small} \
+    --dtypes float32 bfloat16 --cols 40000 50257 55000 65536 100000 131072
 }
 
 stage_test() {
@@ -43,25 +37,9 @@ stage_suite() {
   ab_gpu_tests pytest-softmax 420 "softmax and gpu and not big" 250
 }
 
-stage_race() {
-  local tool push run
-  for run in racecheck: racecheck:1 memcheck:; do
-    tool=${run%%:*}
-    push=${run#*:}
-    env ${VARS:-} JAX_MEMOPS_SOFTMAX_PUSH=$push XLA_PYTHON_CLIENT_PREALLOCATE=false \
-      XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 150 compute-sanitizer --tool $tool \
-      --kernel-name kns=softmax_ --error-exitcode 3 python3 benchmarks/cluster_race.py \
-      > "$out/$tool-v13-push${push:-rule}.log" 2>&1
-    echo "$tool push=${push:-rule} rc=$? $(grep -E 'SUMMARY|OK' "$out/$tool-v13-push${push:-rule}.log" \
-      | tail -2 | tr '\n' ' ')"
-  done
-}
+stage_race() { ab_cluster_race v13 ${VARS:-}; }
 
-stage_final() {
-  timeout 200 python3 -P -m jax_memops.cli bench --ops softmax --dirs fwd bwd fwd+bwd --parts sweep \
-    --dtypes float32 bfloat16 --cols 32768 50257 131072 --out "$out/final" > "$out/final.log" 2>&1
-  grep -E "^softmax" "$out/final.log"
-}
+stage_final() { ab_softmax_final; }
 
 ab_init "$@"
 ab_run ab-v13
