@@ -15,6 +15,11 @@
 #   race   compute-sanitizer racecheck (rule, PUSH=1) and memcheck over benchmarks/cluster_race.py (VARS:
 #          extra environment, e.g. JAX_MEMOPS_SOFTMAX_FWD=v13-regs on branch v13).
 #   final  the softmax figures at C = 32768, 50257, 131072 (every direction, f32 / bf16) for README.
+#   ncu    Nsight Compute on the f32 long rows: the forward's bulk copy (131072), the backward's register
+#          cluster (131072), the forward's 8-pack block rows (32768: no cluster) and the copy; NCU_VARS adds
+#          environment (the session ran JAX_MEMOPS_SOFTMAX_FWD=v13-regs on branch v13 for its fwd case).
+#   v5reg  the bulk-copy cluster's register variant for f32 too (JAX_MEMOPS_SOFTMAX_FWD=v5-reg) against the
+#          default at f32 50257 .. 262144, one round (ROUNDS).
 #   chan, normtest  (branch v13-chan's copy of this script, where the variant stays) the 16-bit LayerNorm
 #          forward with its statistics in one reduction (Chan's merge) against the default, and its tests.
 set -uo pipefail
@@ -40,6 +45,21 @@ stage_suite() {
 stage_race() { ab_cluster_race v13 ${VARS:-}; }
 
 stage_final() { ab_softmax_final; }
+
+stage_ncu() {
+  env ${NCU_VARS:-} XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 150 \
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
+    --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats \
+    python3 benchmarks/ncu_profile.py ${NCU_CASES:-softmax:fwd:float32:131072:ours softmax:bwd:float32:131072:ours \
+    softmax:fwd:float32:32768:ours copy} > "$out/ncu.txt" 2>&1
+  grep -E "^  [a-zA-Z_v]|Duration|DRAM Throughput|Achieved Occupancy|Warp Cycles Per Issued" "$out/ncu.txt" \
+    | cut -c1-150
+}
+
+stage_v5reg() {
+  ROUNDS=${ROUNDS:-1} JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 ab_rounds v5reg --versions "" v5-reg --dtypes float32 \
+    --cols 50257 65536 131072 262144
+}
 
 ab_init "$@"
 ab_run ab-v13
