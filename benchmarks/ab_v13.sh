@@ -8,8 +8,8 @@
 #          f32 / bf16 50257 .. 262144. Predicted from the backward's register clusters (88-97% of the
 #          copy by messages, RESULTS "v12"): >= 88% at 131072.
 #   tie    the bulk-copy planner's ties: JAX_MEMOPS_SOFTMAX_TIE unset (v13: the smallest k that merges by
-#          messages) against "small" (v12: the smallest k), rounds (ROUNDS, default two); on branch v13
-#          (before the rule was the default) it ran "" / push / cap4 (TIE_MORE: more values).
+#          messages) against "small" (v12: the smallest k; TIE_VERSIONS: other values), rounds (ROUNDS,
+#          default two); rounds 2-3 ran on branch v13, before the rule was the default: "" / push / cap4.
 #   test   the tie rule's plan test, the forward's merge and plan tests (TESTS overrides the -k expression).
 #   suite  every softmax GPU test but the > 2^31-element ones.
 #   race   compute-sanitizer racecheck (rule, PUSH=1) and memcheck over benchmarks/cluster_race.py (VARS:
