@@ -60,6 +60,7 @@
 #include "handlers.h"
 #include "softmax_ladder.h"
 #include "softmax_fwd_regs.cuh"
+#include "softmax_fwd_l2.cuh"
 #include "softmax_fwd_tma.cuh"
 #include "softmax_rows.cuh"
 #include "softmax_stream.cuh"
@@ -353,14 +354,15 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // RESULTS.md, "v7") or "v9-wide" / "v9-wide-512" (8-pack rows wherever they fit, on CTAs of up to 1024 /
 // 512 threads and clusters of them; RESULTS.md, "v9"). Any other value: v9. The backward is the same in
 // all of them.
-enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512 };
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kL2, kL2Normal, kL2B4 };
 
 FwdVersion fwd_version() {
   static const FwdVersion version =
       env_choice("JAX_MEMOPS_SOFTMAX_FWD",
                  {{"v2", FwdVersion::kV2}, {"v3-prefetch", FwdVersion::kV3Prefetch}, {"v3", FwdVersion::kV3},
                   {"v5-s1", FwdVersion::kV5S1}, {"v5-reg", FwdVersion::kV5Reg}, {"v7-512", FwdVersion::kV7Wide},
-                  {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5}},
+                  {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5},
+                  {"l2", FwdVersion::kL2}, {"l2-normal", FwdVersion::kL2Normal}, {"l2-b4", FwdVersion::kL2B4}},
                  FwdVersion::kV9);
   return version;
 }
@@ -575,6 +577,60 @@ ffi::Error launch_fwd_wide(const DeviceInfo& dev, cudaStream_t stream, RowShape 
       launched, "softmax_fwd (register cluster)", x, y);
 }
 
+// v14's experiment (A/B only: JAX_MEMOPS_SOFTMAX_FWD=l2 / l2-normal / l2-b4, rows of C >= kL2MinCols):
+// softmax_fwd_l2.cuh, one row per CTA of JAX_MEMOPS_L2_BLOCK threads (512, else 1024), or per cluster of
+// JAX_MEMOPS_L2_K CTAs (2 .. 16: a slice each; messages from k = 4), as many rows in flight as
+// JAX_MEMOPS_L2_MB (default 40) MB hold, at most the CTAs resident.
+constexpr int64_t kL2MinCols = 16384;
+
+template <auto Kernel, typename T>
+ffi::Error launch_fwd_l2_kernel(const DeviceInfo& dev, cudaStream_t stream, RowShape s, int block, int k, const T* x,
+                                T* y) {
+  static const int64_t budget = [] {
+    const std::string v = env_value("JAX_MEMOPS_L2_MB");
+    return (v.empty() ? int64_t{40} : int64_t{std::max(1, std::atoi(v.c_str()))}) << 20;
+  }();
+  int per_sm = 0;
+  if (auto err = blocks_per_sm<Kernel>(block, &per_sm); err.failure()) return err;
+  const int64_t row_bytes = s.cols * int64_t{sizeof(T)};
+  const int64_t resident = int64_t{dev.sm_count} * per_sm / k;  // rows (clusters) at once
+  const int64_t clusters = std::min(s.rows, std::clamp<int64_t>(budget / row_bytes, 1, std::max<int64_t>(resident, 1)));
+  if (plan_log_on()) {
+    static std::atomic<int64_t> last{-1};
+    if (last.exchange(s.cols) != s.cols) {
+      std::fprintf(stderr, "softmax_fwd: l2 two-pass, %d threads, k=%d, %lld rows in flight (%d CTAs per SM), cols=%lld\n",
+                   block, k, static_cast<long long>(clusters), per_sm, static_cast<long long>(s.cols));
+    }
+  }
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * k)), block, k, stream, &attr);
+  if (auto err = check_cuda(cudaLaunchKernelEx(&cfg, Kernel, x, y, s.rows, static_cast<int>(s.cols)), "softmax_fwd");
+      err.failure()) {
+    return err;
+  }
+  return check_launch("softmax_fwd");
+}
+
+template <int NT, int B, bool kKeep, typename T>
+ffi::Error launch_fwd_l2_nt(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y) {
+  static const int k = [] {
+    const std::string v = env_value("JAX_MEMOPS_L2_K");
+    return v.empty() ? 1 : std::clamp(std::atoi(v.c_str()), 1, kMaxClusterNonPortable);
+  }();
+  if (k == 1) return launch_fwd_l2_kernel<smx::softmax_fwd_l2_kernel<T, NT, B, kKeep>>(dev, stream, s, NT, 1, x, y);
+  if (k < push_min_cluster()) {
+    return launch_fwd_l2_kernel<smx::softmax_fwd_l2_kernel<T, NT, B, kKeep, true>>(dev, stream, s, NT, k, x, y);
+  }
+  return launch_fwd_l2_kernel<smx::softmax_fwd_l2_kernel<T, NT, B, kKeep, true, true>>(dev, stream, s, NT, k, x, y);
+}
+
+template <int B, bool kKeep, typename T>
+ffi::Error launch_fwd_l2(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y) {
+  static const bool half = env_value("JAX_MEMOPS_L2_BLOCK") == "512";
+  return half ? launch_fwd_l2_nt<512, B, kKeep>(dev, stream, s, x, y)
+              : launch_fwd_l2_nt<kMaxBlock, B, kKeep>(dev, stream, s, x, y);
+}
+
 // The v3/v5 forward where it applies (16-byte accesses; sub-warp and block classes by the register
 // kernel, longer rows by the bulk-copy cluster on sm_90); *launched = false elsewhere (the v2 classes
 // then run: the register cluster where no bulk-copy one can launch, the 1024-thread CTA, stream).
@@ -585,6 +641,14 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
+  const bool l2 = version == FwdVersion::kL2 || version == FwdVersion::kL2Normal || version == FwdVersion::kL2B4;
+  if (l2 && s.cols >= kL2MinCols && s.cols <= INT_MAX) {
+    *launched = true;
+    if (version == FwdVersion::kL2Normal) return launch_fwd_l2<8, false>(dev, stream, s, x, y);
+    if (version == FwdVersion::kL2B4) return launch_fwd_l2<4, true>(dev, stream, s, x, y);
+    return launch_fwd_l2<8, true>(dev, stream, s, x, y);
+  }
+  if (l2) version = FwdVersion::kV9;  // shorter rows: the default
   const bool wide_default = version == FwdVersion::kV9 && s.cols > kWideMinCols<T> && s.cols <= kWideMaxCols;
   if (wide_default || version == FwdVersion::kV9Wide || version == FwdVersion::kV9Wide512) {
     const int max_block = version == FwdVersion::kV9Wide512 ? kMaxBlock / 2 : kMaxBlock;

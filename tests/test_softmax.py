@@ -580,6 +580,19 @@ def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
 
+# v14's experiment: long rows (C >= 16384) in two passes with L2 as the row buffer (softmax_fwd_l2.cuh),
+# each variant, CTA size and cluster size (k = 2: the cluster barrier, 4 and 16: messages);
+# JAX_MEMOPS_L2_MB=1 makes the grid one row (cluster) in flight: the row loop.
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("version,block,mb,k", [("l2", "", "", ""), ("l2", "512", "", ""), ("l2-normal", "", "1", ""),
+                                                ("l2-b4", "512", "1", ""), ("l2-normal", "512", "", "2"),
+                                                ("l2", "512", "1", "4"), ("l2", "", "", "8")])
+def test_gpu_fwd_l2(gpu, version, block, mb, k):
+    _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_L2_BLOCK=block, JAX_MEMOPS_L2_MB=mb,
+                    JAX_MEMOPS_L2_K=k)
+
+
 # JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for) forces one grid on every row kernel: persistent (the
 # register classes, forward and backward, launch one CTA per row group by default) or full (both stream
 # classes too: 600001 f32 forward, 262147 backward; the row groups of 33 and 8192 far outnumber the
