@@ -15,13 +15,17 @@
 //                         the occupancy API; ties: the  by cp.async.bulk (16-bit:   16-bit ~1.85M)
 //                         smallest k by messages)        copied to registers); DSMEM
 //                                                        (max, sum)
+//  L2 two-    (forward,   512 threads (2 per SM), one    L2: pass 1 from HBM, pass 2     16-bit: 32768 < C while
+//   pass      v14)        row                            re-reads it                     2 rows / SM fit 60% of
+//                                                                                        L2 (H200: C <~ 71000)
 //  cluster    1024..8192  k <= 8 CTAs of 512 threads     registers of k CTAs; the        <= 131072 | 262144
 //                         (k <= 16 where the device      row's (max, sum) or dot via     (8 x 512: 65536
 //                         allows it, else 8 of 1024),    DSMEM (backward k >= 4:         | 131072)
 //                         one row                        messages)
 //  stream     any         up to 1024 threads, one row    HBM: two passes (3 fwd, 5 bwd   longer
 //                                                        tensor passes)
-// The forward takes the bulk-copy cluster for every row beyond the block class where it can launch;
+// The forward takes the L2 two-pass kernel for the 16-bit rows where it applies (launch_fwd_l2), else the
+// bulk-copy cluster for every row beyond the block class where it can launch;
 // the register cluster class serves the backward, and the forward only where no bulk-copy one can
 // launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below). Since v12 the backward's clusters of 4 or more
 // CTAs merge each row's sum by messages instead of the cluster barrier and DSMEM (push_min_cluster).
@@ -40,7 +44,9 @@
 // or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
 // scalar accesses.
-// Forward v9 (the default) = v5, but rows of 4096 (16-bit: 2048) < C <= 32768 take block rows of 8
+// Forward v14 (the default) = v9, but 16-bit rows of 32768 < C whose rows in flight fit 60% of L2 take
+// the two-pass kernel with L2 as the row buffer (softmax_fwd_l2.cuh; launch_fwd_l2).
+// Forward v9 = v5, but rows of 4096 (16-bit: 2048) < C <= 32768 take block rows of 8
 // packs per thread (twice the bytes in flight; up to 1024-thread CTAs, no cluster: launch_fwd_wide);
 // since v11 the bulk-copy clusters of 4 or more CTAs merge (max, sum) by messages (push_min_cluster).
 // Forward v5 = v3's register classes + the one-buffer bulk-copy cluster (f32 from shared
@@ -341,7 +347,8 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v9 by default: v5, except rows of kWideMinCols < C <= kWideMaxCols,
+// Which forward kernels "auto" runs. v14 by default: v9, except the 16-bit rows of launch_fwd_l2's rule.
+// v9: v5, except rows of kWideMinCols < C <= kWideMaxCols,
 // which take register rows of 8 packs per thread (launch_fwd_wide). v5: v3's register classes (no
 // prefetch) and, for long rows, the bulk-copy cluster with one row buffer per CTA (softmax_fwd_tma.cuh):
 // f32 reads it from shared memory in each pass (S = 1), 16-bit types copy it into registers once and
@@ -352,9 +359,9 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // register sets, two exps per element), "v2" (the v2 kernels everywhere), "v7-512" (v5's rule and
 // variants with 512-thread CTAs in the bulk-copy cluster; measured 0.92-1.13x of v5, mixed by shape:
 // RESULTS.md, "v7") or "v9-wide" / "v9-wide-512" (8-pack rows wherever they fit, on CTAs of up to 1024 /
-// 512 threads and clusters of them; RESULTS.md, "v9"). Any other value: v9. The backward is the same in
-// all of them.
-enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kL2, kL2Normal, kL2B4 };
+// 512 threads and clusters of them; RESULTS.md, "v9") or "v9" (v14 without its L2 two-pass rows). Any
+// other value: v14. The backward is the same in all of them.
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14 };
 
 FwdVersion fwd_version() {
   static const FwdVersion version =
@@ -362,8 +369,8 @@ FwdVersion fwd_version() {
                  {{"v2", FwdVersion::kV2}, {"v3-prefetch", FwdVersion::kV3Prefetch}, {"v3", FwdVersion::kV3},
                   {"v5-s1", FwdVersion::kV5S1}, {"v5-reg", FwdVersion::kV5Reg}, {"v7-512", FwdVersion::kV7Wide},
                   {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5},
-                  {"l2", FwdVersion::kL2}, {"l2-normal", FwdVersion::kL2Normal}, {"l2-b4", FwdVersion::kL2B4}},
-                 FwdVersion::kV9);
+                  {"v9", FwdVersion::kV9}},
+                 FwdVersion::kV14);
   return version;
 }
 
@@ -577,58 +584,44 @@ ffi::Error launch_fwd_wide(const DeviceInfo& dev, cudaStream_t stream, RowShape 
       launched, "softmax_fwd (register cluster)", x, y);
 }
 
-// v14's experiment (A/B only: JAX_MEMOPS_SOFTMAX_FWD=l2 / l2-normal / l2-b4, rows of C >= kL2MinCols):
-// softmax_fwd_l2.cuh, one row per CTA of JAX_MEMOPS_L2_BLOCK threads (512, else 1024), or per cluster of
-// JAX_MEMOPS_L2_K CTAs (2 .. 16: a slice each; messages from k = 4), as many rows in flight as
-// JAX_MEMOPS_L2_MB (default 40) MB hold, at most the CTAs resident.
-constexpr int64_t kL2MinCols = 16384;
+// v14 (the default): 16-bit rows of kWideMaxCols < C take softmax_fwd_l2.cuh's two-pass kernel (512-thread
+// CTAs, two per SM, one row each, L2 as the row buffer) where the rows in flight (the resident CTAs)
+// fit kL2SharePct of L2: on the H200 (60 MB) up to C ~ 71000, above which (and for f32, whose rows are
+// twice the bytes) the bulk-copy cluster stays. Measured (RESULTS.md, "v14"): bf16 50257 / 65536 +6 to
+// +8% over the bulk copy at 26 / 34 MB in flight; bf16 131072 at 40 MB and f32 50257 at 53 MB lost
+// 10-25% (L2 hit rate down). JAX_MEMOPS_SOFTMAX_L2_SHARE (A/B, read once per process): the share of L2
+// in percent (0: never this kernel).
+constexpr int kL2SharePct = 60;
 
-template <auto Kernel, typename T>
-ffi::Error launch_fwd_l2_kernel(const DeviceInfo& dev, cudaStream_t stream, RowShape s, int block, int k, const T* x,
-                                T* y) {
-  static const int64_t budget = [] {
-    const std::string v = env_value("JAX_MEMOPS_L2_MB");
-    return (v.empty() ? int64_t{40} : int64_t{std::max(1, std::atoi(v.c_str()))}) << 20;
+int l2_share_pct() {
+  static const int pct = [] {
+    const std::string v = env_value("JAX_MEMOPS_SOFTMAX_L2_SHARE");
+    return v.empty() ? kL2SharePct : std::clamp(std::atoi(v.c_str()), 0, 100);
   }();
+  return pct;
+}
+
+template <typename T>
+ffi::Error launch_fwd_l2(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y, bool* launched) {
+  constexpr auto kernel = smx::softmax_fwd_l2_kernel<T>;
+  *launched = false;
   int per_sm = 0;
-  if (auto err = blocks_per_sm<Kernel>(block, &per_sm); err.failure()) return err;
-  const int64_t row_bytes = s.cols * int64_t{sizeof(T)};
-  const int64_t resident = int64_t{dev.sm_count} * per_sm / k;  // rows (clusters) at once
-  const int64_t clusters = std::min(s.rows, std::clamp<int64_t>(budget / row_bytes, 1, std::max<int64_t>(resident, 1)));
+  if (auto err = blocks_per_sm<kernel>(smx::kL2Block, &per_sm); err.failure()) return err;
+  const int64_t in_flight = std::min(s.rows, int64_t{dev.sm_count} * per_sm);
+  if (in_flight * s.cols * int64_t{sizeof(T)} * 100 > int64_t{dev.l2_bytes} * l2_share_pct()) {
+    return ffi::Error::Success();
+  }
   if (plan_log_on()) {
     static std::atomic<int64_t> last{-1};
     if (last.exchange(s.cols) != s.cols) {
-      std::fprintf(stderr, "softmax_fwd: l2 two-pass, %d threads, k=%d, %lld rows in flight (%d CTAs per SM), cols=%lld\n",
-                   block, k, static_cast<long long>(clusters), per_sm, static_cast<long long>(s.cols));
+      std::fprintf(stderr, "softmax_fwd plan: l2 two-pass x %d threads rows=%lld cols=%lld in flight=%lld (%lld MB)\n",
+                   smx::kL2Block, static_cast<long long>(s.rows), static_cast<long long>(s.cols),
+                   static_cast<long long>(in_flight), static_cast<long long>((in_flight * s.cols * sizeof(T)) >> 20));
     }
   }
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * k)), block, k, stream, &attr);
-  if (auto err = check_cuda(cudaLaunchKernelEx(&cfg, Kernel, x, y, s.rows, static_cast<int>(s.cols)), "softmax_fwd");
-      err.failure()) {
-    return err;
-  }
-  return check_launch("softmax_fwd");
-}
-
-template <int NT, int B, bool kKeep, typename T>
-ffi::Error launch_fwd_l2_nt(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y) {
-  static const int k = [] {
-    const std::string v = env_value("JAX_MEMOPS_L2_K");
-    return v.empty() ? 1 : std::clamp(std::atoi(v.c_str()), 1, kMaxClusterNonPortable);
-  }();
-  if (k == 1) return launch_fwd_l2_kernel<smx::softmax_fwd_l2_kernel<T, NT, B, kKeep>>(dev, stream, s, NT, 1, x, y);
-  if (k < push_min_cluster()) {
-    return launch_fwd_l2_kernel<smx::softmax_fwd_l2_kernel<T, NT, B, kKeep, true>>(dev, stream, s, NT, k, x, y);
-  }
-  return launch_fwd_l2_kernel<smx::softmax_fwd_l2_kernel<T, NT, B, kKeep, true, true>>(dev, stream, s, NT, k, x, y);
-}
-
-template <int B, bool kKeep, typename T>
-ffi::Error launch_fwd_l2(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y) {
-  static const bool half = env_value("JAX_MEMOPS_L2_BLOCK") == "512";
-  return half ? launch_fwd_l2_nt<512, B, kKeep>(dev, stream, s, x, y)
-              : launch_fwd_l2_nt<kMaxBlock, B, kKeep>(dev, stream, s, x, y);
+  *launched = true;
+  return launch(kernel, dim3(static_cast<unsigned>(in_flight)), dim3(unsigned{smx::kL2Block}), 0, stream,
+                "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols));
 }
 
 // The v3/v5 forward where it applies (16-byte accesses; sub-warp and block classes by the register
@@ -641,14 +634,14 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
-  const bool l2 = version == FwdVersion::kL2 || version == FwdVersion::kL2Normal || version == FwdVersion::kL2B4;
-  if (l2 && s.cols >= kL2MinCols && s.cols <= INT_MAX) {
-    *launched = true;
-    if (version == FwdVersion::kL2Normal) return launch_fwd_l2<8, false>(dev, stream, s, x, y);
-    if (version == FwdVersion::kL2B4) return launch_fwd_l2<4, true>(dev, stream, s, x, y);
-    return launch_fwd_l2<8, true>(dev, stream, s, x, y);
+  if (version == FwdVersion::kV14) {
+    if constexpr (sizeof(T) == 2) {
+      if (s.cols > kWideMaxCols && s.cols <= INT_MAX) {
+        if (auto err = launch_fwd_l2(dev, stream, s, x, y, launched); err.failure() || *launched) return err;
+      }
+    }
+    version = FwdVersion::kV9;  // elsewhere v9
   }
-  if (l2) version = FwdVersion::kV9;  // shorter rows: the default
   const bool wide_default = version == FwdVersion::kV9 && s.cols > kWideMinCols<T> && s.cols <= kWideMaxCols;
   if (wide_default || version == FwdVersion::kV9Wide || version == FwdVersion::kV9Wide512) {
     const int max_block = version == FwdVersion::kV9Wide512 ? kMaxBlock / 2 : kMaxBlock;
