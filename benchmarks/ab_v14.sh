@@ -3,9 +3,9 @@
 #   l2, l2mb, l2half, l2k, ncu  (branch v14-l2k's copy of this script, where the variants stay) the
 #          forward's long rows in two passes with L2 as the row buffer: CTA size, batch, L2 hints, rows in
 #          flight, clusters; Nsight Compute's DRAM bytes and L2 hit rate.
-#   rounds the adopted rule (v14: 16-bit rows of 32768 < C whose rows in flight fit 60% of L2 take the
-#          two-pass kernel) against v9 (JAX_MEMOPS_SOFTMAX_FWD=v9), ROUNDS (default two; the second
-#          round runs v9 first), bf16 / f16 40000 .. 80000.
+#   rounds the adopted rule (v14: 16-bit rows of 32768 < C whose rows in flight fit 56% of L2 take the
+#          two-pass kernel; 60% in the session's rounds 1-2) against v9 (JAX_MEMOPS_SOFTMAX_FWD=v9),
+#          ROUNDS (default two; the second round runs v9 first), bf16 / f16 40000 .. 80000.
 #   share  the rule's bound: JAX_MEMOPS_SOFTMAX_L2_SHARE=100 (every 16-bit row whose rows in flight fit
 #          L2) against 0 (v9's kernels), bf16 / f16 65536 .. 131072.
 #   test   the rule's test, the forward version tests (v9 among them), the tie rule's test (under v9).

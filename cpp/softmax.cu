@@ -16,8 +16,8 @@
 //                         smallest k by messages)        copied to registers); DSMEM
 //                                                        (max, sum)
 //  L2 two-    (forward,   512 threads (2 per SM), one    L2: pass 1 from HBM, pass 2     16-bit: 32768 < C while
-//   pass      v14)        row                            re-reads it                     2 rows / SM fit 60% of
-//                                                                                        L2 (H200: C <~ 71000)
+//   pass      v14)        row                            re-reads it                     2 rows / SM fit 56% of
+//                                                                                        L2 (H200: C <~ 66700)
 //  cluster    1024..8192  k <= 8 CTAs of 512 threads     registers of k CTAs; the        <= 131072 | 262144
 //                         (k <= 16 where the device      row's (max, sum) or dot via     (8 x 512: 65536
 //                         allows it, else 8 of 1024),    DSMEM (backward k >= 4:         | 131072)
@@ -44,7 +44,7 @@
 // or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
 // scalar accesses.
-// Forward v14 (the default) = v9, but 16-bit rows of 32768 < C whose rows in flight fit 60% of L2 take
+// Forward v14 (the default) = v9, but 16-bit rows of 32768 < C whose rows in flight fit 56% of L2 take
 // the two-pass kernel with L2 as the row buffer (softmax_fwd_l2.cuh; launch_fwd_l2).
 // Forward v9 = v5, but rows of 4096 (16-bit: 2048) < C <= 32768 take block rows of 8
 // packs per thread (twice the bytes in flight; up to 1024-thread CTAs, no cluster: launch_fwd_wide);
@@ -586,12 +586,13 @@ ffi::Error launch_fwd_wide(const DeviceInfo& dev, cudaStream_t stream, RowShape 
 
 // v14 (the default): 16-bit rows of kWideMaxCols < C take softmax_fwd_l2.cuh's two-pass kernel (512-thread
 // CTAs, two per SM, one row each, L2 as the row buffer) where the rows in flight (the resident CTAs)
-// fit kL2SharePct of L2: on the H200 (60 MB) up to C ~ 71000, above which (and for f32, whose rows are
-// twice the bytes) the bulk-copy cluster stays. Measured (RESULTS.md, "v14"): bf16 50257 / 65536 +6 to
-// +8% over the bulk copy at 26 / 34 MB in flight; bf16 131072 at 40 MB and f32 50257 at 53 MB lost
-// 10-25% (L2 hit rate down). JAX_MEMOPS_SOFTMAX_L2_SHARE (A/B, read once per process): the share of L2
-// in percent (0: never this kernel).
-constexpr int kL2SharePct = 60;
+// fit kL2SharePct of L2: on the H200 (60 MiB, 264 CTAs) C <= ~66700; longer 16-bit rows and f32 rows
+// (twice the bytes) keep the bulk-copy cluster. Measured on the H200 (RESULTS.md, "v14"), new / v9 over
+// two rounds: bf16 / f16 40000 +11 to +15%, 50257 +4 to +17%, 55000 +2 to +11%, 65536 (33 MiB in flight)
+// +1 to +7%, but 70001 (35 MiB) -2 to -4%, 80000 -3 to -8% and 100000 -5 to -11% (L2 misses: forced by
+// JAX_MEMOPS_SOFTMAX_L2_SHARE=100), hence the bound between 33 and 35 MiB. JAX_MEMOPS_SOFTMAX_L2_SHARE
+// (A/B, read once per process): the share of L2 in percent (0: never this kernel).
+constexpr int kL2SharePct = 56;
 
 int l2_share_pct() {
   static const int pct = [] {
