@@ -10,7 +10,9 @@
 #          L2) against 0 (v9's kernels), bf16 / f16 65536 .. 131072.
 #   test   the rule's test, the forward version tests (v9 among them), the tie rule's test (under v9).
 #   san    compute-sanitizer memcheck and racecheck over sanitize.py's softmax workload, the two-pass
-#          kernel only (its class shapes include 16-bit 3 x 50257).
+#          kernel only (its class shapes include 16-bit 3 x 50257); racecheck crashes in the tool at f32
+#          2 x 12288 (as in v11), hence
+#   race   racecheck (the rule, PUSH=1) and memcheck over cluster_race.py (now with 16-bit two-pass rows).
 #   big    the > 2^31-element long-row tests (bf16 131072 and 50257).
 #   suite  every softmax GPU test but the > 2^31-element ones.
 #   final  the softmax figures at C = 32768, 50257, 131072 (every direction, f32 / bf16) for README.
@@ -48,6 +50,8 @@ stage_san() {
     echo "$tool rc=$? $(grep -E 'SUMMARY|OK|checks' "$out/$tool-l2.log" | tail -2 | tr '\n' ' ')"
   done
 }
+
+stage_race() { ab_cluster_race v14; }
 
 stage_big() {
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 python3 -P -m pytest -v -rfEs --timeout 250 \
