@@ -39,7 +39,8 @@ SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056)
           (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288)]
 # One small shape per size class of softmax "auto" (cpp/softmax.cu): sub-warp rows, a warp, block rows
 # (misaligned rows), clusters (7 CTAs; 8 x 512 or 16 x 512 / 8 x 1024; 16-bit: 8 x 1024 or 16 x 512),
-# the two-pass stream class.
+# the two-pass stream class; the forward of 16-bit 3 x 50257 runs v14's two-pass kernel (L2 as the row
+# buffer).
 SOFTMAX_CLASS_SHAPES = [(67, 100), (9, 1000), (3, 4097), (3, 50257), (2, 131072), (2, 262144), (2, 262147)]
 # Forward v5 (cpp/softmax_fwd_regs.cuh, softmax_fwd_tma.cuh), each in a fixed dtype: the sub-warp class
 # with more row groups than the H200's resident CTAs (misaligned rows); the bulk-copy cluster with one

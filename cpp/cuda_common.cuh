@@ -644,6 +644,7 @@ struct DeviceInfo {
   int sm_count = 0;
   int max_smem_optin = 0;  // bytes of shared memory a block may use after opting in
   int cc_major = 0;        // compute capability (9: Hopper, thread-block clusters)
+  int l2_bytes = 0;        // L2 cache size
 };
 
 // Properties of the current device, queried once per device (host-side only, no stream work).
@@ -652,6 +653,7 @@ inline ffi::Error device_info(DeviceInfo* out) {
   static std::atomic<int> sm_counts[kMaxDevices];
   static std::atomic<int> smem_sizes[kMaxDevices];
   static std::atomic<int> cc_majors[kMaxDevices];
+  static std::atomic<int> l2_sizes[kMaxDevices];
   int dev = 0;
   if (auto err = check_cuda(cudaGetDevice(&dev), "cudaGetDevice"); err.failure()) return err;
   out->device = dev;
@@ -660,6 +662,7 @@ inline ffi::Error device_info(DeviceInfo* out) {
     out->sm_count = sm_counts[dev].load(std::memory_order_relaxed);
     out->max_smem_optin = smem_sizes[dev].load(std::memory_order_relaxed);
     out->cc_major = cc_majors[dev].load(std::memory_order_relaxed);
+    out->l2_bytes = l2_sizes[dev].load(std::memory_order_relaxed);
     if (out->sm_count > 0 && out->max_smem_optin > 0 && out->cc_major > 0) return ffi::Error::Success();
   }
   if (auto err = first_error(
@@ -669,7 +672,9 @@ inline ffi::Error device_info(DeviceInfo* out) {
                                              cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
                       "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)"),
            check_cuda(cudaDeviceGetAttribute(&out->cc_major, cudaDevAttrComputeCapabilityMajor, dev),
-                      "cudaDeviceGetAttribute(ComputeCapabilityMajor)")});
+                      "cudaDeviceGetAttribute(ComputeCapabilityMajor)"),
+           check_cuda(cudaDeviceGetAttribute(&out->l2_bytes, cudaDevAttrL2CacheSize, dev),
+                      "cudaDeviceGetAttribute(L2CacheSize)")});
       err.failure()) {
     return err;
   }
@@ -677,6 +682,7 @@ inline ffi::Error device_info(DeviceInfo* out) {
     sm_counts[dev].store(out->sm_count, std::memory_order_relaxed);
     smem_sizes[dev].store(out->max_smem_optin, std::memory_order_relaxed);
     cc_majors[dev].store(out->cc_major, std::memory_order_relaxed);
+    l2_sizes[dev].store(out->l2_bytes, std::memory_order_relaxed);
   }
   return ffi::Error::Success();
 }

@@ -15,13 +15,17 @@
 //                         the occupancy API; ties: the  by cp.async.bulk (16-bit:   16-bit ~1.85M)
 //                         smallest k by messages)        copied to registers); DSMEM
 //                                                        (max, sum)
+//  L2 two-    (forward,   512 threads (2 per SM), one    L2: pass 1 from HBM, pass 2     16-bit: 32768 < C while
+//   pass      v14)        row                            re-reads it                     2 rows / SM fit 56% of
+//                                                                                        L2 (H200: C <~ 66700)
 //  cluster    1024..8192  k <= 8 CTAs of 512 threads     registers of k CTAs; the        <= 131072 | 262144
 //                         (k <= 16 where the device      row's (max, sum) or dot via     (8 x 512: 65536
 //                         allows it, else 8 of 1024),    DSMEM (backward k >= 4:         | 131072)
 //                         one row                        messages)
 //  stream     any         up to 1024 threads, one row    HBM: two passes (3 fwd, 5 bwd   longer
 //                                                        tensor passes)
-// The forward takes the bulk-copy cluster for every row beyond the block class where it can launch;
+// The forward takes the L2 two-pass kernel for the 16-bit rows where it applies (launch_fwd_l2), else the
+// bulk-copy cluster for every row beyond the block class where it can launch;
 // the register cluster class serves the backward, and the forward only where no bulk-copy one can
 // launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below). Since v12 the backward's clusters of 4 or more
 // CTAs merge each row's sum by messages instead of the cluster barrier and DSMEM (push_min_cluster).
@@ -40,7 +44,9 @@
 // or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
 // scalar accesses.
-// Forward v9 (the default) = v5, but rows of 4096 (16-bit: 2048) < C <= 32768 take block rows of 8
+// Forward v14 (the default) = v9, but 16-bit rows of 32768 < C whose rows in flight fit 56% of L2 take
+// the two-pass kernel with L2 as the row buffer (softmax_fwd_l2.cuh; launch_fwd_l2).
+// Forward v9 = v5, but rows of 4096 (16-bit: 2048) < C <= 32768 take block rows of 8
 // packs per thread (twice the bytes in flight; up to 1024-thread CTAs, no cluster: launch_fwd_wide);
 // since v11 the bulk-copy clusters of 4 or more CTAs merge (max, sum) by messages (push_min_cluster).
 // Forward v5 = v3's register classes + the one-buffer bulk-copy cluster (f32 from shared
@@ -60,6 +66,7 @@
 #include "handlers.h"
 #include "softmax_ladder.h"
 #include "softmax_fwd_regs.cuh"
+#include "softmax_fwd_l2.cuh"
 #include "softmax_fwd_tma.cuh"
 #include "softmax_rows.cuh"
 #include "softmax_stream.cuh"
@@ -340,7 +347,8 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v9 by default: v5, except rows of kWideMinCols < C <= kWideMaxCols,
+// Which forward kernels "auto" runs. v14 by default: v9, except the 16-bit rows of launch_fwd_l2's rule.
+// v9: v5, except rows of kWideMinCols < C <= kWideMaxCols,
 // which take register rows of 8 packs per thread (launch_fwd_wide). v5: v3's register classes (no
 // prefetch) and, for long rows, the bulk-copy cluster with one row buffer per CTA (softmax_fwd_tma.cuh):
 // f32 reads it from shared memory in each pass (S = 1), 16-bit types copy it into registers once and
@@ -351,17 +359,18 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // register sets, two exps per element), "v2" (the v2 kernels everywhere), "v7-512" (v5's rule and
 // variants with 512-thread CTAs in the bulk-copy cluster; measured 0.92-1.13x of v5, mixed by shape:
 // RESULTS.md, "v7") or "v9-wide" / "v9-wide-512" (8-pack rows wherever they fit, on CTAs of up to 1024 /
-// 512 threads and clusters of them; RESULTS.md, "v9"). Any other value: v9. The backward is the same in
-// all of them.
-enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512 };
+// 512 threads and clusters of them; RESULTS.md, "v9") or "v9" (v14 without its L2 two-pass rows). Any
+// other value: v14. The backward is the same in all of them.
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14 };
 
 FwdVersion fwd_version() {
   static const FwdVersion version =
       env_choice("JAX_MEMOPS_SOFTMAX_FWD",
                  {{"v2", FwdVersion::kV2}, {"v3-prefetch", FwdVersion::kV3Prefetch}, {"v3", FwdVersion::kV3},
                   {"v5-s1", FwdVersion::kV5S1}, {"v5-reg", FwdVersion::kV5Reg}, {"v7-512", FwdVersion::kV7Wide},
-                  {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5}},
-                 FwdVersion::kV9);
+                  {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5},
+                  {"v9", FwdVersion::kV9}},
+                 FwdVersion::kV14);
   return version;
 }
 
@@ -575,6 +584,47 @@ ffi::Error launch_fwd_wide(const DeviceInfo& dev, cudaStream_t stream, RowShape 
       launched, "softmax_fwd (register cluster)", x, y);
 }
 
+// v14 (the default): 16-bit rows of kWideMaxCols < C take softmax_fwd_l2.cuh's two-pass kernel (512-thread
+// CTAs, two per SM, one row each, L2 as the row buffer) where the rows in flight (the resident CTAs)
+// fit kL2SharePct of L2: on the H200 (60 MiB, 264 CTAs) C <= ~66700; longer 16-bit rows and f32 rows
+// (twice the bytes) keep the bulk-copy cluster. Measured on the H200 (RESULTS.md, "v14"), new / v9 over
+// two rounds: bf16 / f16 40000 +11 to +15%, 50257 +4 to +17%, 55000 +2 to +11%, 65536 (33 MiB in flight)
+// +1 to +7%, but 70001 (35 MiB) -2 to -4%, 80000 -3 to -8% and 100000 -5 to -11% (L2 misses: forced by
+// JAX_MEMOPS_SOFTMAX_L2_SHARE=100), hence the bound between 33 and 35 MiB. JAX_MEMOPS_SOFTMAX_L2_SHARE
+// (A/B, read once per process): the share of L2 in percent (0: never this kernel).
+constexpr int kL2SharePct = 56;
+
+int l2_share_pct() {
+  static const int pct = [] {
+    const std::string v = env_value("JAX_MEMOPS_SOFTMAX_L2_SHARE");
+    return v.empty() ? kL2SharePct : std::clamp(std::atoi(v.c_str()), 0, 100);
+  }();
+  return pct;
+}
+
+template <typename T>
+ffi::Error launch_fwd_l2(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y, bool* launched) {
+  constexpr auto kernel = smx::softmax_fwd_l2_kernel<T>;
+  *launched = false;
+  int per_sm = 0;
+  if (auto err = blocks_per_sm<kernel>(smx::kL2Block, &per_sm); err.failure()) return err;
+  const int64_t in_flight = std::min(s.rows, int64_t{dev.sm_count} * per_sm);
+  if (in_flight * s.cols * int64_t{sizeof(T)} * 100 > int64_t{dev.l2_bytes} * l2_share_pct()) {
+    return ffi::Error::Success();
+  }
+  if (plan_log_on()) {
+    static std::atomic<int64_t> last{-1};
+    if (last.exchange(s.cols) != s.cols) {
+      std::fprintf(stderr, "softmax_fwd plan: l2 two-pass x %d threads rows=%lld cols=%lld in flight=%lld (%lld MB)\n",
+                   smx::kL2Block, static_cast<long long>(s.rows), static_cast<long long>(s.cols),
+                   static_cast<long long>(in_flight), static_cast<long long>((in_flight * s.cols * sizeof(T)) >> 20));
+    }
+  }
+  *launched = true;
+  return launch(kernel, dim3(static_cast<unsigned>(in_flight)), dim3(unsigned{smx::kL2Block}), 0, stream,
+                "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols));
+}
+
 // The v3/v5 forward where it applies (16-byte accesses; sub-warp and block classes by the register
 // kernel, longer rows by the bulk-copy cluster on sm_90); *launched = false elsewhere (the v2 classes
 // then run: the register cluster where no bulk-copy one can launch, the 1024-thread CTA, stream).
@@ -585,6 +635,14 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
+  if (version == FwdVersion::kV14) {
+    if constexpr (sizeof(T) == 2) {
+      if (s.cols > kWideMaxCols && s.cols <= INT_MAX) {
+        if (auto err = launch_fwd_l2(dev, stream, s, x, y, launched); err.failure() || *launched) return err;
+      }
+    }
+    version = FwdVersion::kV9;  // elsewhere v9
+  }
   const bool wide_default = version == FwdVersion::kV9 && s.cols > kWideMinCols<T> && s.cols <= kWideMaxCols;
   if (wide_default || version == FwdVersion::kV9Wide || version == FwdVersion::kV9Wide512) {
     const int max_block = version == FwdVersion::kV9Wide512 ? kMaxBlock / 2 : kMaxBlock;

@@ -127,24 +127,26 @@ def test_big_softmax_backward(big):
     dy.delete()
 
 
-# The cluster classes of "auto" past element 2**31: 16385 rows of 131072 bf16 elements (4 GiB per
-# tensor); the forward runs the bulk-copy cluster through registers (v5's 16-bit plan, sm_90: int64 row
-# offsets of its bulk copies and stores), the backward the register cluster (a row over 8 CTAs of 512
-# threads, its sums merged by messages).
-CLUSTER_C = 131072
-CLUSTER_N = 2**31 // CLUSTER_C + 1
-CLUSTER_ROWS = np.array([0, 1, CLUSTER_N - 2, CLUSTER_N - 1])
+# The long-row classes of "auto" past element 2**31, bf16 (4 GiB per tensor): 16385 rows of 131072 (the
+# forward runs the bulk-copy cluster through registers: v5's 16-bit plan, sm_90, int64 row offsets of its
+# bulk copies and stores; the backward the register cluster, a row over 8 CTAs of 512 threads, its sums
+# merged by messages) and 42731 rows of 50257 (the forward's two-pass kernel with L2 as the row buffer,
+# v14; misaligned rows: scalar heads and tails).
+CLUSTER_CASES = [131072, 50257]
 
 
 @pytest.mark.slow
-def test_big_softmax_cluster_class(gpu):
+@pytest.mark.parametrize("cols", CLUSTER_CASES)
+def test_big_softmax_cluster_class(gpu, cols):
+    n = 2**31 // cols + 1
+    check_rows = np.array([0, 1, n - 2, n - 1])
     key = jax.device_put(jax.random.key(11), gpu)
     kx, kg = jax.random.split(key)
-    x = jax.jit(lambda k: (2.0 * jax.random.normal(k, (CLUSTER_N, CLUSTER_C), jnp.float32)).astype(jnp.bfloat16))(kx)
-    dy = jax.jit(lambda k: jax.random.normal(k, (CLUSTER_N, CLUSTER_C), jnp.float32).astype(jnp.bfloat16))(kg)
+    x = jax.jit(lambda k: (2.0 * jax.random.normal(k, (n, cols), jnp.float32)).astype(jnp.bfloat16))(kx)
+    dy = jax.jit(lambda k: jax.random.normal(k, (n, cols), jnp.float32).astype(jnp.bfloat16))(kg)
     assert x.size > 2**31
     y, dx = jax.jit(lambda t, g: (lambda yv: (yv[0], yv[1](g)[0]))(jax.vjp(jm.softmax, t)))(x, dy)
-    rows = jnp.asarray(CLUSTER_ROWS)
+    rows = jnp.asarray(check_rows)
     xr, gr = np.asarray(x[rows]), np.asarray(dy[rows])
     mt.assert_close(np.asarray(y[rows]), mt.ref_softmax(xr), mt.FWD_TOL[mt.BF16], dtype=mt.BF16, what="rows of y")
     mt.assert_close(

@@ -574,10 +574,32 @@ def _run_fwd_script(shapes, **env_vars):
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9-wide",
+@pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9", "v9-wide",
                                      "v9-wide-512"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
+
+
+# v14: 16-bit rows of 32768 < C whose rows in flight (two 512-thread CTAs per SM, or the row count) fit
+# a share of L2 take the two-pass kernel with L2 as the row buffer (softmax_fwd_l2.cuh): the default
+# share (56%), all of L2 and none (0: v9's kernels). Every dtype against float64, with the special rows;
+# the plan log says which rows took it. Where they go is asserted for the H200 (132 SMs, 60 MB of L2: 264
+# rows in flight; C = 50257 takes 26 MB, 100000 53 MB, 131072 69 MB; few rows fit at any C).
+L2_SHAPES = [(300, 50257), (40, 65536), (3, 40001), (24, 32769), (300, 100000), (300, 131072), (12, 131072)]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("share", ["", "100", "0"])
+def test_gpu_fwd_l2_rule(gpu, share):
+    err = _run_fwd_script(L2_SHAPES, JAX_MEMOPS_SOFTMAX_L2_SHARE=share, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    l2 = re.findall(r"l2 two-pass .* rows=(\d+) cols=(\d+)", err)
+    if share == "0":
+        assert not l2, err[-2000:]
+    elif "H200" in jax.devices("gpu")[0].device_kind:
+        want = {("300", "50257"), ("40", "65536"), ("3", "40001"), ("24", "32769"), ("12", "131072")}
+        want |= {("300", "100000")} if share == "100" else set()
+        assert set(l2) == want, err[-2000:]
 
 
 # JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for) forces one grid on every row kernel: persistent (the
@@ -703,12 +725,14 @@ def test_gpu_bwd_push_reduce(gpu, order, push):
 # The bulk-copy planner's ties (cpp/softmax.cu tie_to_messages): by default the smallest k that merges by
 # messages (k >= 4) wins a tie in score over a smaller k, so at C = 50257 every dtype's plan is k = 4 by
 # messages; JAX_MEMOPS_SOFTMAX_TIE=small restores the smallest k (f32 k = 2, 16-bit k = 1, by the barrier).
-# CLUSTER_SHAPES correct against float64 under both.
+# CLUSTER_SHAPES correct against float64 under both. Under v9's rule (16-bit rows of 50257 take v14's
+# two-pass kernel by default).
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("tie", ["", "small"])
 def test_gpu_fwd_tie_rule(gpu, tie):
-    err = _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_TIE=tie, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    err = _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_FWD="v9", JAX_MEMOPS_SOFTMAX_TIE=tie,
+                          JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
     plans = re.findall(r"softmax_fwd plan: (.*?) x \d+ threads rows=\d+ cols=(\d+) k=(\d+) ", err)
     at = [(variant, int(k)) for variant, cols, k in plans if cols == "50257"]
     assert at, "no bulk-copy launch at C = 50257:\n" + err[-4000:]
