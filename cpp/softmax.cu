@@ -588,9 +588,9 @@ ffi::Error launch_fwd_wide(const DeviceInfo& dev, cudaStream_t stream, RowShape 
 // CTAs, two per SM, one row each, L2 as the row buffer) where the rows in flight (the resident CTAs)
 // fit kL2SharePct of L2: on the H200 (60 MiB, 264 CTAs) C <= ~66700; longer 16-bit rows and f32 rows
 // (twice the bytes) keep the bulk-copy cluster. Measured on the H200 (RESULTS.md, "v14"), new / v9 over
-// two rounds: bf16 / f16 40000 +11 to +15%, 50257 +4 to +17%, 55000 +2 to +11%, 65536 (33 MiB in flight)
-// +1 to +7%, but 70001 (35 MiB) -2 to -4%, 80000 -3 to -8% and 100000 -5 to -11% (L2 misses: forced by
-// JAX_MEMOPS_SOFTMAX_L2_SHARE=100), hence the bound between 33 and 35 MiB. JAX_MEMOPS_SOFTMAX_L2_SHARE
+// three rounds: bf16 / f16 40000 +11 to +17%, 50257 +4 to +17%, 55000 +2 to +11%, 65536 (33 MiB in
+// flight) -3 to +7% (mean +1.5%), but 70001 (35 MiB) -2 to -4%, 80000 -2 to -4% and 100000 -5 to -11% (L2
+// misses; forced by JAX_MEMOPS_SOFTMAX_L2_SHARE=100), hence the bound between 33 and 35 MiB. JAX_MEMOPS_SOFTMAX_L2_SHARE
 // (A/B, read once per process): the share of L2 in percent (0: never this kernel).
 constexpr int kL2SharePct = 56;
 

@@ -6,8 +6,8 @@
 // element while the rows in flight fit L2 (ncu, f32 50257 at 26 MB in flight: 273 MB read for 268);
 // nothing else bounds the CTAs per SM (no shared memory, cluster or DSMEM), so 512-thread CTAs keep
 // two independent rows per SM, one loading while the other reduces or stores. Measured on the H200
-// (RESULTS.md, "v14"): 16-bit 40000-65536 +1 to +17% over the bulk-copy cluster; f32 (rows twice the
-// bytes: two per SM overflow L2), longer 16-bit rows and clusters of such CTAs lose.
+// (RESULTS.md, "v14"): 16-bit 40000-55000 +2 to +17% over the bulk-copy cluster, 65536 -3 to +7%; f32
+// (rows twice the bytes: two per SM overflow L2), longer 16-bit rows and clusters of such CTAs lose.
 #pragma once
 
 #include "softmax_rows.cuh"
