@@ -590,8 +590,9 @@ ffi::Error launch_fwd_wide(const DeviceInfo& dev, cudaStream_t stream, RowShape 
 // (twice the bytes) keep the bulk-copy cluster. Measured on the H200 (RESULTS.md, "v14"), new / v9 over
 // three rounds: bf16 / f16 40000 +11 to +17%, 50257 +4 to +17%, 55000 +2 to +11%, 65536 (33 MiB in
 // flight) -3 to +7% (mean +1.5%), but 70001 (35 MiB) -2 to -4%, 80000 -2 to -4% and 100000 -5 to -11% (L2
-// misses; forced by JAX_MEMOPS_SOFTMAX_L2_SHARE=100), hence the bound between 33 and 35 MiB. JAX_MEMOPS_SOFTMAX_L2_SHARE
-// (A/B, read once per process): the share of L2 in percent (0: never this kernel).
+// misses; forced by JAX_MEMOPS_SOFTMAX_L2_SHARE=100), hence the bound between 33 and 35 MiB.
+// JAX_MEMOPS_SOFTMAX_L2_SHARE (A/B, read once per process): the share of L2 in percent (0: never this
+// kernel).
 constexpr int kL2SharePct = 56;
 
 int l2_share_pct() {
