@@ -236,13 +236,19 @@ bool plan_log_on() {
   return on;
 }
 
+// Whether a plan log line is due: logging is on and `key` (the launch's shape) differs from the one
+// `last` holds for this log (each log keeps its own: one line per change of shape).
+bool plan_log_due(std::atomic<int64_t>& last, int64_t key) {
+  return plan_log_on() && last.exchange(key) != key;
+}
+
 // Under plan_log_on(): each register-cluster launch whose shape differs from the previous one (kernel
 // family `what`, merge, CTA size, cluster size, clusters resident).
 void log_cluster_rows(const char* what, bool messages, RowShape s, int block, int k, int active) {
   static std::atomic<int64_t> last{-1};
   const int64_t key = ((s.cols * 64 + k * 2 + messages) * 1000003 + block) ^
                       static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(what));
-  if (!plan_log_on() || last.exchange(key) == key) return;
+  if (!plan_log_due(last, key)) return;
   std::fprintf(stderr, "%s: register cluster k=%d x %d threads, merge by %s, rows=%lld cols=%lld clusters=%d\n",
                what, k, block, messages ? "messages" : "barrier", static_cast<long long>(s.rows),
                static_cast<long long>(s.cols), active);
@@ -411,7 +417,7 @@ void log_tma_plan(const char* variant, bool messages, RowShape s, int block, int
   static std::atomic<int64_t> last{-1};
   const int64_t key = ((s.cols * 64 + k * 2 + messages) * 1000003) ^
                       static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
-  if (!plan_log_on() || last.exchange(key) == key) return;
+  if (!plan_log_due(last, key)) return;
   std::fprintf(stderr, "softmax_fwd plan: %s%s x %d threads rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB "
                "clusters=%d\n", variant, messages ? ", messages" : "", block, static_cast<long long>(s.rows),
                static_cast<long long>(s.cols), k, static_cast<long long>(chunk), static_cast<long long>(smem / 1024),
@@ -610,16 +616,13 @@ ffi::Error launch_fwd_l2(const DeviceInfo& dev, cudaStream_t stream, RowShape s,
   int per_sm = 0;
   if (auto err = blocks_per_sm<kernel>(smx::kL2Block, &per_sm); err.failure()) return err;
   const int64_t in_flight = std::min(s.rows, int64_t{dev.sm_count} * per_sm);
-  if (in_flight * s.cols * int64_t{sizeof(T)} * 100 > int64_t{dev.l2_bytes} * l2_share_pct()) {
-    return ffi::Error::Success();
-  }
-  if (plan_log_on()) {
-    static std::atomic<int64_t> last{-1};
-    if (last.exchange(s.cols) != s.cols) {
-      std::fprintf(stderr, "softmax_fwd plan: l2 two-pass x %d threads rows=%lld cols=%lld in flight=%lld (%lld MB)\n",
-                   smx::kL2Block, static_cast<long long>(s.rows), static_cast<long long>(s.cols),
-                   static_cast<long long>(in_flight), static_cast<long long>((in_flight * s.cols * sizeof(T)) >> 20));
-    }
+  const int64_t bytes_in_flight = in_flight * s.cols * int64_t{sizeof(T)};
+  if (bytes_in_flight * 100 > int64_t{dev.l2_bytes} * l2_share_pct()) return ffi::Error::Success();
+  static std::atomic<int64_t> last{-1};
+  if (plan_log_due(last, s.cols)) {
+    std::fprintf(stderr, "softmax_fwd plan: l2 two-pass x %d threads rows=%lld cols=%lld in flight=%lld (%lld MB)\n",
+                 smx::kL2Block, static_cast<long long>(s.rows), static_cast<long long>(s.cols),
+                 static_cast<long long>(in_flight), static_cast<long long>(bytes_in_flight >> 20));
   }
   *launched = true;
   return launch(kernel, dim3(static_cast<unsigned>(in_flight)), dim3(unsigned{smx::kL2Block}), 0, stream,
