@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(NT, kMaxBlock / NT)
   constexpr int B2 = B > 4 ? B / 2 : B;  // pass 2's batch: L2's shorter latency needs fewer in flight
   using P = Pack<T, V>;
   const int tid = static_cast<int>(threadIdx.x);
+  const RowIter<false> it(NT);  // the edge loops' place: lane tid of NT
   int parity = 0;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
     const T* xr = x + row * int64_t{cols};
@@ -60,11 +61,7 @@ __global__ void __launch_bounds__(NT, kMaxBlock / NT)
       }
       acc = MergeOp()(acc, MaxSum{bm, s});
     }
-    for (int e = tid; e < sp.edges(); e += NT) {
-      const float v = to_float(xr[sp.edge_col(e, cols)]);
-      acc = MergeOp()(acc, MaxSum{v, ex2_ftz((v - safe_max(v)) * kLog2e)});
-    }
-    const MaxSum ms = block_reduce_rows<MergeOp>(acc, parity);
+    const MaxSum ms = block_reduce_rows<MergeOp>(with_edges(acc, xr, sp, cols, it), parity);
     const float inv = 1.0f / ms.s;
 
     for (int i0 = tid; i0 < sp.body; i0 += B2 * NT) {
@@ -85,10 +82,7 @@ __global__ void __launch_bounds__(NT, kMaxBlock / NT)
         }
       }
     }
-    for (int e = tid; e < sp.edges(); e += NT) {
-      const int c = sp.edge_col(e, cols);
-      yr[c] = from_float<T>(ex2_ftz((to_float(xr[c]) - ms.m) * kLog2e) * inv);
-    }
+    write_edges(ms, inv, xr, yr, sp, cols, it);
   }
 }
 
