@@ -7,7 +7,9 @@
 // nothing else bounds the CTAs per SM (no shared memory, cluster or DSMEM), so 512-thread CTAs keep
 // two independent rows per SM, one loading while the other reduces or stores. Measured on the H200
 // (RESULTS.md, "v14"): 16-bit 40000-55000 +2 to +17% over the bulk-copy cluster, 65536 -3 to +7%; f32
-// (rows twice the bytes: two per SM overflow L2), longer 16-bit rows and clusters of such CTAs lose.
+// (rows twice the bytes: two per SM overflow L2), longer 16-bit rows and clusters of such CTAs lose;
+// so does f32 with each row's first ~111 KB in shared memory (RESULTS.md, "v15 and v16": a reserve
+// that large leaves pass 1's loads too little L1, and a bulk copy into it still loses 12%).
 #pragma once
 
 #include "softmax_rows.cuh"
