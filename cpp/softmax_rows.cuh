@@ -442,9 +442,9 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
     __syncthreads();
     cluster_sync();  // every CTA's barriers are initialized before any send
   }
-  int parity = 0;
-  int n = 0;  // this CTA's row count (mail_merge's inbox and phase)
-  for (int64_t base = it.base; base < rows; base += it.step, parity ^= 1, ++n) {
+  int n = 0;  // this CTA's row count: mail_merge's inbox and phase; n & 1 the block partials' parity
+  for (int64_t base = it.base; base < rows; base += it.step, ++n) {
+    const int parity = n & 1;
     const int64_t row = base + it.group;
     const bool valid = row < rows;
     const int64_t offset = (valid ? row : 0) * int64_t{cols};
