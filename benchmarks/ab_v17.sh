@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The v17 measurements (one device call runs some stages):
+#   src    Nsight Compute's warp-state sampling per SASS instruction (SourceCounters, PC sampling) over the
+#          forward's long rows: f32 50257 (bulk-copy cluster, messages), f32 32768 (block rows, no
+#          cluster), f32 131072 (bulk-copy cluster); NCU_CASES replaces them. The report (src.ncu-rep)
+#          and its source page as CSV per kernel (src-<n>.csv) come back.
+#   ab     this tree against build/old (the commit before, carried), the bulk-copy forward's shapes and
+#          controls, f32 / bf16 / f16, ROUNDS (default two).
+#   test   the bulk-copy cluster's GPU tests (TESTS replaces the expression).
+#   race   compute-sanitizer racecheck (the merge rule, PUSH=1) and memcheck over cluster_race.py.
+set -uo pipefail
+source "$(dirname "$0")/ab_lib.sh"
+
+stage_build() { ab_build || exit 1; }
+
+stage_src() {
+  local cases=${NCU_CASES:-softmax:fwd:float32:50257:ours softmax:fwd:float32:32768:ours \
+    softmax:fwd:float32:131072:ours}
+  # shellcheck disable=SC2086
+  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 200 \
+    ncu --profile-from-start off --clock-control none --section WarpStateStats --section SourceCounters \
+    --section SpeedOfLight --import-source yes -f -o "$out/src" python3 benchmarks/ncu_profile.py $cases \
+    > "$out/src.log" 2>&1
+  tail -3 "$out/src.log"
+  ncu -i "$out/src.ncu-rep" --page source --csv --print-source sass > "$out/src-all.csv" 2> "$out/src-all.err"
+  echo "all: $(wc -l < "$out/src-all.csv") lines $(head -c 300 "$out/src-all.err")"
+  local n
+  for n in $(seq 0 $(($(echo $cases | wc -w) - 1))); do
+    ncu -i "$out/src.ncu-rep" --page source --csv --print-source sass --launch-skip "$n" --launch-count 1 \
+      > "$out/src-$n.csv" 2> "$out/src-$n.err"
+    echo "kernel $n: $(wc -l < "$out/src-$n.csv") lines $(head -c 300 "$out/src-$n.err")"
+  done
+  ncu --help > "$out/ncu-help.txt" 2>&1
+  ncu -i "$out/src.ncu-rep" --page details --print-details all > "$out/src-details.txt" 2>&1
+  grep -E "^  [a-zA-Z_v]|Duration|Warp Cycles Per Issued|Long Scoreboard" "$out/src-details.txt" | cut -c1-150
+}
+
+stage_ab() {
+  ab_build_old || { tail -20 "$out/build-old.log"; return 1; }
+  local round
+  for round in ${ROUNDS:-1 2}; do
+    ab_against_old "ab-r$round" --dtypes float32 bfloat16 float16 \
+      --cols ${AB_COLS:-8192 32768 50257 65536 100000 131072 262144}
+  done
+}
+
+stage_test() {
+  ab_gpu_tests pytest-v17 400 \
+    "${TESTS:-fwd_versions or fwd_cluster_plans or tie_rule or push_reduce or l2_rule or (softmax and gpu and 50257)}" 300
+  grep -E "^(FAILED|ERROR)" "$out/pytest-v17.log" | cut -c1-200
+  return 0
+}
+
+stage_race() { ab_cluster_race v17; }
+
+ab_init "$@"
+ab_run ab-v17
