@@ -4,8 +4,9 @@
 #          forward's long rows: f32 50257 (bulk-copy cluster, messages), f32 32768 (block rows, no
 #          cluster), f32 131072 (bulk-copy cluster); NCU_CASES replaces them. The report (src.ncu-rep)
 #          and its source page as CSV per kernel (src-<n>.csv) come back.
-#   ab     this tree against build/old (the commit before, carried), the bulk-copy forward's shapes and
-#          controls, f32 / bf16 / f16, ROUNDS (default two).
+#   ab     this tree against build/old (the commit before, carried; v17 ran it on branch v17, where the
+#          four-slot passes stay): the bulk-copy forward's shapes and controls, f32 / bf16 / f16, ROUNDS
+#          (default two).
 #   test   the bulk-copy cluster's GPU tests (TESTS replaces the expression).
 #   race   compute-sanitizer racecheck (the merge rule, PUSH=1) and memcheck over cluster_race.py.
 set -uo pipefail
