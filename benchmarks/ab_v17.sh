@@ -9,6 +9,9 @@
 #          (default two).
 #   test   the bulk-copy cluster's GPU tests (TESTS replaces the expression).
 #   race   compute-sanitizer racecheck (the merge rule, PUSH=1) and memcheck over cluster_race.py.
+#   ad     forward mode (each op a custom_jvp whose tangent map grad transposes into the backward kernel)
+#          against build/old (the custom_vjp ops): bwd and fwd+bwd of every op, f32 / bf16, ROUNDS rounds.
+#   adtest the forward-mode and transformation tests on the GPU, and the ops' gradient tests.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -53,6 +56,22 @@ stage_test() {
 }
 
 stage_race() { ab_cluster_race v17; }
+
+stage_ad() {
+  ab_build_old || { tail -20 "$out/build-old.log"; return 1; }
+  local round
+  for round in ${ROUNDS:-1 2}; do
+    ab_against_old "ad-r$round" --ops softmax layer_norm rms_norm gelu --dirs bwd fwd+bwd \
+      --dtypes float32 bfloat16 --cols ${AB_COLS:-1024 50257}
+  done
+}
+
+stage_adtest() {
+  ab_gpu_tests pytest-ad 420 "${TESTS:-gpu and not big and (forward_mode or transforms or grad_matches_xla or \
+    grad_masked or grad_optional or grad_no_scale or grad_scale_bias_kinds or flax)}" 300
+  grep -E "^(FAILED|ERROR)" "$out/pytest-ad.log" | cut -c1-200
+  return 0
+}
 
 ab_init "$@"
 ab_run ab-v17

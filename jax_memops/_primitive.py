@@ -1,7 +1,9 @@
 """One base for every jax_memops custom call: a JAX primitive with abstract eval, a lowering (the FFI
 target of the same name on cpu and cuda, partitioned over a device mesh by _sharding.py), a batching rule
 that folds mapped axes into rows, and a differentiable `call` whose tangents come from a pure-jnp
-reference (so the backward primitives can be differentiated again: second-order AD works).
+reference (so the backward primitives can be differentiated again: second-order AD works). And
+LinearPrimitive, an op's tangent map, which forward mode evaluates and reverse mode transposes into the
+op's backward kernel (each op is a custom_jvp binding its forward primitive and its tangent map).
 
 Operand kinds (the C++ side documents the same conventions in cpp/ffi_common.h, where a group-shaped
 array is "G*C elements", G = prod(x.shape[:k])):
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -30,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
-from jax.interpreters import batching, mlir
+from jax.interpreters import ad, batching, mlir
 
 from . import _sharding
 
@@ -97,6 +100,32 @@ def partials_workspace(x_shape, dtype, grad_dims):
 
 def _grad_shape(k: int | None, x_shape: tuple[int, ...]) -> tuple[int, ...]:
     return (0,) if k is None else (*x_shape[:k], x_shape[-1])
+
+
+def fold_batch(kinds, args, dims):
+    """vmap's batching of a primitive with operands of the given kinds: (batch size, operands with the
+    mapped axis folded into the rows). ROW/STAT operands get the batch axis first, so the rows of one
+    batch element are contiguous (a row group); a mapped PARAM becomes one row per group."""
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    new_args = []
+    for kind, a, d in zip(kinds, args, dims):
+        if kind in (ROW, STAT):
+            a = jnp.broadcast_to(a, (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
+        elif a.size == 0:
+            a = a.reshape(0)  # absent, reshaped rather than recreated: keeps shard_map's varying axes
+        elif d is None:
+            # Groups of x's leading dims: the new batch dim joins them only when already grouped.
+            a = a if a.ndim == 1 else jnp.broadcast_to(a, (size, *a.shape))
+        else:
+            a = jnp.moveaxis(a, d, 0)
+        new_args.append(a)
+    return size, new_args
+
+
+def row_param(p, x):
+    """A PARAM operand shaped to broadcast against x: (C,) as is, a grouped x.shape[:k] + (C,) with unit
+    dims between the group dims and the last."""
+    return p if p.ndim <= 1 else p.reshape(*p.shape[:-1], *(1,) * (x.ndim - p.ndim), p.shape[-1])
 
 
 class FfiPrimitive:
@@ -170,20 +199,7 @@ class FfiPrimitive:
 
     # -- vmap: fold the mapped axis into the rows ----------------------------------------------------
     def _batch(self, args, dims, grad_dims=(), **attrs):
-        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-        new_args = []
-        for kind, a, d in zip(self.spec.operands, args, dims):
-            if kind in (ROW, STAT):
-                # Batch axis first, so the rows of one batch element are contiguous (a row group).
-                a = jnp.broadcast_to(a, (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
-            elif a.size == 0:
-                a = a.reshape(0)  # absent, reshaped rather than recreated: keeps shard_map's varying axes
-            elif d is None:
-                # Groups of x's leading dims: the new batch dim joins them only when already grouped.
-                a = a if a.ndim == 1 else jnp.broadcast_to(a, (size, *a.shape))
-            else:
-                a = jnp.moveaxis(a, d, 0)
-            new_args.append(a)
+        size, new_args = fold_batch(self.spec.operands, args, dims)
         if GRAD in self.spec.results:
             attrs["grad_dims"] = tuple(None if k is None else k + 1 for k in grad_dims)
         outs = self.prim.bind(*new_args, **attrs)
@@ -210,6 +226,54 @@ class FfiPrimitive:
             return call(tuple(sorted(params.items())), *args)
 
         return bind
+
+
+class LinearPrimitive:
+    """An op's tangent map (its JVP; linear in the tangent operands) as a primitive, so that both modes of
+    AD run the handwritten kernels: forward mode (jax.jvp, jax.jacfwd) evaluates it, by the pure-jnp
+    `evaluate(*operands, **params)` (XLA fuses it); reverse mode (grad, vjp) transposes it with
+    `transpose(ct, *operands, **params)`, which calls the op's backward kernel once for every wanted
+    cotangent. Each op is a custom_jvp whose rule binds its forward primitive and this one; were the
+    tangent plain jnp, grad would transpose those jnp ops instead of running the backward kernel.
+
+    The result is like operand 0 (x). Batching folds a mapped axis into the rows as FfiPrimitive does
+    (grad of vmap still transposes one primitive), so `evaluate` must accept grouped parameters
+    (row_param); the primitive's own JVP (forward over forward) differentiates `evaluate`."""
+
+    def __init__(self, name: str, operands: tuple[str, ...], evaluate: Callable, transpose: Callable):
+        self.operands = operands
+        self.evaluate = evaluate
+        self.prim = Primitive(TARGET_PREFIX + name)
+        self.prim.def_impl(evaluate)
+        self.prim.def_abstract_eval(lambda x, *_, **__: _sharding.aval_like(x, ROW, x.shape, x.dtype))
+        mlir.register_lowering(self.prim, mlir.lower_fun(evaluate, multiple_results=False))
+        ad.primitive_jvps[self.prim] = self._jvp
+        ad.primitive_transposes[self.prim] = transpose
+        batching.primitive_batchers[self.prim] = self._batch
+
+    def bind(self, *args, **params):
+        return self.prim.bind(*args, **params)
+
+    def _jvp(self, primals, tangents, **params):
+        tangents = [ad.instantiate_zeros(t) for t in tangents]
+        return jax.jvp(lambda *a: self.evaluate(*a, **params), tuple(primals), tuple(tangents))
+
+    def _batch(self, args, dims, **params):
+        return self.prim.bind(*fold_batch(self.operands, args, dims)[1], **params), 0
+
+
+def cotangents(args, wanted: dict[int, jax.Array]) -> list:
+    """A transpose rule's result: wanted[i] for each operand i that is linear (an undefined primal),
+    None (a zero cotangent) for every other operand."""
+    return [wanted.get(i) if ad.is_undefined_primal(a) else None for i, a in enumerate(args)]
+
+
+def wants_grad(t) -> int | None:
+    """The grad_dims entry for a PARAM tangent operand of a transpose rule: its group dims (0 for (C,))
+    when it is linear and present, None when it is known (not differentiated) or absent."""
+    if not ad.is_undefined_primal(t) or math.prod(t.aval.shape) == 0:
+        return None
+    return len(t.aval.shape) - 1
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,4 +1,5 @@
-"""Fused scale -> bias -> GELU (tanh form) as one custom call; the backward recomputes from x."""
+"""Fused scale -> bias -> GELU (tanh form) as one custom call; the backward recomputes from x (reverse mode:
+the transpose of the op's tangent map)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import numbers
 
 import jax
 import jax.numpy as jnp
+from jax.interpreters import ad
 
 from . import reference
-from ._primitive import GRAD, PARAM, ROW, FfiPrimitive, Spec, absent, grad_dim, np_attr, partials_workspace
+from ._primitive import (GRAD, PARAM, ROW, FfiPrimitive, LinearPrimitive, Spec, absent, cotangents, np_attr,
+                         partials_workspace, row_param, wants_grad)
 from ._sharding import match_varying
 from ._validate import check_input, check_param
 
@@ -44,23 +47,40 @@ _bwd = FfiPrimitive(Spec("gelu_bwd", (ROW, PARAM, PARAM, ROW), (ROW, GRAD, GRAD)
                     columns="local")
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _tangent(x, scale, bias, tx, tscale, tbias, *, scale_value, bias_value):
+    """gelu'(u) * du with du = tx * scale + x * tscale + tbias; parameters (C,), grouped, or absent."""
+    s = row_param(scale, x) if scale.size else scale_value
+    b = row_param(bias, x) if bias.size else bias_value
+    x32 = x.astype(f32)
+    du = tx.astype(f32) * s
+    if tscale.size:
+        du = du + x32 * row_param(tscale, x)
+    if tbias.size:
+        du = du + row_param(tbias, x)
+    return jax.jvp(reference.gelu, (x32 * s + b,), (du,))[1].astype(x.dtype)
+
+
+def _tangent_transpose(ct, x, scale, bias, tx, tscale, tbias, *, scale_value, bias_value):
+    args = (x, scale, bias, tx, tscale, tbias)
+    if type(ct) is ad.Zero:
+        return [None] * len(args)
+    dx, dscale, dbias = _bwd.call(x, scale, bias, ct, scale_value=scale_value, bias_value=bias_value,
+                                  grad_dims=(wants_grad(tscale), wants_grad(tbias)))
+    return cotangents(args, {3: dx, 4: dscale, 5: dbias})
+
+
+_tan = LinearPrimitive("gelu_tangent", (ROW, PARAM, PARAM, ROW, PARAM, PARAM), _tangent, _tangent_transpose)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
 def _scale_bias_gelu(x, scale, bias, scale_value, bias_value):
     return _fwd.call(x, scale, bias, scale_value=scale_value, bias_value=bias_value)[0]
 
 
-def _scale_bias_gelu_fwd(x, scale, bias, scale_value, bias_value):
-    y = _fwd.call(x, scale, bias, scale_value=scale_value, bias_value=bias_value)[0]
-    return y, (x, scale, bias)
-
-
-def _scale_bias_gelu_bwd(scale_value, bias_value, res, dy):
-    x, scale, bias = res
-    return tuple(_bwd.call(x, scale, bias, dy, scale_value=scale_value, bias_value=bias_value,
-                           grad_dims=(grad_dim(scale), grad_dim(bias))))
-
-
-_scale_bias_gelu.defvjp(_scale_bias_gelu_fwd, _scale_bias_gelu_bwd)
+@_scale_bias_gelu.defjvp
+def _scale_bias_gelu_jvp(scale_value, bias_value, primals, tangents):
+    y = _fwd.call(*primals, scale_value=scale_value, bias_value=bias_value)[0]
+    return y, _tan.bind(*primals, *tangents, scale_value=scale_value, bias_value=bias_value)
 
 
 def _split(p, cols, name):

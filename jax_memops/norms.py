@@ -1,4 +1,5 @@
-"""LayerNorm and RMSNorm over the last axis as custom calls; backward from saved float32 mean/rstd."""
+"""LayerNorm and RMSNorm over the last axis as custom calls; backward from saved float32 mean/rstd (reverse
+mode: the transpose of each op's tangent map)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.interpreters import ad
 
 from . import reference
-from ._primitive import (GRAD, PARAM, ROW, STAT, FfiPrimitive, Spec, absent, grad_dim, np_attr,
-                         partials_workspace, to_f32_param)
+from ._primitive import (GRAD, PARAM, ROW, STAT, FfiPrimitive, LinearPrimitive, Spec, absent, cotangents, np_attr,
+                         partials_workspace, row_param, to_f32_param, wants_grad)
 from ._sharding import match_varying
 from ._validate import check_epsilon, check_input, check_param
 
@@ -72,43 +74,71 @@ _rms_bwd = FfiPrimitive(
     lambda x, scale, rstd, dy, grad_dims: _norm_bwd_ref(x, scale, None, rstd, dy, grad_dims, True))
 
 
-# -- custom VJPs: scale/bias arrive as float32 (C,) or the (0,) placeholder --------------------------
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+# -- tangent maps (forward mode), transposed into the backward kernels (reverse mode) -----------------
+def _norm_tangent(x, scale, mean, rstd, tx, tscale, tbias=None, *, rms):
+    """d(xhat * scale + bias) for tangents tx, tscale, tbias: scale * rstd * (tx - mean(tx) - xhat *
+    mean(tx * xhat)) + xhat * tscale + tbias (RMSNorm: no mean(tx)); parameters (C,) or grouped."""
+    x32 = x.astype(f32)
+    xhat = (x32 - _pivot(x32, rms) - (0.0 if rms else mean[..., None])) * rstd[..., None]
+    t = tx.astype(f32)
+    centered = t if rms else t - jnp.mean(t, axis=-1, keepdims=True)
+    ty = rstd[..., None] * (centered - xhat * jnp.mean(t * xhat, axis=-1, keepdims=True))
+    ty = ty * (row_param(scale, x) if scale.size else 1.0)
+    if tscale.size:
+        ty = ty + xhat * row_param(tscale, x)
+    if tbias is not None and tbias.size:
+        ty = ty + row_param(tbias, x)
+    return ty.astype(x.dtype)
+
+
+def _ln_tangent_transpose(ct, x, scale, mean, rstd, tx, tscale, tbias):
+    args = (x, scale, mean, rstd, tx, tscale, tbias)
+    if type(ct) is ad.Zero:
+        return [None] * len(args)
+    dx, dscale, dbias = _ln_bwd.call(x, scale, mean, rstd, ct, grad_dims=(wants_grad(tscale), wants_grad(tbias)))
+    return cotangents(args, {4: dx, 5: dscale, 6: dbias})
+
+
+def _rms_tangent_transpose(ct, x, scale, rstd, tx, tscale):
+    args = (x, scale, rstd, tx, tscale)
+    if type(ct) is ad.Zero:
+        return [None] * len(args)
+    dx, dscale = _rms_bwd.call(x, scale, rstd, ct, grad_dims=(wants_grad(tscale),))
+    return cotangents(args, {3: dx, 4: dscale})
+
+
+_ln_tangent = LinearPrimitive(
+    "layer_norm_tangent", (ROW, PARAM, STAT, STAT, ROW, PARAM, PARAM),
+    functools.partial(_norm_tangent, rms=False), _ln_tangent_transpose)
+_rms_tangent = LinearPrimitive(
+    "rms_norm_tangent", (ROW, PARAM, STAT, ROW, PARAM),
+    lambda x, scale, rstd, tx, tscale: _norm_tangent(x, scale, None, rstd, tx, tscale, rms=True),
+    _rms_tangent_transpose)
+
+
+# -- the ops: scale/bias arrive as float32 (C,) or the (0,) placeholder ------------------------------
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def _layer_norm(x, scale, bias, epsilon):
     return _ln_fwd.call(x, scale, bias, epsilon=epsilon)[0]
 
 
-def _layer_norm_fwd(x, scale, bias, epsilon):
+@_layer_norm.defjvp
+def _layer_norm_jvp(epsilon, primals, tangents):
+    x, scale, bias = primals
     y, mean, rstd = _ln_fwd.call(x, scale, bias, epsilon=epsilon)
-    return y, (x, scale, bias, mean, rstd)
+    return y, _ln_tangent.bind(x, scale, mean, rstd, *tangents)
 
 
-def _layer_norm_bwd(epsilon, res, dy):
-    x, scale, bias, mean, rstd = res
-    dx, dscale, dbias = _ln_bwd.call(x, scale, mean, rstd, dy, grad_dims=(grad_dim(scale), grad_dim(bias)))
-    return dx, dscale, dbias
-
-
-_layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def _rms_norm(x, scale, epsilon):
     return _rms_fwd.call(x, scale, epsilon=epsilon)[0]
 
 
-def _rms_norm_fwd(x, scale, epsilon):
+@_rms_norm.defjvp
+def _rms_norm_jvp(epsilon, primals, tangents):
+    x, scale = primals
     y, rstd = _rms_fwd.call(x, scale, epsilon=epsilon)
-    return y, (x, scale, rstd)
-
-
-def _rms_norm_bwd(epsilon, res, dy):
-    x, scale, rstd = res
-    dx, dscale = _rms_bwd.call(x, scale, rstd, dy, grad_dims=(grad_dim(scale),))
-    return dx, dscale
-
-
-_rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
+    return y, _rms_tangent.bind(x, scale, rstd, *tangents)
 
 
 def layer_norm(x, scale=None, bias=None, *, epsilon=1e-5):

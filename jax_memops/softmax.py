@@ -1,4 +1,5 @@
-"""Row softmax as a custom call: forward kernel(s) by algorithm name, one backward kernel from saved y."""
+"""Row softmax as a custom call: forward kernel(s) by algorithm name, one backward kernel from saved y
+(reverse mode, and forward mode's tangent map: softmax's Jacobian is symmetric)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.interpreters import ad
 
 from . import reference
 from ._primitive import ROW, FfiPrimitive, Spec, np_attr
@@ -56,25 +58,31 @@ _bwd = FfiPrimitive(
 )
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _bwd_transpose(cts, y, dy):
+    """The backward kernel is linear in dy, and softmax's Jacobian is symmetric: dy -> y * (dy - sum(dy * y))
+    is its own transpose. So the JVP below is the backward kernel, and grad transposes it into the
+    backward kernel again."""
+    (ct,) = cts
+    if ad.is_undefined_primal(y):
+        raise NotImplementedError("jax_memops softmax backward: linear in dy only, y must be known")
+    if type(ct) is ad.Zero:
+        return [None, None]
+    return [None, _bwd.call(y, ct)[0]]
+
+
+ad.primitive_transposes[_bwd.prim] = _bwd_transpose
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _softmax_last(x, algorithm):
     (y,) = _fwd.call(x, algorithm=algorithm)
     return y
 
 
-def _softmax_last_fwd(x, algorithm):
-    # The primitive itself, not _softmax_last: a custom_vjp nested in its own fwd rule would block
-    # forward-over-reverse AD (jax.hessian).
-    (y,) = _fwd.call(x, algorithm=algorithm)
-    return y, y
-
-
-def _softmax_last_bwd(algorithm, y, dy):
-    (dx,) = _bwd.call(y, dy)
-    return (dx,)
-
-
-_softmax_last.defvjp(_softmax_last_fwd, _softmax_last_bwd)
+@_softmax_last.defjvp
+def _softmax_last_jvp(algorithm, primals, tangents):
+    (y,) = _fwd.call(primals[0], algorithm=algorithm)
+    return y, _bwd.call(y, tangents[0])[0]
 
 
 def softmax(x, axis=-1, *, algorithm="auto"):

@@ -231,14 +231,16 @@ def ref_scale_bias_gelu_mag(x, scale=1.0, bias=0.0) -> np.ndarray:
 
 def ref_scale_bias_gelu_vjp_mag(x, scale, bias, g) -> np.ndarray:
     """Magnitude of the terms of dx = g * s * (0.5 (1 + t) + 0.5 u (1 - t^2) sqrt(2/pi) (1 + 3 c u^2))."""
-    x = f64(x)
-    u = _gelu_u(x, scale, bias)
+    s = scale if isinstance(scale, (int, float)) else f64(scale)
+    return np.abs(f64(g) * s) * _gelu_grad_mag(_gelu_u(f64(x), scale, bias))
+
+
+def _gelu_grad_mag(u) -> np.ndarray:
+    """Magnitude of the terms of gelu'(u) = 0.5 (1 + t) + 0.5 u (1 - t^2) sqrt(2/pi) (1 + 3 c u^2)."""
     with np.errstate(over="ignore", invalid="ignore"):
         t = np.tanh(SQRT_2_OVER_PI * (u + GELU_C * u**3))
         second = 0.5 * np.abs(u) * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * u * u)
-    second = np.where(np.isfinite(second), second, 0.0)
-    s = scale if isinstance(scale, (int, float)) else f64(scale)
-    return np.abs(f64(g) * s) * (0.5 * (1.0 + np.abs(t)) + second)
+    return 0.5 * (1.0 + np.abs(t)) + np.where(np.isfinite(second), second, 0.0)
 
 
 def ref_scale_bias_gelu_vjp(x, scale, bias, g):
@@ -252,6 +254,56 @@ def ref_scale_bias_gelu_vjp(x, scale, bias, g):
     ds = None if isinstance(scale, (int, float)) else (_rows(gu * x).sum(0) if x.size else np.zeros(c))
     db = None if isinstance(bias, (int, float)) else (_rows(gu).sum(0) if x.size else np.zeros(c))
     return dx, ds, db
+
+
+# float64 forward-mode tangents: (tangent, magnitude of its terms) for tangents t of x and ts / tb of
+# scale / bias (None: not differentiated). Checked against central differences of the forward
+# references above by test_forward_mode.py.
+
+
+def ref_softmax_jvp(x, t, axis: int = -1):
+    """y * (t - sum(t * y)): the VJP's formula with t for g (softmax's Jacobian is symmetric)."""
+    return ref_softmax_vjp(x, t, axis), ref_softmax_vjp_mag(x, t, axis)
+
+
+def _norm_jvp(x, scale, t, ts, tb, eps, rms):
+    x, t = f64(x), f64(t)
+    c = x.shape[-1]
+    mean = 0.0 if rms else x.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
+    xhat = (x - mean) * rstd
+    s = _param(scale, c)
+    centered = t if rms else t - t.mean(axis=-1, keepdims=True)
+    tan = s * rstd * (centered - xhat * (t * xhat).mean(axis=-1, keepdims=True))
+    at, axh = np.abs(t), np.abs(xhat)
+    spread = (0.0 if rms else at.mean(-1, keepdims=True)) + axh * (at * axh).mean(-1, keepdims=True)
+    mag = np.abs(s) * rstd * (at + spread)
+    if ts is not None:
+        tan, mag = tan + xhat * f64(ts), mag + np.abs(xhat * f64(ts))
+    if tb is not None:
+        tan, mag = tan + f64(tb), mag + np.abs(f64(tb))
+    return tan, mag
+
+
+def ref_layer_norm_jvp(x, scale, t, ts=None, tb=None, eps: float = 1e-5):
+    return _norm_jvp(x, scale, t, ts, tb, eps, rms=False)
+
+
+def ref_rms_norm_jvp(x, scale, t, ts=None, eps: float = 1e-6):
+    return _norm_jvp(x, scale, t, ts, None, eps, rms=True)
+
+
+def ref_scale_bias_gelu_jvp(x, scale, bias, t, ts=None, tb=None):
+    """gelu'(u) * (t * scale + x * ts + tb), u = x * scale + bias."""
+    x, t = f64(x), f64(t)
+    u = _gelu_u(x, scale, bias)
+    s = scale if isinstance(scale, (int, float)) else f64(scale)
+    du, dmag = t * s, np.abs(t * s)
+    if ts is not None:
+        du, dmag = du + x * f64(ts), dmag + np.abs(x * f64(ts))
+    if tb is not None:
+        du, dmag = du + f64(tb), dmag + np.abs(f64(tb))
+    return ref_gelu_grad(u) * du, _gelu_grad_mag(u) * dmag
 
 
 # ----------------------------------------------------------------------------------------------

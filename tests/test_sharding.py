@@ -167,6 +167,29 @@ def test_replicated(op, rng):
     assert not found, found
 
 
+@pytest.mark.parametrize("mesh_name,spec", [ROW_CASES[1], COL_CASES[1]], ids=["rows", "last-dim"])
+@pytest.mark.parametrize("op", OPS)
+def test_jvp_sharded(op, mesh_name, spec, rng):
+    """Forward mode on a sharded x (tangents of x, scale and bias): the tangent equals the one-device
+    tangent and is sharded like x; rows stay local (the tangent maps are jax.numpy XLA partitions)."""
+    fn = OPS[op][0]
+    x, s, b, t = inputs(rng, F32)
+    ts, tb = randn(rng, s.shape, F32), randn(rng, b.shape, F32)
+    run = jax.jit(lambda p, q: jax.jvp(fn, p, q))
+    ref = run((x, s, b), (t, ts, tb))
+    sharding = NamedSharding(make_mesh(mesh_name), spec)
+    xs, tx = (jax.device_put(a, sharding) for a in (x, t))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the norms' one all-gather warning (last dim)
+        out = run((xs, s, b), (tx, ts, tb))
+        found = collectives(run.lower((xs, s, b), (tx, ts, tb)).compile().as_text())
+    for o, r, what in zip(out, ref, ("y", "tangent")):
+        np.testing.assert_allclose(np.asarray(o), np.asarray(r), rtol=1e-5, atol=1e-5 * np.abs(r).max(), err_msg=what)
+        assert o.sharding.is_equivalent_to(xs.sharding, x.ndim), f"{what}: {o.sharding}"
+    if mesh_name == ROW_CASES[1][0] and spec == ROW_CASES[1][1]:
+        assert not found, found
+
+
 OTHER_AXIS = [(0, P(None, None, "a"), True), (1, P("a"), True), (0, P("a"), False)]
 
 

@@ -1,0 +1,210 @@
+"""Forward-mode AD of every op — jax.jvp, jax.jacfwd, jax.linearize, forward over forward, under vmap —
+against float64 NumPy tangents (themselves checked against central differences), and what reverse mode
+keeps: grad still lowers to one forward and one backward custom call, because each op's tangent map is
+a primitive that grad transposes into the backward kernel (softmax's tangent map is the backward kernel).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_memops as jm
+import memops_testing as mt
+from memops_testing import DTYPE_IDS, DTYPES, F32, GRAD_TOL
+
+
+@dataclass(frozen=True)
+class Op:
+    ours: Callable      # (x, *params) -> y, params float32 (C,)
+    jnp_fn: Callable    # the same in plain jax.numpy (XLA's formulation)
+    ref: Callable       # float64 forward (x, *params)
+    ref_jvp: Callable   # float64 (x, params, t, param tangents) -> (tangent, magnitude of its terms)
+    params: int = 0     # how many (C,) array parameters
+
+
+OPS = {
+    "softmax": Op(lambda x: jm.softmax(x), mt.jnp_softmax, mt.ref_softmax,
+                  lambda x, p, t, tp: mt.ref_softmax_jvp(x, t)),
+    "softmax_axis0": Op(lambda x: jm.softmax(x, 0), lambda x: mt.jnp_softmax(x, 0), lambda x: mt.ref_softmax(x, 0),
+                        lambda x, p, t, tp: mt.ref_softmax_jvp(x, t, 0)),
+    "layer_norm": Op(lambda x, s, b: jm.layer_norm(x, s, b), mt.jnp_layer_norm, mt.ref_layer_norm,
+                     lambda x, p, t, tp: mt.ref_layer_norm_jvp(x, p[0], t, *tp), 2),
+    "layer_norm_plain": Op(lambda x: jm.layer_norm(x), mt.jnp_layer_norm, mt.ref_layer_norm,
+                           lambda x, p, t, tp: mt.ref_layer_norm_jvp(x, None, t)),
+    "rms_norm": Op(lambda x, s: jm.rms_norm(x, s), mt.jnp_rms_norm, mt.ref_rms_norm,
+                   lambda x, p, t, tp: mt.ref_rms_norm_jvp(x, p[0], t, *tp), 1),
+    "gelu": Op(lambda x, s, b: jm.scale_bias_gelu(x, s, b), mt.jnp_scale_bias_gelu, mt.ref_scale_bias_gelu,
+               lambda x, p, t, tp: mt.ref_scale_bias_gelu_jvp(x, p[0], p[1], t, *tp), 2),
+    "gelu_numbers": Op(lambda x: jm.scale_bias_gelu(x, 1.5, -0.25),
+                       lambda x: mt.jnp_scale_bias_gelu(x, 1.5, -0.25),
+                       lambda x: mt.ref_scale_bias_gelu(x, 1.5, -0.25),
+                       lambda x, p, t, tp: mt.ref_scale_bias_gelu_jvp(x, 1.5, -0.25, t)),
+}
+SHAPES = [(3, 1), (1, 2), (2, 33), (4, 3, 100), (5, 4097)]
+
+
+def _inputs(rng, op, shape, dtype=F32):
+    """x, params, t, param tangents: fresh random values (scale ~1 + noise, bias and tangents noise)."""
+    c = shape[-1]
+    x = mt.randn(rng, shape, dtype, scale=2.0)
+    params = [mt.randn(rng, (c,), F32, loc=1.0, scale=0.5), mt.randn(rng, (c,), F32, scale=0.5)][:op.params]
+    t = mt.randn(rng, shape, dtype, scale=1.0)
+    tps = [mt.randn(rng, (c,), F32) for _ in range(op.params)]
+    return x, params, t, tps
+
+
+def _put(device, *arrays):
+    return tuple(jax.device_put(a, device) for a in arrays)
+
+
+def _jvp(op):
+    return jax.jit(lambda p, t: jax.jvp(op.ours, p, t))
+
+
+def _check_tangent(op, got, x, params, t, tps, dtype, what="tangent"):
+    want, mag = op.ref_jvp(x, params, t, tps)
+    assert got.dtype == x.dtype, what
+    mt.assert_close(got, want, GRAD_TOL[dtype], dtype=dtype, what=what, mag=mag)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
+@pytest.mark.parametrize("name", OPS)
+def test_jvp(device, rng, name, shape, dtype):
+    op = OPS[name]
+    x, params, t, tps = _inputs(rng, op, shape, dtype)
+    y, ty = _jvp(op)(_put(device, x, *params), _put(device, t, *tps))
+    # the primal output is the forward kernel's, bit for bit
+    mt.assert_bitwise_equal(y, jax.jit(op.ours)(*_put(device, x, *params)), "y")
+    _check_tangent(op, ty, x, params, t, tps, dtype)
+
+
+@pytest.mark.parametrize("name", ["softmax", "softmax_axis0"])
+def test_jvp_softmax_masked(device, rng, name):
+    """-inf entries get a zero tangent, a NaN or all -inf row a NaN tangent, huge logits stay finite."""
+    op = OPS[name]
+    x = mt.randn(rng, (6, 40), scale=3.0)
+    x[0, ::3] = -np.inf
+    x[1, :] = -np.inf
+    x[2, 5] = np.nan
+    x[3, 7] = 1e30
+    x[4, :] += 1e4
+    if name == "softmax_axis0":
+        x = np.ascontiguousarray(x.T)
+    t = mt.randn(rng, x.shape, scale=1.0)
+    _, ty = _jvp(op)(_put(device, x), _put(device, t))
+    _check_tangent(op, ty, x, [], t, [], F32)
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_reference_tangents_match_finite_differences(rng, name):
+    """The float64 tangents the other tests trust, against central differences of the forward references."""
+    op = OPS[name]
+    x, params, t, tps = (mt.f64(a) if not isinstance(a, list) else [mt.f64(p) for p in a]
+                         for a in _inputs(rng, op, (3, 17)))
+    h = 1e-6
+    plus = op.ref(x + h * t, *(p + h * q for p, q in zip(params, tps)))
+    minus = op.ref(x - h * t, *(p - h * q for p, q in zip(params, tps)))
+    want, _ = op.ref_jvp(x, params, t, tps)
+    assert mt.rel_err((plus - minus) / (2 * h), want) < 1e-7
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_jacfwd_matches_jacrev(device, rng, name):
+    """Forward mode (the tangent maps) and reverse mode (the backward kernels) give one Jacobian."""
+    op = OPS[name]
+    x, params, _, _ = _inputs(rng, op, (3, 6))
+    args = _put(device, x, *params)
+    argnums = tuple(range(len(args)))
+    fwd = jax.jit(jax.jacfwd(op.ours, argnums=argnums))(*args)
+    rev = jax.jit(jax.jacrev(op.ours, argnums=argnums))(*args)
+    for i, (a, b) in enumerate(zip(fwd, rev)):
+        assert a.shape == x.shape + args[i].shape
+        assert mt.rel_err(a, mt.f64(b)) < 1e-5, f"argument {i}"
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_linearize(device, rng, name):
+    op = OPS[name]
+    x, params, t, tps = _inputs(rng, op, (4, 33))
+    y, f_jvp = jax.linearize(op.ours, *_put(device, x, *params))
+    mt.assert_bitwise_equal(y, jax.jit(op.ours)(*_put(device, x, *params)), "y")
+    _check_tangent(op, f_jvp(*_put(device, t, *tps)), x, params, t, tps, F32)
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_jvp_under_vmap(device, rng, name):
+    """vmap of jvp and jvp of vmap, with x, the parameters and every tangent batched."""
+    op = OPS[name]
+    b, shape = 3, (4, 33)
+    x, t = mt.randn(rng, (b, *shape)), mt.randn(rng, (b, *shape), scale=1.0)
+    params = [mt.randn(rng, (b, 33), loc=1.0, scale=0.5), mt.randn(rng, (b, 33), scale=0.5)][:op.params]
+    tps = [mt.randn(rng, (b, 33)) for _ in range(op.params)]
+    xs, ts = _put(device, x, *params), _put(device, t, *tps)
+    inner = jax.jit(jax.vmap(lambda p, q: jax.jvp(op.ours, p, q)[1]))(xs, ts)
+    outer = jax.jit(lambda p, q: jax.jvp(jax.vmap(op.ours), p, q)[1])(xs, ts)
+    for got, what in ((inner, "vmap of jvp"), (outer, "jvp of vmap")):
+        for i in range(b):
+            _check_tangent(op, got[i], x[i], [p[i] for p in params], t[i], [q[i] for q in tps], F32,
+                           what=f"{what}, example {i}")
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_forward_over_forward(device, rng, name):
+    """jacfwd of jacfwd: the tangent maps' own JVPs (second derivatives) equal XLA's."""
+    op = OPS[name]
+    x, params, _, _ = _inputs(rng, op, (2, 5))
+    w = mt.randn(rng, x.shape)
+    xd, wd, *pd = _put(device, x, w, *params)
+    got = jax.jit(jax.jacfwd(jax.jacfwd(lambda a: jnp.sum(op.ours(a, *pd) * wd))))(xd)
+    want = jax.jit(jax.hessian(lambda a: jnp.sum(op.jnp_fn(a, *pd) * wd)))(xd)
+    assert mt.rel_err(got, mt.f64(want)) < 1e-4
+
+
+def _calls(fn, *args):
+    """{jax_memops target: how many custom calls} in the jitted fn's StableHLO."""
+    text = jax.jit(fn).lower(*args).as_text()
+    found = (re.findall(r"stablehlo\.custom_call\s+@(jax_memops_\w+)", text)
+             + re.findall(r'call_target_name\s*=\s*"(jax_memops_\w+)"', text))
+    return {k: found.count(k) for k in set(found)}
+
+
+def _target(name):
+    return "jax_memops_" + {"layer_norm_plain": "layer_norm", "softmax_axis0": "softmax",
+                            "gelu_numbers": "gelu"}.get(name, name)
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["plain", "vmap"])
+@pytest.mark.parametrize("name", OPS)
+def test_grad_keeps_one_forward_and_one_backward_call(rng, name, batched):
+    """Reverse mode transposes the tangent map into the backward kernel: one forward and one backward
+    custom call, as a custom_vjp gives (also for grad of vmap with per-example parameters)."""
+    op = OPS[name]
+    x, params, _, _ = _inputs(rng, op, (4, 33))
+    if batched:
+        x = np.stack([x, x + 1])
+        params = [np.stack([p, 2 * p]) for p in params]
+        fn = jax.vmap(op.ours)
+    else:
+        fn = op.ours
+    loss = jax.grad(lambda *a: jnp.sum(fn(*a) * jnp.cos(a[0])), argnums=tuple(range(1 + len(params))))
+    assert _calls(loss, x, *params) == {_target(name) + "_fwd": 1, _target(name) + "_bwd": 1}
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_jvp_calls(rng, name):
+    """jax.jvp runs the forward kernel once; softmax's tangent is its backward kernel, the others' plain
+    jax.numpy that XLA fuses."""
+    op = OPS[name]
+    x, params, t, tps = _inputs(rng, op, (4, 33))
+    want = {_target(name) + "_fwd": 1}
+    if name.startswith("softmax"):
+        want[_target(name) + "_bwd"] = 1
+    assert _calls(lambda p, q: jax.jvp(op.ours, p, q), (x, *params), (t, *tps)) == want
