@@ -12,6 +12,7 @@
 #   ad     forward mode (each op a custom_jvp whose tangent map grad transposes into the backward kernel)
 #          against build/old (the custom_vjp ops): bwd and fwd+bwd of every op, f32 / bf16, ROUNDS rounds.
 #   adtest the forward-mode and transformation tests on the GPU, and the ops' gradient tests.
+#   jvp    the bench's forward-mode direction (jax.jvp, ours against XLA's) over every op's default grid.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -71,6 +72,12 @@ stage_adtest() {
     grad_masked or grad_optional or grad_no_scale or grad_scale_bias_kinds or flax)}" 300
   grep -E "^(FAILED|ERROR)" "$out/pytest-ad.log" | cut -c1-200
   return 0
+}
+
+stage_jvp() {
+  timeout 300 python3 -P -m jax_memops.cli bench --parts sweep --dirs jvp --dtypes float32 bfloat16 \
+    --out "$out/jvp" > "$out/jvp.log" 2>&1
+  grep -E "^(softmax|layer_norm|rms_norm|gelu) " "$out/jvp.log"
 }
 
 ab_init "$@"

@@ -29,7 +29,8 @@ import jax_memops as jm
 from . import reference
 
 OPS = ("softmax", "layer_norm", "rms_norm", "gelu")
-DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
+DIRECTIONS = ("fwd", "bwd", "fwd+bwd", "jvp")
+DEFAULT_DIRECTIONS = ("fwd", "bwd", "fwd+bwd")  # jvp (forward-mode AD) on request
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 # Max |ours - XLA| / max|XLA| allowed per dtype: both compute in float32 and round to the dtype.
 TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 4e-3}
@@ -64,8 +65,9 @@ class Case:
     @property
     def bytes_moved(self) -> int:
         """The least traffic: forward x in + y out; backward one saved tensor (y or x) and dy in, dx out;
-        a training step both (per-row statistics and per-feature parameters are negligible)."""
-        passes = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}[self.direction]
+        a training step both; jvp (forward mode, a tangent of x) x and its tangent in, y and the output's
+        tangent out (per-row statistics and per-feature parameters are negligible)."""
+        passes = {"fwd": 2, "bwd": 3, "fwd+bwd": 5, "jvp": 4}[self.direction]
         return self.elements * jnp.dtype(DTYPES[self.dtype]).itemsize * passes
 
 
@@ -128,6 +130,10 @@ def build(case: Case, key) -> tuple[Callable, Callable, tuple]:
     ours, xla = _functions(case.op, case.algorithm)
     if case.direction == "fwd":
         return [jax.jit(lambda x, s, b, dy, f=f: f(x, s, b)) for f in (ours, xla)] + [args]
+    if case.direction == "jvp":  # dy serves as the tangent of x; scale and bias are held fixed
+        def tangent(f):
+            return jax.jit(lambda x, s, b, dy: jax.jvp(lambda v: f(v, s, b), (x,), (dy,)))
+        return [tangent(ours), tangent(xla), args]
     if case.direction == "fwd+bwd":
         def step(f):
             def run(x, s, b, dy):
@@ -214,7 +220,7 @@ def grid(ops, directions, dtypes, cols_by_op, elements) -> list[Case]:
             for d in directions for dt in dtypes]
 
 
-def quick_cases(ops=OPS, directions=DIRECTIONS, dtypes=("float32", "bfloat16")) -> list[Case]:
+def quick_cases(ops=OPS, directions=DEFAULT_DIRECTIONS, dtypes=("float32", "bfloat16")) -> list[Case]:
     """Seconds on a CPU: a short odd row and a vocabulary-sized row per op."""
     return [Case(op, d, dt, s) for op in ops for s in ((64, 1000), (4, 50257))
             for d in directions for dt in dtypes]

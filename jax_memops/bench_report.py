@@ -13,7 +13,7 @@ import jax
 import jaxlib
 
 from ._ext import build_info
-from .bench import Result
+from .bench import DIRECTIONS, Result
 
 COLUMNS = ("op", "dir", "dtype", "shape", "ours ms", "XLA ms", "speedup", "ours GB/s", "% of copy",
            "copy GB/s", "max rel diff")
@@ -109,7 +109,7 @@ def plot_bandwidth(results: list[Result], out_dir: str) -> list[str]:
     device = environment()["device"]
     for op in sorted({r.case.op for r in results}):
         rs = [r for r in results if r.case.op == op and r.case.algorithm == "auto"]
-        dirs = [d for d in ("fwd", "bwd", "fwd+bwd") if any(r.case.direction == d for r in rs)]
+        dirs = [d for d in DIRECTIONS if any(r.case.direction == d for r in rs)]
         if not dirs:
             continue
         fig, axes = plt.subplots(1, len(dirs), figsize=(5 * len(dirs), 4), squeeze=False)

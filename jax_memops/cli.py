@@ -139,7 +139,9 @@ def main(argv=None) -> int:
     p = sub.add_parser("bench", help="check each op against XLA's jitted equivalent, then time both")
     p.add_argument("--quick", action="store_true", help="small tensors: seconds on a CPU, a smoke run on a GPU")
     p.add_argument("--ops", nargs="+", choices=bench.OPS + ("all",), default=["all"])
-    p.add_argument("--dirs", nargs="+", choices=bench.DIRECTIONS, default=list(bench.DIRECTIONS))
+    p.add_argument("--dirs", nargs="+", choices=bench.DIRECTIONS, default=list(bench.DEFAULT_DIRECTIONS),
+                   help="fwd, bwd (from saved residuals), fwd+bwd (a training step's VJP), jvp (forward-mode "
+                        "AD: y and its tangent); default all but jvp")
     p.add_argument("--dtypes", nargs="+", choices=list(bench.DTYPES), default=["float32", "bfloat16"])
     p.add_argument("--cols", nargs="+", type=int, help="row lengths C (default: the grid of each op)")
     p.add_argument("--elements", type=int,

@@ -77,6 +77,16 @@ def test_bench_fails_loudly_on_disagreement(monkeypatch):
 def test_bytes_moved_counts_passes():
     case = bench.Case("layer_norm", "fwd+bwd", "bfloat16", (4, 8))
     assert case.bytes_moved == 4 * 8 * 2 * 5
+    assert bench.Case("softmax", "jvp", "float32", (4, 8)).bytes_moved == 4 * 8 * 4 * 4
+
+
+def test_bench_jvp_direction(tmp_path):
+    """Forward mode on request: y and its tangent, checked against XLA's jax.jvp, then timed."""
+    assert cli.main(["bench", "--quick", "--parts", "sweep", "--dirs", "jvp", "--ops", "softmax", "layer_norm",
+                     "--dtypes", "float32", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert rows and {r["direction"] for r in rows} == {"jvp"} and {r["op"] for r in rows} == {"softmax", "layer_norm"}
+    assert all(r["bytes_moved"] == 4 * 4 * r["shape"][0] * r["shape"][1] for r in rows)
 
 
 def test_max_rel_diff_sees_nan():
