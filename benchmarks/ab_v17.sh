@@ -12,6 +12,9 @@
 #   ad     forward mode (each op a custom_jvp whose tangent map grad transposes into the backward kernel)
 #          against build/old (the custom_vjp ops): bwd and fwd+bwd of every op, f32 / bf16, ROUNDS rounds.
 #   adtest the forward-mode and transformation tests on the GPU, and the ops' gradient tests.
+#   s2     the two-buffer bulk-copy cluster (JAX_MEMOPS_SOFTMAX_FWD=v3: the next row's copy in flight through
+#          the reduction, the merge and the output pass) now that k >= 4 merges by messages, at forced k
+#          (JAX_MEMOPS_SOFTMAX_FWD_K = 4, 8, 16) against the one buffer at the same k, f32 long rows.
 #   jvp    the bench's forward-mode direction (jax.jvp, ours against XLA's) over every op's default grid.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
@@ -72,6 +75,17 @@ stage_adtest() {
     grad_masked or grad_optional or grad_no_scale or grad_scale_bias_kinds or flax)}" 300
   grep -E "^(FAILED|ERROR)" "$out/pytest-ad.log" | cut -c1-200
   return 0
+}
+
+stage_s2() {
+  local kc k cols
+  for kc in "4:50257 65536" "8:65536 131072" "16:131072 262144"; do
+    k=${kc%%:*}
+    cols=${kc#*:}
+    # shellcheck disable=SC2086
+    JAX_MEMOPS_SOFTMAX_FWD_K=$k JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 ab_rounds "s2-k$k-r" --var JAX_MEMOPS_SOFTMAX_FWD \
+      --versions "" v3 --dtypes float32 --cols $cols
+  done
 }
 
 stage_jvp() {
