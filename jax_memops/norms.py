@@ -22,8 +22,13 @@ _EPS = {"epsilon": np_attr("f32")}
 # -- pure-jnp references with the primitives' signatures (tangents for higher-order AD) --------------
 def _pivot(x32, rms):
     """The kernels take LayerNorm statistics of x - x[..., :1] (exact for nearby values, so a large mean
-    with a tiny variance stays accurate); the saved mean is that of the shifted row."""
-    return 0.0 if rms else x32[..., :1]
+    with a tiny variance stays accurate); the saved mean is that of the shifted row. Taken as a masked
+    sum (exact: one term is nonzero), not a slice: a slice of a last dim that a mesh splits over explicit
+    axes is refused at trace time, a reduction over it is not."""
+    if rms:
+        return 0.0
+    first = jax.lax.broadcasted_iota(jnp.int32, x32.shape, x32.ndim - 1) == 0
+    return jnp.sum(jnp.where(first, x32, 0.0), axis=-1, keepdims=True)
 
 
 def _stats(x, epsilon, rms=False):

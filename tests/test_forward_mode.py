@@ -103,6 +103,23 @@ def test_jvp_softmax_masked(device, rng, name):
     _check_tangent(op, ty, x, [], t, [], F32)
 
 
+@pytest.mark.parametrize("rms", [False, True], ids=["layer_norm", "rms_norm"])
+def test_jvp_norm_large_mean_tiny_variance(device, rng, rms):
+    """x = 1e4 + 1e-2 * noise, eps = 1e-12: the tangent, like the output, stays accurate (the statistics
+    are taken about the row's first element, not as E[x^2] - E[x]^2)."""
+    x = (1e4 + 1e-2 * rng.standard_normal((6, 257))).astype(np.float32)
+    s, b = mt.randn(rng, (257,), loc=1.0, scale=0.5), mt.randn(rng, (257,))
+    t, ts, tb = mt.randn(rng, x.shape), mt.randn(rng, (257,)), mt.randn(rng, (257,))
+    if rms:
+        fn, args, tans = (lambda a, c: jm.rms_norm(a, c, epsilon=1e-12)), (x, s), (t, ts)
+        want, mag = mt.ref_rms_norm_jvp(x, s, t, ts, eps=1e-12)
+    else:
+        fn, args, tans = (lambda a, c, d: jm.layer_norm(a, c, d, epsilon=1e-12)), (x, s, b), (t, ts, tb)
+        want, mag = mt.ref_layer_norm_jvp(x, s, t, ts, tb, eps=1e-12)
+    _, ty = jax.jit(lambda p, q: jax.jvp(fn, p, q))(_put(device, *args), _put(device, *tans))
+    mt.assert_close(ty, want, 1e-3, dtype=F32, what="tangent", mag=mag)
+
+
 @pytest.mark.parametrize("name", OPS)
 def test_reference_tangents_match_finite_differences(rng, name):
     """The float64 tangents the other tests trust, against central differences of the forward references."""

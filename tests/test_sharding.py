@@ -190,6 +190,24 @@ def test_jvp_sharded(op, mesh_name, spec, rng):
         assert not found, found
 
 
+@pytest.mark.parametrize("spec", [P("a", "b"), P("a", None, "b")], ids=["rows", "last-dim"])
+@pytest.mark.parametrize("op", OPS)
+def test_jvp_explicit_mesh_axes(op, spec, rng):
+    """Forward mode with explicit mesh axes: the tangent maps trace with sharded types (LayerNorm's pivot
+    is a masked sum, not a slice of a split last dim) and the tangent is typed like x."""
+    fn = OPS[op][0]
+    x, s, b, t = inputs(rng, F32)
+    run = jax.jit(lambda p, q: jax.jvp(fn, p, q))
+    ref = run((x, s, b), (t, 0.1 * s, 0.1 * b))
+    with jax.set_mesh(make_mesh("4x2", AxisType.Explicit)), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the norms' one all-gather warning (last dim)
+        xs, tx = jax.device_put(x, spec), jax.device_put(t, spec)
+        out = run((xs, s, b), (tx, 0.1 * s, 0.1 * b))
+        assert jax.typeof(out[1]).sharding.spec == jax.typeof(xs).sharding.spec
+    for o, r in zip(out, ref):
+        np.testing.assert_allclose(np.asarray(o), np.asarray(r), rtol=1e-5, atol=1e-5 * np.abs(r).max())
+
+
 OTHER_AXIS = [(0, P(None, None, "a"), True), (1, P("a"), True), (0, P("a"), False)]
 
 
