@@ -15,6 +15,9 @@
 #   s2     the two-buffer bulk-copy cluster (JAX_MEMOPS_SOFTMAX_FWD=v3: the next row's copy in flight through
 #          the reduction, the merge and the output pass) now that k >= 4 merges by messages, at forced k
 #          (JAX_MEMOPS_SOFTMAX_FWD_K = 4, 8, 16) against the one buffer at the same k, f32 long rows.
+#   nl     the norms' long-row fused backward (branch v17-normlong) against build/old: GPU tests of the
+#          backward partials and norm gradients, compute-sanitizer memcheck / racecheck over sanitize.py's
+#          norm workload (fused backward kernels only), then one A/B round of bwd and fwd+bwd.
 #   jvp    the bench's forward-mode direction (jax.jvp, ours against XLA's) over every op's default grid.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
@@ -86,6 +89,24 @@ stage_s2() {
     JAX_MEMOPS_SOFTMAX_FWD_K=$k JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 ab_rounds "s2-k$k-r" --var JAX_MEMOPS_SOFTMAX_FWD \
       --versions "" v3 --dtypes float32 --cols $cols
   done
+}
+
+stage_nl() {
+  ab_build_old > /dev/null 2>&1 &
+  local tool
+  ab_gpu_tests pytest-nl 200 "${TESTS:-backward_partials or (gpu and norm and grad)}" 150
+  grep -E "^(FAILED|ERROR)" "$out/pytest-nl.log" | cut -c1-200
+  for tool in memcheck racecheck; do
+    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 150 \
+      compute-sanitizer --tool $tool --kernel-name kns=norm_bwd_fused --error-exitcode 3 \
+      python3 benchmarks/sanitize.py --only layer_norm rms_norm > "$out/$tool-nl.log" 2>&1 &
+  done
+  wait
+  for tool in memcheck racecheck; do
+    echo "$tool: $(grep -E 'SUMMARY|checks passed' "$out/$tool-nl.log" | tail -2 | tr '\n' ' ')"
+  done
+  ROUNDS=1 ab_against_old "nl-r1" --ops layer_norm rms_norm --dirs bwd fwd+bwd --dtypes float32 bfloat16 \
+    --cols ${AB_COLS:-12288 16384 24576}
 }
 
 stage_jvp() {

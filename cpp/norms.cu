@@ -6,7 +6,7 @@
 // rows of 4-32 threads for C <= 1027 / 2055, else block rows of 64-768 threads; one HBM read of x).
 // Longer rows (or x and y at different addresses modulo 16, or C == 0) take norm_fwd_kernel below.
 // Backward: norm_bwd_fused_kernel (x and dy in registers, dscale/dbias partials) for C <= 12288
-// vectorized / 4096 unvectorized, else norm_bwd_kernel plus column sums.
+// vectorized (v17: 16384 f32, 24576 16-bit) / 4096 unvectorized, else norm_bwd_kernel plus column sums.
 #include "cuda_common.cuh"
 #include "norm_fwd_half.cuh"
 #include "norm_rows.cuh"
@@ -197,6 +197,13 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
 template <int V>
 inline constexpr int kFusedPacks = V == 1 ? 8 : 24 / V;
 
+// The long-row class of the fused backward (v17): vectorized rows beyond 512 x 24 elements, with 32
+// elements per thread in f32 (x and dy take 64 of the 128 registers) and 48 in 16-bit (48 raw
+// registers), the partials in shared memory (2 x 512 x 32 / 48 floats: 128 / 192 KiB, one block per
+// SM): f32 C <= 16384, 16-bit C <= 24576 in one pass, where the two-kernel path re-read x and dy. 0: none.
+template <typename T, int V>
+inline constexpr int kFusedLongPacks = V == 1 ? 0 : (sizeof(T) == 4 ? 32 : 48) / V;
+
 // Where the fused backward keeps its dscale/dbias partials: registers (RegPartials, v3) when they fit
 // beside the row — 16-bit packs (K = 3: 24 raw registers for x and dy, 48 for the partials) and scalar
 // ones (K = 8: 16 + 16) — else shared memory (f32: 48 raw registers leave no room for 48 more).
@@ -217,14 +224,13 @@ constexpr int kFusedMinBlock = 256;
 // (dbias) to its shared-memory partials. At the end the block's teams combine their partials into its
 // workspace row (slab_a: dscale, slab_b: dbias; nullptr when not wanted, both nullptr: dx only). g is rounded
 // (__fmul_rn, no FMA contraction) so that the sums and dx see the same g: with C == 1, dx is exactly 0.
-template <typename T, int V, bool kRms>
+template <typename T, int V, bool kRms, int K = kFusedPacks<V>>
 __global__ void __launch_bounds__(kTeamThreads, 1)
     norm_bwd_fused_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
                           const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
                           int64_t rows, int64_t cols, int tpr, int64_t groups, int64_t per_group,
                           float* __restrict__ slab_a, float* __restrict__ slab_b) {
-  constexpr int K = kFusedPacks<V>;
-  constexpr bool kReg = kFusedRegPartials<T, V>;
+  constexpr bool kReg = kFusedRegPartials<T, V> && K == kFusedPacks<V>;
   __shared__ TeamRed red;
   const PartialBlock blk = partial_block(rows, groups, per_group, 1);
   const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
@@ -250,7 +256,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
     Pack<T, V> px[K], pd[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int i = lane + k * tpr;  // < tpr * K <= 12288: 32-bit
+      const int i = lane + k * tpr;  // < tpr * K <= 24576: 32-bit
       if (active && i < packs) {
         px[k] = load_raw<V>(xr, i);
         pd[k] = load_raw<V>(dyr, i);
@@ -264,7 +270,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
     float sums[2] = {0.0f, 0.0f};  // Σg, Σg*xhat
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int i = lane + k * tpr;  // < tpr * K <= 12288: 32-bit
+      const int i = lane + k * tpr;  // < tpr * K <= 24576: 32-bit
       if (active && i < packs) {
         float xv[V], dv[V], sc[V];
         unpack_fresh(px[k], xv);
@@ -285,7 +291,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
     T* dxr = dx + row * cols;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int i = lane + k * tpr;  // < tpr * K <= 12288: 32-bit
+      const int i = lane + k * tpr;  // < tpr * K <= 24576: 32-bit
       if (active && i < packs) {
         float xv[V], dv[V], sc[V], out[V];
         unpack_fresh(px[k], xv);
@@ -411,10 +417,11 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     const bool want = dscale.data != nullptr || dbias.data != nullptr;
     return with_vec<T>(vec, [&](auto v) -> ffi::Error {
       constexpr int V = decltype(v)::value;
-      const int tpr = team_size(s.cols / V, kFusedPacks<V>);
-      if (tpr <= kTeamThreads && (!want || ws.data != nullptr)) {
-        // One pass: dx and, through the workspace, the parameter gradients. Without gradients the rows
-        // are split into 4 runs per SM (no workspace to pay for).
+      // One pass: dx and, through the workspace, the parameter gradients, with K packs per thread in
+      // teams of tpr threads. Without gradients the rows are split into 4 runs per SM (no workspace to
+      // pay for).
+      const auto fused = [&](auto packs_per_thread, int tpr) -> ffi::Error {
+        constexpr int K = decltype(packs_per_thread)::value;
         const bool partials = want;
         const int64_t groups = partials ? ws.groups : 1;
         const int64_t per_group = partials ? ws.per_group : std::min<int64_t>(s.rows, 4 * int64_t{dev.sm_count});
@@ -426,8 +433,8 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
         const int64_t sms = dev.sm_count;
         const int block = std::max(tpr, grid >= 2 * sms - sms / 8 ? kFusedMinBlock : kTeamThreads);
         const size_t smem = static_cast<size_t>((a != nullptr) + (b != nullptr)) *
-                            partial_slab_floats<V, kFusedPacks<V>>(block) * sizeof(float);
-        if (auto err = launch(norm_bwd_fused_kernel<T, V, kRms>, dim3(static_cast<unsigned>(grid)), dim3(block),
+                            partial_slab_floats<V, K>(block) * sizeof(float);
+        if (auto err = launch(norm_bwd_fused_kernel<T, V, kRms, K>, dim3(static_cast<unsigned>(grid)), dim3(block),
                               smem, stream, what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols, tpr, groups,
                               per_group, a, b);
             err.failure()) {
@@ -435,6 +442,16 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
         }
         if (!partials) return ffi::Error::Success();
         return sum_partials(stream, ws, s.cols, dscale, dbias, what);
+      };
+      if (!want || ws.data != nullptr) {
+        if (const int tpr = team_size(s.cols / V, kFusedPacks<V>); tpr <= kTeamThreads) {
+          return fused(std::integral_constant<int, kFusedPacks<V>>{}, tpr);
+        }
+        if constexpr (kFusedLongPacks<T, V> > 0) {
+          if (const int tpr = team_size(s.cols / V, kFusedLongPacks<T, V>); tpr <= kTeamThreads) {
+            return fused(std::integral_constant<int, kFusedLongPacks<T, V>>{}, tpr);
+          }
+        }
       }
       // Rows longer than the registers hold (or no usable workspace): the row kernel for dx, then the
       // column sums re-read x and dy.

@@ -307,14 +307,17 @@ def test_gpu_and_cpu_agree(gpu):
 # (rows, C): rows < P; short rows with several teams per warp (C = 33 also unvectorized); vectorized
 # mid sizes; C = 4095 unvectorized, the longest row the V = 1 fused kernel holds (4096); 4097 just
 # beyond (norms: two-kernel fallback); 12288 = one 512-thread team per row (f32 K = 6, bf16 K = 3),
-# gelu's two column tiles; 16384 beyond the norms' registers (fallback), 12289 odd (gelu: 4 tiles).
+# gelu's two column tiles; 16384 the norms' long-row class (v17: 512 x 32 elements in f32, 512 x 48 in
+# 16-bit; partials in shared memory), 24576 its 16-bit limit (f32: the two-kernel fallback), 24584 beyond
+# it (fallback in every dtype), 12289 odd (gelu: 4 tiles).
 # (16901, 2048): f32 P = 264, so the norms' fused backward runs 256-thread blocks (two per SM) of two
 # 128-thread teams (shared-memory team sums); bf16 P = 132: 512-thread blocks of four.
 # v3: 16-bit rows keep the partials in registers (norms: V = 8 and V = 1; gelu: every dtype) and gelu
 # loads two rows per team at a time in 16-bit (a team's last pair may be incomplete: odd rows per block,
 # rows < teams: (3, 7), (20001, 33), (1, 768)); f16 runs every shape too.
 PARTIAL_SHAPES = [(37, 1024), (3, 7), (20001, 33), (6007, 1000), (4099, 4095), (999, 4097),
-                  (1501, 12288), (333, 16384), (333, 12289), (16901, 2048), (1, 768), (8193, 768)]
+                  (1501, 12288), (333, 16384), (333, 12289), (16901, 2048), (1, 768), (8193, 768),
+                  (203, 24576), (7, 24584)]
 
 
 def _bwd_fns():
