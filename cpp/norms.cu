@@ -397,6 +397,34 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
   });
 }
 
+// The fused backward's launch (K packs per thread, teams of tpr threads): dx and, through the workspace,
+// the parameter gradients in one pass. Without gradients the rows are split into 4 runs per SM (no
+// workspace to pay for).
+template <typename T, int V, bool kRms, int K>
+ffi::Error norm_bwd_one_pass(const DeviceInfo& dev, cudaStream_t stream, const char* what, RowShape s, int tpr,
+                             const T* xp, ParamView scale, const float* mean, const float* rstd, const T* dyp,
+                             T* dxp, const GradView& dscale, const GradView& dbias, const PartialsView& ws) {
+  const bool partials = dscale.data != nullptr || dbias.data != nullptr;
+  const int64_t groups = partials ? ws.groups : 1;
+  const int64_t per_group = partials ? ws.per_group : std::min<int64_t>(s.rows, 4 * int64_t{dev.sm_count});
+  float *a = nullptr, *b = nullptr;
+  if (partials) partial_slabs(ws, dscale, dbias, &a, &b);
+  // 256-thread blocks only when (nearly) every SM gets two: else one 512-thread block per SM holds twice
+  // the rows in flight.
+  const int64_t grid = groups * per_group;
+  const int64_t sms = dev.sm_count;
+  const int block = std::max(tpr, grid >= 2 * sms - sms / 8 ? kFusedMinBlock : kTeamThreads);
+  const size_t smem =
+      static_cast<size_t>((a != nullptr) + (b != nullptr)) * partial_slab_floats<V, K>(block) * sizeof(float);
+  if (auto err = launch(norm_bwd_fused_kernel<T, V, kRms, K>, dim3(static_cast<unsigned>(grid)), dim3(block), smem,
+                        stream, what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols, tpr, groups, per_group, a, b);
+      err.failure()) {
+    return err;
+  }
+  if (!partials) return ffi::Error::Success();
+  return sum_partials(stream, ws, s.cols, dscale, dbias, what);
+}
+
 template <bool kRms>
 ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi::AnyBuffer& x,
                     ParamView scale, const float* mean, const float* rstd, const ffi::AnyBuffer& dy,
@@ -417,39 +445,16 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     const bool want = dscale.data != nullptr || dbias.data != nullptr;
     return with_vec<T>(vec, [&](auto v) -> ffi::Error {
       constexpr int V = decltype(v)::value;
-      // One pass: dx and, through the workspace, the parameter gradients, with K packs per thread in
-      // teams of tpr threads. Without gradients the rows are split into 4 runs per SM (no workspace to
-      // pay for).
-      const auto fused = [&](auto packs_per_thread, int tpr) -> ffi::Error {
-        constexpr int K = decltype(packs_per_thread)::value;
-        const bool partials = want;
-        const int64_t groups = partials ? ws.groups : 1;
-        const int64_t per_group = partials ? ws.per_group : std::min<int64_t>(s.rows, 4 * int64_t{dev.sm_count});
-        float *a = nullptr, *b = nullptr;
-        if (partials) partial_slabs(ws, dscale, dbias, &a, &b);
-        // 256-thread blocks only when (nearly) every SM gets two: else one 512-thread block per SM holds
-        // twice the rows in flight.
-        const int64_t grid = groups * per_group;
-        const int64_t sms = dev.sm_count;
-        const int block = std::max(tpr, grid >= 2 * sms - sms / 8 ? kFusedMinBlock : kTeamThreads);
-        const size_t smem = static_cast<size_t>((a != nullptr) + (b != nullptr)) *
-                            partial_slab_floats<V, K>(block) * sizeof(float);
-        if (auto err = launch(norm_bwd_fused_kernel<T, V, kRms, K>, dim3(static_cast<unsigned>(grid)), dim3(block),
-                              smem, stream, what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols, tpr, groups,
-                              per_group, a, b);
-            err.failure()) {
-          return err;
-        }
-        if (!partials) return ffi::Error::Success();
-        return sum_partials(stream, ws, s.cols, dscale, dbias, what);
-      };
       if (!want || ws.data != nullptr) {
         if (const int tpr = team_size(s.cols / V, kFusedPacks<V>); tpr <= kTeamThreads) {
-          return fused(std::integral_constant<int, kFusedPacks<V>>{}, tpr);
+          return norm_bwd_one_pass<T, V, kRms, kFusedPacks<V>>(dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp,
+                                                               dxp, dscale, dbias, ws);
         }
-        if constexpr (kFusedLongPacks<T, V> > 0) {
-          if (const int tpr = team_size(s.cols / V, kFusedLongPacks<T, V>); tpr <= kTeamThreads) {
-            return fused(std::integral_constant<int, kFusedLongPacks<T, V>>{}, tpr);
+        constexpr int kLong = kFusedLongPacks<T, V>;
+        if constexpr (kLong > 0) {
+          if (const int tpr = team_size(s.cols / V, kLong); tpr <= kTeamThreads) {
+            return norm_bwd_one_pass<T, V, kRms, kLong>(dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp,
+                                                        dscale, dbias, ws);
           }
         }
       }
