@@ -57,11 +57,6 @@ def absent() -> jax.Array:
     return jnp.zeros((0,), jnp.float32)
 
 
-def grad_dim(param) -> int | None:
-    """The grad_dims entry for a (C,) parameter: 0 (one sum over all rows), None when it is absent."""
-    return 0 if param.size else None
-
-
 # -- the [P x C] workspace of the parameter-gradient partials --------------------------------------------
 PARTIALS_TARGET = 264   # two waves of one 512-thread block per SM on the 132 SMs of an H200
 PARTIALS_FLOOR = 132    # never fewer partial rows than SMs (while there are rows): idle SMs cost more
