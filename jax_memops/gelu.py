@@ -20,10 +20,13 @@ f32 = jnp.float32
 _AFFINE = {"scale_value": np_attr("f32"), "bias_value": np_attr("f32")}
 
 
+def _param(p, value, x):
+    """A parameter as it multiplies or adds to x: the array ((C,) or grouped), or the static value when absent."""
+    return row_param(p, x) if p.size else value
+
+
 def _u(x, scale, bias, scale_value, bias_value):
-    s = scale if scale.size else scale_value
-    b = bias if bias.size else bias_value
-    return x.astype(f32) * s + b
+    return x.astype(f32) * _param(scale, scale_value, x) + _param(bias, bias_value, x)
 
 
 def _fwd_ref(x, scale, bias, scale_value, bias_value):
@@ -35,7 +38,7 @@ def _bwd_ref(x, scale, bias, dy, scale_value, bias_value, grad_dims):
     _, vjp = jax.vjp(reference.gelu, u)
     (g,) = vjp(dy.astype(f32))
     rows = tuple(range(x.ndim - 1))
-    dx = (g * (scale if scale.size else scale_value)).astype(x.dtype)
+    dx = (g * _param(scale, scale_value, x)).astype(x.dtype)
     sums = (jnp.sum(g * x.astype(f32), axis=rows), jnp.sum(g, axis=rows))
     return (dx, *(absent() if k is None else s for s, k in zip(sums, grad_dims)))
 
@@ -49,15 +52,12 @@ _bwd = FfiPrimitive(Spec("gelu_bwd", (ROW, PARAM, PARAM, ROW), (ROW, GRAD, GRAD)
 
 def _tangent(x, scale, bias, tx, tscale, tbias, *, scale_value, bias_value):
     """gelu'(u) * du with du = tx * scale + x * tscale + tbias; parameters (C,), grouped, or absent."""
-    s = row_param(scale, x) if scale.size else scale_value
-    b = row_param(bias, x) if bias.size else bias_value
-    x32 = x.astype(f32)
-    du = tx.astype(f32) * s
+    du = tx.astype(f32) * _param(scale, scale_value, x)
     if tscale.size:
-        du = du + x32 * row_param(tscale, x)
+        du = du + x.astype(f32) * row_param(tscale, x)
     if tbias.size:
         du = du + row_param(tbias, x)
-    return jax.jvp(reference.gelu, (x32 * s + b,), (du,))[1].astype(x.dtype)
+    return jax.jvp(reference.gelu, (_u(x, scale, bias, scale_value, bias_value),), (du,))[1].astype(x.dtype)
 
 
 def _tangent_transpose(ct, x, scale, bias, tx, tscale, tbias, *, scale_value, bias_value):

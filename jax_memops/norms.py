@@ -31,6 +31,11 @@ def _pivot(x32, rms):
     return jnp.sum(jnp.where(first, x32, 0.0), axis=-1, keepdims=True)
 
 
+def _xhat(x32, mean, rstd, rms):
+    """xhat from x (float32) and the kernels' saved statistics (the mean of the pivoted row)."""
+    return (x32 - _pivot(x32, rms) - (0.0 if rms else mean[..., None])) * rstd[..., None]
+
+
 def _stats(x, epsilon, rms=False):
     """(xhat, shifted mean, rstd) in float32, as the kernels compute them."""
     d = x.astype(f32) - _pivot(x.astype(f32), rms)
@@ -57,7 +62,7 @@ def _rms_fwd_ref(x, scale, epsilon):
 
 def _norm_bwd_ref(x, scale, mean, rstd, dy, grad_dims, rms):
     x32, dy32 = x.astype(f32), dy.astype(f32)
-    xhat = (x32 - _pivot(x32, rms) - (0.0 if rms else mean[..., None])) * rstd[..., None]
+    xhat = _xhat(x32, mean, rstd, rms)
     g = dy32 * (scale if scale.size else 1.0)
     mgx = jnp.mean(g * xhat, axis=-1, keepdims=True)
     mg = 0.0 if rms else jnp.mean(g, axis=-1, keepdims=True)
@@ -84,7 +89,7 @@ def _norm_tangent(x, scale, mean, rstd, tx, tscale, tbias=None, *, rms):
     """d(xhat * scale + bias) for tangents tx, tscale, tbias: scale * rstd * (tx - mean(tx) - xhat *
     mean(tx * xhat)) + xhat * tscale + tbias (RMSNorm: no mean(tx)); parameters (C,) or grouped."""
     x32 = x.astype(f32)
-    xhat = (x32 - _pivot(x32, rms) - (0.0 if rms else mean[..., None])) * rstd[..., None]
+    xhat = _xhat(x32, mean, rstd, rms)
     t = tx.astype(f32)
     centered = t if rms else t - jnp.mean(t, axis=-1, keepdims=True)
     ty = rstd[..., None] * (centered - xhat * jnp.mean(t * xhat, axis=-1, keepdims=True))
