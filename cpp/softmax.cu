@@ -365,10 +365,9 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // register sets, two exps per element), "v2" (the v2 kernels everywhere), "v7-512" (v5's rule and
 // variants with 512-thread CTAs in the bulk-copy cluster; measured 0.92-1.13x of v5, mixed by shape:
 // RESULTS.md, "v7") or "v9-wide" / "v9-wide-512" (8-pack rows wherever they fit, on CTAs of up to 1024 /
-// 512 threads and clusters of them; RESULTS.md, "v9") or "v9" (v14 without its L2 two-pass rows) or "v18"
-// (v14 with launch_fwd_regs_full's rows beyond kRegsFullMinCols). Any other value: v14. The backward is the
-// same in all of them.
-enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV18 };
+// 512 threads and clusters of them; RESULTS.md, "v9") or "v9" (v14 without its L2 two-pass rows). Any
+// other value: v14. The backward is the same in all of them.
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14 };
 
 FwdVersion fwd_version() {
   static const FwdVersion version =
@@ -376,7 +375,7 @@ FwdVersion fwd_version() {
                  {{"v2", FwdVersion::kV2}, {"v3-prefetch", FwdVersion::kV3Prefetch}, {"v3", FwdVersion::kV3},
                   {"v5-s1", FwdVersion::kV5S1}, {"v5-reg", FwdVersion::kV5Reg}, {"v7-512", FwdVersion::kV7Wide},
                   {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5},
-                  {"v9", FwdVersion::kV9}, {"v18", FwdVersion::kV18}},
+                  {"v9", FwdVersion::kV9}},
                  FwdVersion::kV14);
   return version;
 }
@@ -557,38 +556,6 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   }
 }
 
-// v18 (A/B, JAX_MEMOPS_SOFTMAX_FWD=v18): the bulk-copy kernel's register variant on 1024-thread CTAs (one
-// per SM: 8 packs per thread at the 64-register bound, a 32768-element f32 row or a 65536-element 16-bit
-// row per CTA) in the smallest cluster whose share fits. Each CTA copies its share of the row into
-// registers and at once issues the next row's bulk copy into the freed buffer, so the SM has a row in
-// flight through its reduction and stores. The 8-pack block rows (v9) it would replace hold the SM's only
-// row in registers: no loads from the SM from the row's last load until the next CTA starts (ncu, v17:
-// f32 32768 waits on its loads >= 30% and drains its stores at exit 5.5%), and f32 32768 reads 89-91% of
-// the copy where 16384's two CTAs per SM read 94-95%.
-constexpr int64_t kRegsFullMinCols = 16384;
-
-template <typename T>
-ffi::Error launch_fwd_regs_full(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y,
-                                bool* launched) {
-  constexpr int B = kMaxBlock, NP = 8;
-  constexpr auto kBarrier = smx::softmax_fwd_tma_kernel<T, 1, NP, B, false>;
-  constexpr auto kMessages = smx::softmax_fwd_tma_kernel<T, 1, NP, B, true>;
-  *launched = false;
-  const int64_t packs = ceil_div(s.cols, kVec<T>);
-  const int forced = forced_cluster_k();
-  const int64_t k = forced != 0 ? forced : next_pow2(ceil_div(packs, int64_t{NP} * B));
-  if (k > kMaxClusterNonPortable) return ffi::Error::Success();
-  const int ki = static_cast<int>(k);
-  if (ki >= push_min_cluster()) {
-    const TmaPlan p = tma_plan<kMessages>(dev, packs, ki, 1, NP * B, B);
-    if (p.score == 0) return ffi::Error::Success();
-    return launch_tma_plan<kMessages>("registers (8)", true, p, stream, s, x, y, launched);
-  }
-  const TmaPlan p = tma_plan<kBarrier>(dev, packs, ki, 1, NP * B, B);
-  if (p.score == 0) return ffi::Error::Success();
-  return launch_tma_plan<kBarrier>("registers (8)", false, p, stream, s, x, y, launched);
-}
-
 // Register rows of 8 packs per thread (v3's kernel; 128 KB of loads in flight per SM where v3's 4 packs
 // give 64 KB): sub-warp and block rows up to `max_block` threads (f32 C <= 32768, 16-bit 65536 at 1024),
 // longer rows one per cluster of up to 16 CTAs of max_block threads. v9's default takes them for
@@ -672,12 +639,6 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
-  if (version == FwdVersion::kV18) {
-    if (dev.cc_major >= 9 && s.cols > kRegsFullMinCols && s.cols <= INT_MAX) {
-      if (auto err = launch_fwd_regs_full(dev, stream, s, x, y, launched); err.failure() || *launched) return err;
-    }
-    version = FwdVersion::kV14;  // elsewhere v14
-  }
   if (version == FwdVersion::kV14) {
     if constexpr (sizeof(T) == 2) {
       if (s.cols > kWideMaxCols && s.cols <= INT_MAX) {

@@ -575,7 +575,7 @@ def _run_fwd_script(shapes, **env_vars):
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9", "v9-wide",
-                                     "v9-wide-512", "v18"])
+                                     "v9-wide-512"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
@@ -674,28 +674,6 @@ def test_gpu_fwd_cluster_plans(gpu, version, k):
                           JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
     threads = 512 if version == "v7-512" else 256
     assert f"x {threads} threads" in err, f"no bulk-copy launch of {threads}-thread CTAs:\n" + err[-4000:]
-
-
-# v18 (A/B: cpp/softmax.cu launch_fwd_regs_full): rows of C > 16384 on 1024-thread CTAs of the register
-# variant, in the smallest cluster whose CTAs hold 8 packs per thread (f32 16385 and 32768: k = 1; 50257: 2;
-# 131072: 4, by messages; 400000: 16; 16-bit rows half the k; every launch beyond 16384 must be that
-# variant), or at forced k = 4 and 16 (1024-thread CTAs with threads and whole CTAs without packs; rows
-# whose share does not fit fall back to v14's kernels).
-@pytest.mark.gpu
-@pytest.mark.slow
-@pytest.mark.parametrize("k", ["", "4", "16"])
-def test_gpu_fwd_regs_full(gpu, k):
-    err = _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_FWD="v18", JAX_MEMOPS_SOFTMAX_FWD_K=k,
-                          JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
-    plans = re.findall(r"softmax_fwd plan: (.*?) x (\d+) threads rows=\d+ cols=(\d+) k=(\d+) ", err)
-    ran = {(int(c), int(kk)) for _, threads, c, kk in plans if threads == "1024"}
-    if k == "":
-        assert all(t == "1024" and v.startswith("registers (8)") for v, t, c, _ in plans if int(c) > 16384), plans
-        want = {(16385, 1), (32768, 1), (50257, 2), (131072, 4), (131073, 8), (400000, 16)}
-        assert want <= ran, f"missing {want - ran}\n" + err[-4000:]
-    else:
-        assert {kk for _, kk in ran} == {int(k)}, ran
-        assert {16385, 32768, 50257, 131072} <= {c for c, _ in ran}, ran
 
 
 # JAX_MEMOPS_SOFTMAX_PUSH (cpp/softmax.cu push_min_cluster): how the bulk-copy cluster merges each
