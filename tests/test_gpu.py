@@ -383,7 +383,7 @@ for dtype in (mt.BF16, mt.F16):
         args = [jax.device_put(a, gpu) for a in (x, s, b, g)]
         for op in ("layer_norm", "rms_norm"):
             res = (vfns if lead else fns)[op](*args)
-            what = f"{{op}} {{dtype.__name__}} {{shape}}"
+            what = f"{{op}} {{np.dtype(dtype).name}} {{shape}}"
             for i, r in enumerate(res):
                 out[f"{{what}} {{i}}"] = np.asarray(r)
             if lead:
