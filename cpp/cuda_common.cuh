@@ -472,33 +472,6 @@ __device__ __forceinline__ void row_reduce(float (&v)[N], int tpr, Op op) {
     warp_reduce(v, op, tpr);
   }
 }
-// ---- Asynchronous 16-byte copies global -> shared (cp.async, sm_80+): a thread's own prefetch ---------
-// Each thread copies packs into its own shared-memory slots and later reads only those, so no block
-// barrier orders the copy and the reads: cp_async_wait<N> (this thread's groups but the newest N are
-// complete) suffices. .cg: cached in L2 only (the data is read once).
-template <typename T, int V>
-__device__ __forceinline__ void cp_async_pack(Pack<T, V>* dst, const T* base, int64_t pack) {
-  static_assert(sizeof(Pack<T, V>) == 16, "16-byte packs only");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(base + pack * V)
-               : "memory");
-#else
-  *dst = load_raw<V>(base, pack);
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
-
 __device__ __forceinline__ float row_sum(float v, int tpr) {
   return tpr > 32 ? block_reduce_sum(v) : warp_reduce_sum(v, tpr);
 }

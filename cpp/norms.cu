@@ -224,21 +224,13 @@ constexpr int kFusedMinBlock = 256;
 // (dbias) to its shared-memory partials. At the end the block's teams combine their partials into its
 // workspace row (slab_a: dscale, slab_b: dbias; nullptr when not wanted, both nullptr: dx only). g is rounded
 // (__fmul_rn, no FMA contraction) so that the sums and dx see the same g: with C == 1, dx is exactly 0.
-//
-// S > 0 (v18, JAX_MEMOPS_NORM_BWD=v18-pipe; register partials only): each thread prefetches its packs of
-// x and dy for the row S - 1 iterations ahead with cp.async into its own shared-memory slots (stage st,
-// tensor t, pack k: slot ((st * 2 + t) * K + k) * blockDim.x + tid; no barrier: a thread reads only what it
-// copied) and reads the current row's from there, so S - 1 rows of loads stay in flight through the
-// row's sums, barrier and stores (S = 0: the row's loads, then nothing in flight until the next row).
-template <typename T, int V, bool kRms, int K = kFusedPacks<V>, int S = 0>
+template <typename T, int V, bool kRms, int K = kFusedPacks<V>>
 __global__ void __launch_bounds__(kTeamThreads, 1)
     norm_bwd_fused_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
                           const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
                           int64_t rows, int64_t cols, int tpr, int64_t groups, int64_t per_group,
                           float* __restrict__ slab_a, float* __restrict__ slab_b) {
   constexpr bool kReg = kFusedRegPartials<T, V> && K == kFusedPacks<V>;
-  static_assert(S == 0 || (kReg && V == kVec<T>), "the prefetching variant: 16-byte packs, register partials");
-  using P = Pack<T, V>;
   __shared__ TeamRed red;
   const PartialBlock blk = partial_block(rows, groups, per_group, 1);
   const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
@@ -255,53 +247,19 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
     zero_partials<V, K>(acc_a);
     zero_partials<V, K>(acc_b);
   }
-  const int nt = static_cast<int>(blockDim.x);
-  P* const stages = reinterpret_cast<P*>(dynamic_smem()) + threadIdx.x;  // S > 0: this thread's slots
-  // S > 0: this thread's packs of its row in the row group at `base` into stage st (one cp.async group,
-  // empty past the block's rows). Generic, so that S = 0 instances never compile its body.
-  const auto prefetch = [&](int64_t base, auto st) {
-    if (const int64_t row = base + team; row < blk.end) {
-      P* const slot = stages + st * 2 * K * nt;
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        if (const int i = lane + k * tpr; i < packs) {
-          cp_async_pack(slot + k * nt, x + row * cols, i);
-          cp_async_pack(slot + (K + k) * nt, dy + row * cols, i);
-        }
-      }
-    }
-    cp_async_commit();
-  };
-  if constexpr (S > 0) {
-    for (int st = 0; st < S - 1; ++st) prefetch(blk.begin + int64_t{st} * teams, st);
-  }
-  int parity = 0, it = 0;
-  for (int64_t base = blk.begin; base < blk.end; base += teams, parity ^= 1, ++it) {  // uniform over the block
+  int parity = 0;
+  for (int64_t base = blk.begin; base < blk.end; base += teams, parity ^= 1) {  // uniform over the block
     const int64_t row = base + team;
     const bool active = row < blk.end;
     const T* xr = x + row * cols;
     const T* dyr = dy + row * cols;
-    P px[K], pd[K];
-    if constexpr (S > 0) {
-      // Stage (it - 1) % S was read into registers (and used) in the previous iteration: refill it.
-      prefetch(base + int64_t{S - 1} * teams, (it + S - 1) % S);
-      cp_async_wait<S - 1>();
-      const P* const slot = stages + (it % S) * 2 * K * nt;
+    Pack<T, V> px[K], pd[K];
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        if (active && lane + k * tpr < packs) {
-          px[k] = slot[k * nt];
-          pd[k] = slot[(K + k) * nt];
-        }
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int i = lane + k * tpr;  // < tpr * K <= 24576: 32-bit
-        if (active && i < packs) {
-          px[k] = load_raw<V>(xr, i);
-          pd[k] = load_raw<V>(dyr, i);
-        }
+    for (int k = 0; k < K; ++k) {
+      const int i = lane + k * tpr;  // < tpr * K <= 24576: 32-bit
+      if (active && i < packs) {
+        px[k] = load_raw<V>(xr, i);
+        pd[k] = load_raw<V>(dyr, i);
       }
     }
     const float x0 = kRms || !active ? 0.0f : to_float(xr[0]);
@@ -357,7 +315,6 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
       }
     }
   }
-  if constexpr (S > 0) __syncthreads();  // the slabs below share the stages: every thread is done with them
   if constexpr (kReg) {
     store_partials<V, K>(acc_a, reg.a);
     store_partials<V, K>(acc_b, reg.b);
@@ -443,25 +400,6 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
 // The fused backward's launch (K packs per thread, teams of tpr threads): dx and, through the workspace,
 // the parameter gradients in one pass. Without gradients the rows are split into 4 runs per SM (no
 // workspace to pay for).
-// JAX_MEMOPS_NORM_BWD=v18-pipe (A/B, read once per process): the fused backward's 16-bit rows (register
-// partials) prefetch kNormPipeStages - 1 rows ahead (norm_bwd_fused_kernel's S). Under
-// JAX_MEMOPS_NORM_PLAN_LOG=1 each such launch whose shape differs from the previous one is logged on stderr.
-constexpr int kNormPipeStages = 4;
-
-bool norm_bwd_pipe() {
-  static const bool on = env_choice("JAX_MEMOPS_NORM_BWD", {{"v18-pipe", true}}, false);
-  return on;
-}
-
-void log_norm_pipe(RowShape s, int block, int tpr, size_t smem) {
-  static const bool on = env_value("JAX_MEMOPS_NORM_PLAN_LOG") == "1";
-  static std::atomic<int64_t> last{-1};
-  if (!on || last.exchange(s.cols * 4096 + block) == s.cols * 4096 + block) return;
-  std::fprintf(stderr, "norm_bwd plan: prefetch S=%d x %d threads tpr=%d rows=%lld cols=%lld smem=%zu KB\n",
-               kNormPipeStages, block, tpr, static_cast<long long>(s.rows), static_cast<long long>(s.cols),
-               smem / 1024);
-}
-
 template <typename T, int V, bool kRms, int K>
 ffi::Error norm_bwd_one_pass(const DeviceInfo& dev, cudaStream_t stream, const char* what, RowShape s, int tpr,
                              const T* xp, ParamView scale, const float* mean, const float* rstd, const T* dyp,
@@ -478,24 +416,11 @@ ffi::Error norm_bwd_one_pass(const DeviceInfo& dev, cudaStream_t stream, const c
   const int block = std::max(tpr, grid >= 2 * sms - sms / 8 ? kFusedMinBlock : kTeamThreads);
   const size_t smem =
       static_cast<size_t>((a != nullptr) + (b != nullptr)) * partial_slab_floats<V, K>(block) * sizeof(float);
-  const auto run = [&](auto kernel, size_t bytes) {
-    return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(block), bytes, stream, what, xp, scale, mean, rstd,
-                  dyp, dxp, s.rows, s.cols, tpr, groups, per_group, a, b);
-  };
-  ffi::Error err = ffi::Error::Success();
-  if constexpr (kFusedRegPartials<T, V> && K == kFusedPacks<V> && V == kVec<T>) {
-    // The stages and, after the rows, the partial slabs share the dynamic shared memory.
-    const size_t pipe = std::max(smem, size_t{kNormPipeStages} * 2 * K * block * sizeof(Pack<T, V>));
-    if (norm_bwd_pipe() && pipe <= size_t(dev.max_smem_optin)) {
-      log_norm_pipe(s, block, tpr, pipe);
-      err = run(norm_bwd_fused_kernel<T, V, kRms, K, kNormPipeStages>, pipe);
-    } else {
-      err = run(norm_bwd_fused_kernel<T, V, kRms, K>, smem);
-    }
-  } else {
-    err = run(norm_bwd_fused_kernel<T, V, kRms, K>, smem);
+  if (auto err = launch(norm_bwd_fused_kernel<T, V, kRms, K>, dim3(static_cast<unsigned>(grid)), dim3(block), smem,
+                        stream, what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols, tpr, groups, per_group, a, b);
+      err.failure()) {
+    return err;
   }
-  if (err.failure()) return err;
   if (!partials) return ffi::Error::Success();
   return sum_partials(stream, ws, s.cols, dscale, dbias, what);
 }

@@ -14,7 +14,6 @@ Memory stays well below 40 GB: x (4 GiB bf16) plus at most three tensors of the 
 from __future__ import annotations
 
 import gc
-import re
 
 import jax
 import jax.numpy as jnp
@@ -353,72 +352,6 @@ def test_backward_partials(gpu, op, shape, dtype):
                     mt.ref_rms_norm_vjp_mag(x, s, 1e-6, g))
     for name, got, w in zip(("dscale", "dbias"), r1[1:], want[1:]):
         mt.assert_close(got, w, mt.GRAD_TOL[dtype], dtype=mt.F32, what=name)
-
-
-# v18's prefetching fused backward (JAX_MEMOPS_NORM_BWD=v18-pipe: 16-bit rows with register partials,
-# each thread's packs of the row three row groups ahead copied by cp.async into its own shared-memory
-# slots): LayerNorm and RMSNorm gradients over PARTIAL_SHAPES' 16-bit one-pass shapes (team rows of
-# 4..32 threads, several teams per block, rows < P, rows < the stages, 12288 the widest; 512-thread
-# blocks, and 256-thread ones where P >= 248: (32768, 64)) and row groups (vmap), against float64 and bitwise equal to the default kernel's (the same
-# arithmetic in the same order: only where the packs come from differs). The plan log must name the
-# prefetching launches; the default process must have none.
-_NORM_PIPE_SCRIPT = r"""
-import jax, numpy as np, jax_memops as jm, sys
-sys.path.insert(0, {tests!r})
-import memops_testing as mt
-gpu = jax.devices("gpu")[0]
-rng = np.random.default_rng(23)
-fns = dict(layer_norm=jax.jit(lambda x, s, b, g: jax.vjp(jm.layer_norm, x, s, b)[1](g)),
-           rms_norm=jax.jit(lambda x, s, b, g: jax.vjp(jm.rms_norm, x, s)[1](g)))
-vfns = {{k: jax.jit(jax.vmap(lambda x, s, b, g, f=f: jax.vjp(f, x, s, b)[1](g) if f is jm.layer_norm
-                              else jax.vjp(f, x, s)[1](g))) for k, f in (("layer_norm", jm.layer_norm),
-                                                                         ("rms_norm", jm.rms_norm))}}
-out = {{}}
-for dtype in (mt.BF16, mt.F16):
-    for shape in {shapes!r}:
-        c = shape[-1]
-        x, g = mt.randn(rng, shape, dtype), mt.randn(rng, shape, dtype, scale=1.0)
-        lead = shape[:-2] if len(shape) == 3 else ()
-        s, b = mt.randn(rng, lead + (c,), loc=1.0), mt.randn(rng, lead + (c,))
-        args = [jax.device_put(a, gpu) for a in (x, s, b, g)]
-        for op in ("layer_norm", "rms_norm"):
-            res = (vfns if lead else fns)[op](*args)
-            what = f"{{op}} {{np.dtype(dtype).name}} {{shape}}"
-            for i, r in enumerate(res):
-                out[f"{{what}} {{i}}"] = np.asarray(r)
-            if lead:
-                continue
-            ref = (mt.ref_layer_norm_vjp(x, s, b, 1e-5, g) if op == "layer_norm" else mt.ref_rms_norm_vjp(x, s, 1e-6, g))
-            mag = mt.ref_layer_norm_vjp_mag(x, s, 1e-5, g) if op == "layer_norm" else mt.ref_rms_norm_vjp_mag(x, s, 1e-6, g)
-            want = [w for w in ref if w is not None]
-            mt.assert_close(res[0], want[0], mt.GRAD_TOL[dtype], dtype=dtype, what="dx " + what, mag=mag)
-            for name, got, w in zip(("dscale", "dbias"), res[1:], want[1:]):
-                mt.assert_close(got, w, mt.GRAD_TOL[dtype], dtype=mt.F32, what=name + " " + what)
-np.savez({path!r}, **out)
-print("OK")
-"""
-PIPE_SHAPES = [(37, 1024), (3, 7), (20001, 33), (6007, 1000), (1501, 12288), (16901, 2048), (1, 768), (8193, 768),
-               (5, 4096), (700, 8192), (32768, 64), (3, 37, 1024), (4, 3, 12288), (2, 999, 32)]
-
-
-@pytest.mark.slow
-def test_norm_backward_prefetch(gpu, tmp_path):
-    runs = {}
-    for version in ("", "v18-pipe"):
-        path = str(tmp_path / f"grads{version}.npz")
-        err = mt.run_script(_NORM_PIPE_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version,
-                                                         "JAX_MEMOPS_NORM_PLAN_LOG": "1"},
-                            shapes=PIPE_SHAPES, path=path)
-        plans = re.findall(r"norm_bwd plan: prefetch S=\d+ x (\d+) threads tpr=(\d+) rows=\d+ cols=(\d+)", err)
-        if version:
-            assert {c for _, _, c in plans} >= {"33", "768", "1024", "2048", "8192", "12288"}, err[-3000:]
-            assert {b for b, _, _ in plans} == {"256", "512"}, plans
-        else:
-            assert not plans, plans
-        runs[version] = dict(np.load(path))
-    assert runs[""].keys() == runs["v18-pipe"].keys()
-    for k, a in runs[""].items():
-        mt.assert_bitwise_equal(a, runs["v18-pipe"][k], k)
 
 
 @pytest.mark.parametrize("shape", [(3, 37, 1024), (4, 3, 12288), (2, 999, 33), (5, 1, 64)],
