@@ -1,4 +1,5 @@
-"""Every Python file of the project resolves the names it uses (pyflakes' undefined-name checks).
+"""Every Python file of the project resolves the names it uses (pyflakes' undefined-name checks), and the
+standalone CUDA benchmarks compile where nvcc is present.
 
 Much of tests/ runs only where JAX sees a GPU and the benchmarks run only on one, so a name that is not
 defined there (a missing import) would pass every CPU run and fail first on the device: v11's
@@ -8,6 +9,8 @@ defined there (a missing import) would pass every CPU run and fail first on the 
 from __future__ import annotations
 
 import pathlib
+import shutil
+import subprocess
 
 import pytest
 
@@ -56,3 +59,19 @@ def test_the_check_sees_an_undefined_name():
     report = _Collect()
     pyflakes_api.check("import os\n\ndef f(s):\n    return re.findall('x', s)\n", "probe.py", report)
     assert report.found and "undefined name 're'" in report.found[0], report.found
+
+
+# The benchmarks' standalone CUDA programs (built by hand on the device, outside the package's CMake build)
+# against the package's headers: compiled here (host and sm_90 device code, not run) wherever nvcc is
+# found, so a header change that breaks them fails on CPU, not first on the device.
+@pytest.mark.parametrize("source", sorted(p.name for p in (ROOT / "benchmarks").glob("*.cu")))
+def test_standalone_cuda_benchmarks_compile(source, tmp_path):
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc")
+    import jax.ffi
+
+    out = subprocess.run([nvcc, "-std=c++17", "-O1", "-arch=sm_90", f"-I{jax.ffi.include_dir()}", f"-I{ROOT / 'cpp'}",
+                          "-c", str(ROOT / "benchmarks" / source), "-o", str(tmp_path / "a.o")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
