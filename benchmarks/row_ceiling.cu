@@ -243,8 +243,8 @@ void tma_case(const Bufs& b, int64_t rows, int packs, int k, float copy_gbs, int
   const float4* x = reinterpret_cast<const float4*>(b.x);
   float4* y = reinterpret_cast<float4*>(b.y);
   char name[96];
-  std::snprintf(name, sizeof name, "tma k=%d %s %s (%d KB, %d/SM)", k, kSync ? "sync" : "free",
-                kBulkStore ? "bulk" : "st", smem / 1024, clusters * k / sms);
+  std::snprintf(name, sizeof name, "tma k=%d %s %s (%d KB, %.1f/SM)", k, kSync ? "sync" : "free",
+                kBulkStore ? "bulk" : "st", smem / 1024, double(clusters) * k / sms);
   run_case(name, b, [&] { CK(cudaLaunchKernelEx(&cfg, kernel, x, y, rows, packs, chunk)); }, copy_gbs);
 }
 
