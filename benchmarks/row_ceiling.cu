@@ -27,6 +27,7 @@
 
 namespace {
 
+using jm::cuda::block_reduce_sum;
 using jm::cuda::bulk_load;
 using jm::cuda::fence_proxy_async_smem;
 using jm::cuda::mbar_arrive_expect;
@@ -44,18 +45,6 @@ void check(cudaError_t e, const char* what, int line) {
   }
 }
 #define CK(call) check((call), #call, __LINE__)
-
-__device__ float block_sum(float v) {
-  __shared__ float part[32];
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int w = threadIdx.x / 32, nw = blockDim.x / 32;
-  __syncthreads();  // part[] of the previous call has been read
-  if (threadIdx.x % 32 == 0) part[w] = v;
-  __syncthreads();
-  float t = 0.0f;
-  for (int i = 0; i < nw; ++i) t += part[i];
-  return t;
-}
 
 // f = 1 + 0 * t: 1 for a finite sum, but the compiler must wait for t (IEEE: 0 * inf is NaN).
 __device__ __forceinline__ float4 scaled(float4 v, float f) { return {v.x * f, v.y * f, v.z * f, v.w * f}; }
@@ -110,7 +99,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT) regs_rows(const float4* __restr
   for (int k = 0; k < NP; ++k) {
     if (threadIdx.x + k * NT < packs) s += sum4(v[k]);
   }
-  const float f = 1.0f + 0.0f * block_sum(s);
+  const float f = 1.0f + 0.0f * block_reduce_sum(s);
 #pragma unroll
   for (int k = 0; k < NP; ++k) {
     if (threadIdx.x + k * NT < packs) __stcs(yr + threadIdx.x + k * NT, scaled(v[k], f));
@@ -155,7 +144,7 @@ __global__ void __launch_bounds__(256, 1) tma_rows(const float4* __restrict__ x,
     mbar_wait(&bar, parity);
     float s = 0.0f;
     for (int q = threadIdx.x; q < n; q += blockDim.x) s += sum4(buf[q]);
-    const float f = 1.0f + 0.0f * block_sum(s);
+    const float f = 1.0f + 0.0f * block_reduce_sum(s);
     if constexpr (kSync) cluster.sync();
     float4* yr = y + row * packs + lo;
     if constexpr (kBulkStore) {
