@@ -127,29 +127,43 @@ __device__ __forceinline__ void store_pack(T* base, int64_t pack, const float (&
 // neither merges with an earlier identical conversion nor hoists, so a kernel that keeps packs in
 // registers across several passes keeps them raw (half the registers), not as floats. f32 (or an odd
 // V): unpack.
+// The two 16-bit elements of word w (element 0 in its low half), converted anew (see unpack_fresh).
+template <typename T>
+__device__ __forceinline__ void unpack_word_fresh(uint32_t w, float& lo, float& hi) {
+  static_assert(sizeof(T) == 2);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // a bf16 is the top half of its float
+    uint32_t l, h;
+    asm volatile("shl.b32 %0, %1, 16;" : "=r"(l) : "r"(w));
+    asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(h) : "r"(w));
+    lo = __uint_as_float(l);
+    hi = __uint_as_float(h);
+  } else {
+    asm volatile("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
+                 : "=f"(lo), "=f"(hi)
+                 : "r"(w));
+  }
+}
+
 template <int V, typename T>
 __device__ __forceinline__ void unpack_fresh(const Pack<T, V>& p, float (&out)[V]) {
   if constexpr (sizeof(T) == 4 || V % 2 != 0) {
     unpack(p, out);
   } else {
-    static_assert(sizeof(T) == 2);
     uint32_t w[V / 2];
     memcpy(w, &p, sizeof(w));
 #pragma unroll
-    for (int i = 0; i < V / 2; ++i) {  // element 2i is the low half of word i
-      if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // a bf16 is the top half of its float
-        uint32_t lo, hi;
-        asm volatile("shl.b32 %0, %1, 16;" : "=r"(lo) : "r"(w[i]));
-        asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(hi) : "r"(w[i]));
-        out[2 * i] = __uint_as_float(lo);
-        out[2 * i + 1] = __uint_as_float(hi);
-      } else {
-        asm volatile("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
-                     : "=f"(out[2 * i]), "=f"(out[2 * i + 1])
-                     : "r"(w[i]));
-      }
-    }
+    for (int i = 0; i < V / 2; ++i) unpack_word_fresh<T>(w[i], out[2 * i], out[2 * i + 1]);
   }
+}
+
+// unpack_fresh of 8 16-bit elements held as one 16-byte word vector (kernels that keep 16-bit rows as
+// uint4: a Pack of 16-bit elements copied from a load is moved around by halves, PRMT per pair).
+template <typename T>
+__device__ __forceinline__ void unpack_words_fresh(const uint4& u, float (&out)[8]) {
+  unpack_word_fresh<T>(u.x, out[0], out[1]);
+  unpack_word_fresh<T>(u.y, out[2], out[3]);
+  unpack_word_fresh<T>(u.z, out[4], out[5]);
+  unpack_word_fresh<T>(u.w, out[6], out[7]);
 }
 
 // Streaming (evict-first) 16-byte accesses for data read or written once (__ldcs / __stcs); packs

@@ -6,8 +6,10 @@
 // rows of 4-32 threads for C <= 1027 / 2055, else block rows of 64-768 threads; one HBM read of x).
 // Longer rows (or x and y at different addresses modulo 16, or C == 0) take norm_fwd_kernel below.
 // Backward: norm_bwd_fused_kernel (x and dy in registers, dscale/dbias partials) for C <= 12288
-// vectorized (v17: 16384 f32, 24576 16-bit) / 4096 unvectorized, else norm_bwd_kernel plus column sums.
+// vectorized (v17: 16384 f32, 24576 16-bit) / 4096 unvectorized, else norm_bwd_kernel plus column sums;
+// 16-bit rows of C <= 12288 with a scale shared by every row take norm_bwd_lean.cuh's kernel (v19).
 #include "cuda_common.cuh"
+#include "norm_bwd_lean.cuh"
 #include "norm_fwd_half.cuh"
 #include "norm_rows.cuh"
 #include "partials.cuh"
@@ -16,6 +18,7 @@
 
 #include <climits>
 #include <string>
+#include <type_traits>
 
 namespace ffi = xla::ffi;
 
@@ -44,6 +47,21 @@ template <typename T>
 bool norm_fwd_half() {
   const NormFwd v = norm_fwd_version();
   return v == NormFwd::kV4 || (v == NormFwd::kByDtype && sizeof(T) == 4);
+}
+
+// Which 16-bit fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, C <= 12288, a
+// scale shared by every row): v19 (the default: the next row's packs prefetched into registers and the
+// scale held across rows where a thread has K = 2 packs per row), or for A/B benchmarks only
+// JAX_MEMOPS_NORM_BWD=v19-hold (no prefetch), =v19-lean (neither), =v19-deep (two rows ahead, the scale
+// not held) or =v18 (norm_bwd_fused_kernel, the rule before v19). Read once per process.
+enum class NormBwd { kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
+
+NormBwd norm_bwd_version() {
+  static const NormBwd v = env_choice("JAX_MEMOPS_NORM_BWD",
+                                      {{"v19-hold", NormBwd::kV19Hold}, {"v19-lean", NormBwd::kV19Lean},
+                                       {"v19-deep", NormBwd::kV19Deep}, {"v18", NormBwd::kV18}},
+                                      NormBwd::kV19);
+  return v;
 }
 
 // norm_fwd (v1, the fallback beyond norm_rows.cuh's classes): `tpr` threads per row (see RowPlan),
@@ -400,10 +418,12 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
 // The fused backward's launch (K packs per thread, teams of tpr threads): dx and, through the workspace,
 // the parameter gradients in one pass. Without gradients the rows are split into 4 runs per SM (no
 // workspace to pay for).
-template <typename T, int V, bool kRms, int K>
-ffi::Error norm_bwd_one_pass(const DeviceInfo& dev, cudaStream_t stream, const char* what, RowShape s, int tpr,
-                             const T* xp, ParamView scale, const float* mean, const float* rstd, const T* dyp,
-                             T* dxp, const GradView& dscale, const GradView& dbias, const PartialsView& ws) {
+// `kernel`: norm_bwd_fused_kernel<T, V, kRms, K> or norm_bwd_lean_kernel<T, kRms, K, ...> (same arguments).
+template <int V, int K, typename T, typename Kernel>
+ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t stream, const char* what,
+                             RowShape s, int tpr, const T* xp, ParamView scale, const float* mean,
+                             const float* rstd, const T* dyp, T* dxp, const GradView& dscale,
+                             const GradView& dbias, const PartialsView& ws) {
   const bool partials = dscale.data != nullptr || dbias.data != nullptr;
   const int64_t groups = partials ? ws.groups : 1;
   const int64_t per_group = partials ? ws.per_group : std::min<int64_t>(s.rows, 4 * int64_t{dev.sm_count});
@@ -416,13 +436,34 @@ ffi::Error norm_bwd_one_pass(const DeviceInfo& dev, cudaStream_t stream, const c
   const int block = std::max(tpr, grid >= 2 * sms - sms / 8 ? kFusedMinBlock : kTeamThreads);
   const size_t smem =
       static_cast<size_t>((a != nullptr) + (b != nullptr)) * partial_slab_floats<V, K>(block) * sizeof(float);
-  if (auto err = launch(norm_bwd_fused_kernel<T, V, kRms, K>, dim3(static_cast<unsigned>(grid)), dim3(block), smem,
-                        stream, what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols, tpr, groups, per_group, a, b);
+  if (auto err = launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(block), smem, stream, what, xp, scale,
+                        mean, rstd, dyp, dxp, s.rows, s.cols, tpr, groups, per_group, a, b);
       err.failure()) {
     return err;
   }
   if (!partials) return ffi::Error::Success();
   return sum_partials(stream, ws, s.cols, dscale, dbias, what);
+}
+
+// norm_bwd_lean.cuh's kernel for a 16-bit row of `packs` 8-element packs on teams of tpr threads
+// (team_size(packs, 3)): K = 2 packs per thread where they cover the row (C = 1024..8192 and every power of
+// two), else 3.
+template <typename T, bool kRms>
+ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char* what, RowShape s, int tpr,
+                         const T* xp, ParamView scale, const float* mean, const float* rstd, const T* dyp, T* dxp,
+                         const GradView& dscale, const GradView& dbias, const PartialsView& ws) {
+  const auto run = [&](auto kernel, auto k) {
+    return norm_bwd_one_pass<8, decltype(k)::value>(kernel, dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp,
+                                                    dxp, dscale, dbias, ws);
+  };
+  using K2 = std::integral_constant<int, 2>;
+  if (s.cols / 8 > 2 * tpr) return run(norm_bwd_lean_kernel<T, kRms, 3, false, 0>, std::integral_constant<int, 3>{});
+  switch (norm_bwd_version()) {
+    case NormBwd::kV19Hold: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 0>, K2{});
+    case NormBwd::kV19Lean: return run(norm_bwd_lean_kernel<T, kRms, 2, false, 0>, K2{});
+    case NormBwd::kV19Deep: return run(norm_bwd_lean_kernel<T, kRms, 2, false, 2>, K2{});
+    default: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 1>, K2{});
+  }
 }
 
 template <bool kRms>
@@ -447,14 +488,20 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
       constexpr int V = decltype(v)::value;
       if (!want || ws.data != nullptr) {
         if (const int tpr = team_size(s.cols / V, kFusedPacks<V>); tpr <= kTeamThreads) {
-          return norm_bwd_one_pass<T, V, kRms, kFusedPacks<V>>(dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp,
-                                                               dxp, dscale, dbias, ws);
+          if constexpr (sizeof(T) == 2 && V == 8) {
+            if (scale.data != nullptr && scale.rows_per_group >= s.rows && norm_bwd_version() != NormBwd::kV18) {
+              return norm_bwd_lean<T, kRms>(dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp, dscale, dbias,
+                                            ws);
+            }
+          }
+          return norm_bwd_one_pass<V, kFusedPacks<V>>(norm_bwd_fused_kernel<T, V, kRms>, dev, stream, what, s, tpr, xp,
+                                                      scale, mean, rstd, dyp, dxp, dscale, dbias, ws);
         }
         constexpr int kLong = kFusedLongPacks<T, V>;
         if constexpr (kLong > 0) {
           if (const int tpr = team_size(s.cols / V, kLong); tpr <= kTeamThreads) {
-            return norm_bwd_one_pass<T, V, kRms, kLong>(dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp,
-                                                        dscale, dbias, ws);
+            return norm_bwd_one_pass<V, kLong>(norm_bwd_fused_kernel<T, V, kRms, kLong>, dev, stream, what, s, tpr, xp,
+                                               scale, mean, rstd, dyp, dxp, dscale, dbias, ws);
           }
         }
       }

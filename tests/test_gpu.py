@@ -559,3 +559,82 @@ print("OK")
                                           ("", "")])
 def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid})
+
+
+# The 16-bit fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the
+# default (v19, norm_bwd_lean.cuh: registers prefetch the next row, the scale held; K = 3 rows neither),
+# v19-hold, v19-lean, v19-deep (two rows ahead) and v18 (norm_bwd_fused_kernel). The lean kernel's classes (C % 8 == 0, C <= 12288,
+# one scale row), with K = ceil(packs / tpr) packs per thread, tpr = team_size(packs, 3):
+#   K = 2 full rows: C = 16 (tpr 1), 1024 (64), 8192 (512); not full: C = 8 (one pack), 1000 (125 of 128);
+#   K = 3 full: C = 24 (tpr 1), 768 (32), 12288 (512); not full: C = 40, 600, 10000;
+# rows: one; a few (inactive teams in the last block); many (several rows per team, the prefetch ring
+# ending on either buffer: odd and even counts). Each with a constant row (and a NaN row where the row count
+# is odd), dx / dscale / dbias
+# against float64; dx alone (jax.grad with respect to x); large mean / tiny variance in bf16; bitwise
+# determinism of the gradients run after run. Outside the class (the old kernel): no scale, vmapped scales.
+_NORM_BWD_SCRIPT = r"""
+import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
+sys.path.insert(0, {tests!r})
+import memops_testing as mt
+gpu = jax.devices("gpu")[0]
+put = lambda *a: [jax.device_put(t, gpu) for t in a]
+rng = np.random.default_rng(23)
+ln = jax.jit(lambda x, s, b, g: jax.vjp(jm.layer_norm, x, s, b)[1](g))
+rms = jax.jit(lambda x, s, g: jax.vjp(jm.rms_norm, x, s)[1](g))
+ln_dx = jax.jit(jax.grad(lambda x, s, b, g: jnp.sum(jm.layer_norm(x, s, b).astype(jnp.float32) * g)))
+ln0 = jax.jit(lambda x, g: jax.vjp(jm.layer_norm, x)[1](g))
+cases = [(1, 16), (3, 1024), (4097, 1024), (4098, 1024), (2, 8192), (301, 8192), (9, 8), (1000, 8), (5, 1000),
+         (2001, 1000), (1, 24), (999, 24), (7, 768), (3001, 768), (2, 12288), (263, 12288), (5, 40), (77, 600),
+         (3, 10000), (140, 10000)]
+for dtype in (mt.BF16, mt.F16):
+    tol = mt.GRAD_TOL[dtype]
+    for rows, c in cases:
+        x = mt.randn(rng, (rows, c), np.float32, scale=2.0, loc=0.5)
+        if rows > 2:
+            x[2, :] = 1.25
+        if rows > 2 and rows % 2:  # (a NaN row makes every column's dscale NaN: not in the even cases)
+            x[1, c // 2] = np.nan
+        x = x.astype(dtype)
+        s, b = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,))
+        g = mt.randn(rng, (rows, c), dtype, scale=1.0)
+        what = f"{{dtype}} {{(rows, c)}}"
+        dx, ds, db = ln(*put(x, s, b, g))
+        rdx, rds, rdb = mt.ref_layer_norm_vjp(x, s, b, 1e-5, g)
+        mag = mt.ref_layer_norm_vjp_mag(x, s, 1e-5, g)
+        mt.assert_close(dx, rdx, tol, dtype=dtype, what="layer_norm dx " + what, mag=mag)
+        mt.assert_close(ds, rds, tol, dtype=mt.F32, what="layer_norm dscale " + what)
+        mt.assert_close(db, rdb, tol, dtype=mt.F32, what="layer_norm dbias " + what)
+        again = ln(*put(x, s, b, g))
+        for name, u, v in zip(("dx", "dscale", "dbias"), (dx, ds, db), again):
+            mt.assert_bitwise_equal(np.asarray(u), np.asarray(v), name + " twice " + what)
+        mt.assert_close(ln_dx(*put(x, s, b, g)), rdx, tol, dtype=dtype, what="layer_norm dx alone " + what, mag=mag)
+        dx, ds = rms(*put(x, s, g))
+        rdx, rds = mt.ref_rms_norm_vjp(x, s, 1e-6, g)
+        mt.assert_close(dx, rdx, tol, dtype=dtype, what="rms_norm dx " + what, mag=mt.ref_rms_norm_vjp_mag(x, s, 1e-6, g))
+        mt.assert_close(ds, rds, tol, dtype=mt.F32, what="rms_norm dscale " + what)
+        (dx,) = ln0(*put(x, g))
+        rdx = mt.ref_layer_norm_vjp(x, None, None, 1e-5, g)[0]
+        mt.assert_close(dx, rdx, tol, dtype=dtype, what="layer_norm no params dx " + what,
+                        mag=mt.ref_layer_norm_vjp_mag(x, None, 1e-5, g))
+    x = (1e4 + 64.0 * rng.standard_normal((65, 1024))).astype(dtype)
+    s, b, g = mt.randn(rng, (1024,), loc=1.0), mt.randn(rng, (1024,)), mt.randn(rng, (65, 1024), dtype, scale=1.0)
+    lne = jax.jit(lambda a, p, q, h: jax.vjp(lambda u, v, w: jm.layer_norm(u, v, w, epsilon=1e-12), a, p, q)[1](h))
+    got = lne(*put(x, s, b, g))
+    want = mt.ref_layer_norm_vjp(x, s, b, 1e-12, g)
+    mt.assert_close(got[0], want[0], tol, dtype=dtype, what="large mean dx", mag=mt.ref_layer_norm_vjp_mag(x, s, 1e-12, g))
+    mt.assert_close(got[1], want[1], tol, dtype=mt.F32, what="large mean dscale")
+x = mt.randn(rng, (3, 5, 1024), mt.BF16)
+s, b, g = mt.randn(rng, (3, 1024), loc=1.0), mt.randn(rng, (3, 1024)), mt.randn(rng, (3, 5, 1024), mt.BF16, scale=1.0)
+got = jax.jit(jax.vmap(lambda a, p, q, h: jax.vjp(jm.layer_norm, a, p, q)[1](h)))(*put(x, s, b, g))
+for k in range(3):
+    want = mt.ref_layer_norm_vjp(x[k], s[k], b[k], 1e-5, g[k])
+    mt.assert_close(got[0][k], want[0], mt.GRAD_TOL[mt.BF16], dtype=mt.BF16, what=f"vmap dx[{{k}}]",
+                    mag=mt.ref_layer_norm_vjp_mag(x[k], s[k], 1e-5, g[k]))
+    mt.assert_close(got[1][k], want[1], mt.GRAD_TOL[mt.BF16], dtype=mt.F32, what=f"vmap dscale[{{k}}]")
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("version", ["", "v19-hold", "v19-lean", "v19-deep", "v18"])
+def test_norm_backward_versions(gpu, version):
+    mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version})

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The v19 measurements: the norms' 16-bit fused backward with fewer instructions per element
+# (cpp/norm_bwd_lean.cuh; JAX_MEMOPS_NORM_BWD: "" the default v19, v19-hold, v19-lean, v19-deep, v18 the old
+# kernel).
+#   build    this tree (sm_90).
+#   test     the norms' GPU tests (the backward versions' test included), 8 workers.
+#   verify   the backward versions' GPU test (5 fresh processes) beside compute-sanitizer memcheck and racecheck
+#            over sanitize.py's norms (lean kernel: K = 2 full, K = 3 full and not), then the > 2^31-element
+#            LayerNorm backward (bf16 C = 4096: the lean kernel with prefetch).
+#   ab       bwd and fwd+bwd, bf16, issue 5's C, default against VERSIONS (default "v18 v19-hold"), ROUNDS rounds.
+#   ncu      Nsight Compute over the lean kernel (NCU_CASES, default LayerNorm / RMSNorm bf16 8192 and
+#            LayerNorm bf16 768) and v18's (NCU_V18_CASES, LayerNorm bf16 768): DRAM throughput, issue slots,
+#            warps per scheduler, executed instructions per element and where the warps wait.
+set -uo pipefail
+source "$(dirname "$0")/ab_lib.sh"
+
+stage_build() { ab_build || exit 1; }
+
+stage_test() {
+  ab_gpu_tests norm-gpu "${T_TEST:-260}" "gpu and norm and not slow and not big" 240
+  grep -E "FAILED|Error" "$out/norm-gpu.log" | head -5
+}
+
+stage_verify() {
+  local tool
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 python3 -P -m pytest -q -rfE -n 5 --timeout 280 \
+    -k "norm_backward_versions" tests > "$out/versions.log" 2>&1 &
+  for tool in memcheck racecheck; do
+    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 280 \
+      compute-sanitizer --tool $tool --kernel-name kns=_kernel --error-exitcode 3 \
+      python3 benchmarks/sanitize.py --only layer_norm rms_norm > "$out/$tool.log" 2>&1 &
+  done
+  wait
+  tail -n 1 "$out/versions.log"
+  for tool in memcheck racecheck; do echo "$tool: $(grep -E 'SUMMARY|passed|FAIL' "$out/$tool.log" | tail -2 | tr '\n' ' ')"; done
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 170 python3 -P -m pytest -q -rfEs --timeout 160 \
+    -k "big_layer_norm_backward" tests > "$out/big.log" 2>&1
+  tail -n 1 "$out/big.log"
+}
+
+stage_ab() {
+  # shellcheck disable=SC2086
+  AB_TIMEOUT=${AB_TIMEOUT:-280} ab_rounds nbwd-r --var JAX_MEMOPS_NORM_BWD --versions "" ${VERSIONS:-v18 v19-hold} \
+    --ops layer_norm rms_norm --dirs bwd fwd+bwd --dtypes bfloat16 --cols ${AB_COLS:-768 1024 2048 4096 8192 12288}
+}
+
+# ncu_cases TAG CASES...: Nsight Compute over the norms' fused backward kernels (lean and v18's) in the bench
+# cases given, under this process's JAX_MEMOPS_NORM_BWD: the details' key lines, then per kernel its
+# executed instructions per element and where its warps wait (ncu_source.py), into $out/TAG*.
+ncu_cases() {
+  local tag=$1 n
+  shift
+  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 150 \
+    ncu --profile-from-start off --clock-control none --kernel-name "regex:norm_bwd_(lean|fused)" \
+    --section SpeedOfLight --section WarpStateStats --section Occupancy --section SourceCounters \
+    -f -o "$out/$tag" python3 benchmarks/ncu_profile.py "$@" > "$out/$tag.log" 2>&1
+  tail -1 "$out/$tag.log"
+  ncu -i "$out/$tag.ncu-rep" --page details > "$out/$tag.txt" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|DRAM Throughput|Issue Slots Busy|Warp Cycles Per Issued|Achieved Occupancy|\
+Registers Per" "$out/$tag.txt" | cut -c1-120
+  for n in $(seq 0 $(($# - 1))); do
+    ncu -i "$out/$tag.ncu-rep" --page source --csv --print-source sass --launch-skip "$n" --launch-count 1 \
+      > "$out/$tag-src-$n.csv" 2> "$out/$tag-src-$n.err"
+  done
+  python3 benchmarks/ncu_source.py "$out/$tag"-src-*.csv --top 4 --elements 67108864 | tee "$out/$tag-source.md"
+}
+
+stage_ncu() {
+  # shellcheck disable=SC2086
+  ncu_cases ncu ${NCU_CASES:-layer_norm:bwd:bfloat16:8192:ours rms_norm:bwd:bfloat16:8192:ours \
+    layer_norm:bwd:bfloat16:768:ours}
+  # shellcheck disable=SC2086
+  JAX_MEMOPS_NORM_BWD=v18 ncu_cases ncu-v18 ${NCU_V18_CASES:-layer_norm:bwd:bfloat16:768:ours}
+}
+
+ab_init "$@"
+ab_run ab-v19

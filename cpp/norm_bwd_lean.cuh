@@ -1,0 +1,220 @@
+// LayerNorm / RMSNorm fused backward for 16-bit types (v19; norms.cu takes it for 16-byte packs, C <= 12288
+// and a scale shared by every row): norms.cu's norm_bwd_fused_kernel with fewer instructions per element.
+// Why: Nsight Compute on that kernel (bf16 LayerNorm, C = 8192; RESULTS.md "v18") counted 44 thread
+// instructions per element, the SM issuing half the time at 4 warps per scheduler, the DRAM at 46% of its
+// rate: bound by its instructions. The arithmetic itself is ~18 per element (two passes over raw packs,
+// each unpacking x and dy). What this kernel drops:
+//   * the scale's test per pack (present? row group?) and its `1.0f` moves: one dense pointer, 16-byte
+//     loads, the thread's scale columns held in registers across its rows at K = 2;
+//   * the branches per pack: a thread's packs per row K = 2 or 3 fit the row (K = ceil(packs / tpr), not
+//     the fixed 3 that left a third of the slots empty at C = 1024..8192); in full rows every load is
+//     plain; elsewhere empty slots read a real pack of x (the index clamped: its xhat is finite whenever
+//     the row's are) and zeros of dy, so they add exact zeros to the sums and partials without a branch;
+//   * the team sums' sequential loop (each thread added the team's 16 warp partials from shared memory:
+//     32 loads and adds per row): the partials go back into registers and a butterfly adds them (4 steps);
+//   * xhat = ((x - x0) - mean) * rstd by one subtraction and one FMA, (x - x0) * rstd + (-mean * rstd);
+//     dx = rstd * g + (xhat * gx + g0), rstd folded into the row's two constants; RMSNorm's sums skip Σg;
+//   * the repacking of 16-bit halves: rows are held as uint4 words (a Pack of bf16 copied from a load cost
+//     2.3 PRMT per element at C = 768).
+// And it loads the next row's packs and statistics into a second set of registers before it works on
+// the current row (kAhead = 1 at K = 2; 2: two rows ahead, three sets, an A/B option), so a team's loads
+// are in flight while it computes. Measured (RESULTS.md "v19"): ~29 instructions per element (LayerNorm
+// bf16 8192), 1.11-1.22x the old kernel at C = 1024..8192, a tie at 768.
+// Geometry and partials as in partials.cuh (teams of tpr threads, one row per team at a time, dscale / dbias
+// partials in registers, summed per block into the workspace in the same order as norm_bwd_fused_kernel).
+#pragma once
+
+#include "partials.cuh"
+
+namespace jm::cuda {
+
+// team_sum2's result by a butterfly: the warps' partials meet in shared memory (two buffers by row parity,
+// one barrier, as team_sum2) and every lane of a warp reads them back in groups of wpt lanes, which the
+// xor steps add; every lane of the team ends with the same bits (the adds are commutative).
+template <int N>
+__device__ __forceinline__ void team_sum_lean(float (&v)[N], int tpr, TeamRed& red, int parity) {
+  static_assert(N <= 2);
+  if (tpr <= 32) {
+    warp_reduce(v, SumOp{}, tpr);
+    return;
+  }
+  warp_reduce(v, SumOp{});
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int wpt = tpr / 32;
+  if (lane == 0) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) red[parity][n][warp] = v[n];
+  }
+  __syncthreads();
+  const int src = (warp & ~(wpt - 1)) + (lane & (wpt - 1));  // the team's warps, repeated across the lanes
+#pragma unroll
+  for (int n = 0; n < N; ++n) v[n] = red[parity][n][src];
+  warp_reduce(v, SumOp{}, wpt);
+}
+
+// One row's registers: its x and dy packs, raw, and its statistics (x0: the row's first element, the
+// saved mean's origin; mean_rs = -mean * rstd). An inactive team (row past its block's range) holds
+// zeros and rstd 0: every sum and partial it adds is an exact 0.
+template <int K>
+struct LeanRow {
+  uint4 x[K], dy[K];  // 16-bit packs as words (unpack_words_fresh)
+  float x0, mean_rs, rs;
+};
+
+template <typename T, bool kRms, int K>
+__device__ __forceinline__ void load_lean_row(LeanRow<K>& r, const T* x, const T* dy, const float* mean,
+                                              const float* rstd, int64_t row, bool active, bool full, int cols,
+                                              int lane, int tpr) {
+  const int packs = cols / 8;
+  const int64_t off = row * cols;
+  const uint4* xw = reinterpret_cast<const uint4*>(x + off);
+  const uint4* dw = reinterpret_cast<const uint4*>(dy + off);
+  if (active && full) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      r.x[k] = __ldcs(xw + lane + k * tpr);
+      r.dy[k] = __ldcs(dw + lane + k * tpr);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = lane + k * tpr;
+      r.x[k] = r.dy[k] = make_uint4(0u, 0u, 0u, 0u);
+      if (active) r.x[k] = __ldcs(xw + min(i, packs - 1));
+      if (active && i < packs) r.dy[k] = __ldcs(dw + i);
+    }
+  }
+  r.rs = active ? rstd[row] : 0.0f;
+  if constexpr (kRms) {
+    r.x0 = 0.0f;
+    r.mean_rs = 0.0f;
+  } else {
+    r.x0 = active ? to_float(x[off]) : 0.0f;
+    r.mean_rs = active ? -mean[row] * r.rs : 0.0f;
+  }
+}
+
+// The f32 scale of a thread's pack k (its index clamped into the row: an empty slot's dy is 0).
+__device__ __forceinline__ void load_lean_scale(const float* scale, int i, float (&sc)[8]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(scale) + 2 * i);
+  const float4 b = __ldg(reinterpret_cast<const float4*>(scale) + 2 * i + 1);
+  sc[0] = a.x, sc[1] = a.y, sc[2] = a.z, sc[3] = a.w;
+  sc[4] = b.x, sc[5] = b.y, sc[6] = b.z, sc[7] = b.w;
+}
+
+template <typename T, bool kRms, int K, bool kHoldScale, int kAhead>
+__global__ void __launch_bounds__(kTeamThreads, 1)
+    norm_bwd_lean_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
+                         const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
+                         int64_t rows, int64_t cols64, int tpr, int64_t groups, int64_t per_group,
+                         float* __restrict__ slab_a, float* __restrict__ slab_b) {
+  static_assert(sizeof(T) == 2);
+  constexpr int N = kRms ? 1 : 2;  // the row sums: Σ g*xhat (and Σ g)
+  __shared__ TeamRed red;
+  const PartialBlock blk = partial_block(rows, groups, per_group, 1);
+  const int cols = static_cast<int>(cols64);  // <= 512 * 3 * 8
+  const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
+  const int team = static_cast<int>(threadIdx.x) / tpr;
+  const int teams = static_cast<int>(blockDim.x) / tpr;
+  const int packs = cols / 8;
+  const bool full = packs == K * tpr;
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  float* const acc_a = slab_a != nullptr ? reinterpret_cast<float*>(dynamic_smem()) : nullptr;
+  float* const acc_b = slab_b == nullptr  ? nullptr
+                       : acc_a != nullptr ? acc_a + partial_slab_floats<8, K>(static_cast<int>(blockDim.x))
+                                          : reinterpret_cast<float*>(dynamic_smem());
+  RegPartials<8, K> reg;
+  float held[kHoldScale ? K : 1][8];
+  if constexpr (kHoldScale) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) load_lean_scale(scale.data, min(lane + k * tpr, packs - 1), held[k]);
+  }
+  const auto scale_of = [&](int k, float (&sc)[8]) {
+    if constexpr (kHoldScale) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sc[j] = held[k][j];
+    } else {
+      load_lean_scale(scale.data, min(lane + k * tpr, packs - 1), sc);
+    }
+  };
+
+  // One row: the sums, the team's reduction, then dx and the partials. parity: the row's TeamRed buffer.
+  const auto work = [&](const LeanRow<K>& r, int64_t row, bool active, int parity) {
+    float sums[N] = {};  // sums[0] = Σ g*xhat, sums[1] = Σ g
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      float xv[8], dv[8], sc[8];
+      unpack_words_fresh<T>(r.x[k], xv);
+      unpack_words_fresh<T>(r.dy[k], dv);
+      scale_of(k, sc);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float g = dv[j] * sc[j];
+        const float xhat = kRms ? xv[j] * r.rs : fmaf(xv[j] - r.x0, r.rs, r.mean_rs);
+        sums[0] = fmaf(g, xhat, sums[0]);
+        if constexpr (!kRms) sums[N - 1] += g;
+      }
+    }
+    team_sum_lean(sums, tpr, red, parity);
+    // dx = rs * (g - mean(g) - xhat * mean(g*xhat)) = rs * g + (xhat * gx + g0), rs folded into the row's
+    // two constants (C >= 8 here: no exact-zero case to keep, as C == 1 has in norm_bwd_fused_kernel).
+    const float gx = -r.rs * (sums[0] * inv_cols);
+    const float g0 = kRms ? 0.0f : -r.rs * (sums[N - 1] * inv_cols);
+    T* const dxr = dx + row * cols;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      float xv[8], dv[8], sc[8], out[8];
+      unpack_words_fresh<T>(r.x[k], xv);
+      unpack_words_fresh<T>(r.dy[k], dv);
+      scale_of(k, sc);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float xhat = kRms ? xv[j] * r.rs : fmaf(xv[j] - r.x0, r.rs, r.mean_rs);
+        out[j] = fmaf(r.rs, dv[j] * sc[j], fmaf(xhat, gx, g0));
+        reg.a[k][j] = fmaf(dv[j], xhat, reg.a[k][j]);
+        if constexpr (!kRms) reg.b[k][j] += dv[j];
+      }
+      const int i = lane + k * tpr;
+      if (active && i < packs) store_pack<8>(dxr, i, out);
+    }
+  };
+
+  // The rows of a team: base + team for base = blk.begin, + teams, ... (uniform over the block). A ring of
+  // kAhead + 1 row registers: each step loads the row kAhead turns ahead, then works on its own row; the
+  // steps rotate the roles, so no register copies between rows.
+  LeanRow<K> a, b, c;  // b, c: kAhead >= 1, 2 only (else dead)
+  int64_t base = blk.begin;
+  int parity = 0;
+  const auto load = [&](LeanRow<K>& r, int64_t row) {
+    load_lean_row<T, kRms, K>(r, x, dy, mean, rstd, row, row < blk.end, full, cols, lane, tpr);
+  };
+  const auto step = [&](const LeanRow<K>& use, LeanRow<K>& fill) {  // true when the block's rows are done
+    const int64_t row = base + team;
+    if constexpr (kAhead > 0) load(fill, row + kAhead * int64_t{teams});
+    work(use, row, row < blk.end, parity);
+    base += teams;
+    parity ^= 1;
+    return base >= blk.end;
+  };
+  load(a, base + team);
+  if constexpr (kAhead == 2) load(b, base + team + teams);
+  if (base < blk.end) {
+    for (;;) {
+      if constexpr (kAhead == 0) {
+        if (step(a, a)) break;
+        load(a, base + team);
+      } else if constexpr (kAhead == 1) {
+        if (step(a, b) || step(b, a)) break;
+      } else {
+        if (step(a, c) || step(b, a) || step(c, b)) break;
+      }
+    }
+  }
+  store_partials<8, K>(acc_a, reg.a);
+  if constexpr (!kRms) store_partials<8, K>(acc_b, reg.b);
+  if (acc_a != nullptr) finish_partials<8, K>(acc_a, tpr, 0, cols, slab_a, blk.row_out);
+  if (acc_b != nullptr) finish_partials<8, K>(acc_b, tpr, 0, cols, slab_b, blk.row_out);
+}
+
+}  // namespace jm::cuda
