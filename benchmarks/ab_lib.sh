@@ -5,7 +5,8 @@
 #   ab_build_old       build/old (an older commit's tree, carried to the device) into /tmp/oldsite, for
 #                      A/Bs by PYTHONPATH (softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "")
 #   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
-#   ab_run, ab_gpu_tests, ab_check, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race: below
+#   ab_run, ab_gpu_tests, ab_check, ab_norm_sanitize, ab_against_old, ab_rounds, ab_softmax_final,
+#   ab_cluster_race: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -65,6 +66,22 @@ ab_check() {
     -k "gpu and slow and big" tests > "$out/pytest-big.log" 2>&1
   grep -E "PASSED|FAILED|SKIPPED|ERROR" "$out/pytest-big.log" | sed 's/ *\[.*//' | tail -15
   tail -n 1 "$out/pytest-big.log"
+}
+
+# ab_norm_sanitize TAG FILTER [SECONDS]: compute-sanitizer memcheck and racecheck side by side over
+# sanitize.py's norms (--kernel-name FILTER, e.g. kns=_kernel), then a line each from $out/<tool>-TAG.log.
+# Waits for every background job of the caller too.
+ab_norm_sanitize() {
+  local tag=$1 filter=$2 secs=${3:-280} tool
+  for tool in memcheck racecheck; do
+    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout "$secs" \
+      compute-sanitizer --tool $tool --kernel-name "$filter" --error-exitcode 3 \
+      python3 benchmarks/sanitize.py --only layer_norm rms_norm > "$out/$tool-$tag.log" 2>&1 &
+  done
+  wait
+  for tool in memcheck racecheck; do
+    echo "$tool: $(grep -E 'SUMMARY|checks passed' "$out/$tool-$tag.log" | tail -2 | tr '\n' ' ')"
+  done
 }
 
 # ab_against_old NAME BENCH-OPTIONS...: softmax_ab.py, build/old's install (/tmp/oldsite) against this

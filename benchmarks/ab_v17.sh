@@ -93,18 +93,9 @@ stage_s2() {
 
 stage_nl() {
   ab_build_old > /dev/null 2>&1 &
-  local tool
   ab_gpu_tests pytest-nl 200 "${TESTS:-backward_partials or (gpu and norm and grad)}" 150
   grep -E "^(FAILED|ERROR)" "$out/pytest-nl.log" | cut -c1-200
-  for tool in memcheck racecheck; do
-    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 150 \
-      compute-sanitizer --tool $tool --kernel-name kns=norm_bwd_fused --error-exitcode 3 \
-      python3 benchmarks/sanitize.py --only layer_norm rms_norm > "$out/$tool-nl.log" 2>&1 &
-  done
-  wait
-  for tool in memcheck racecheck; do
-    echo "$tool: $(grep -E 'SUMMARY|checks passed' "$out/$tool-nl.log" | tail -2 | tr '\n' ' ')"
-  done
+  ab_norm_sanitize nl kns=norm_bwd_fused 150
   ROUNDS=1 ab_against_old "nl-r1" --ops layer_norm rms_norm --dirs bwd fwd+bwd --dtypes float32 bfloat16 \
     --cols ${AB_COLS:-12288 16384 24576}
 }

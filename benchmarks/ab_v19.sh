@@ -22,17 +22,10 @@ stage_test() {
 }
 
 stage_verify() {
-  local tool
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 python3 -P -m pytest -q -rfE -n 5 --timeout 280 \
     -k "norm_backward_versions" tests > "$out/versions.log" 2>&1 &
-  for tool in memcheck racecheck; do
-    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 280 \
-      compute-sanitizer --tool $tool --kernel-name kns=_kernel --error-exitcode 3 \
-      python3 benchmarks/sanitize.py --only layer_norm rms_norm > "$out/$tool.log" 2>&1 &
-  done
-  wait
+  ab_norm_sanitize v19 kns=_kernel 280
   tail -n 1 "$out/versions.log"
-  for tool in memcheck racecheck; do echo "$tool: $(grep -E 'SUMMARY|passed|FAIL' "$out/$tool.log" | tail -2 | tr '\n' ' ')"; done
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 170 python3 -P -m pytest -q -rfEs --timeout 160 \
     -k "big_layer_norm_backward" tests > "$out/big.log" 2>&1
   tail -n 1 "$out/big.log"
