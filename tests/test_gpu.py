@@ -563,15 +563,16 @@ def test_norm_forward_versions(gpu, version, grid):
 
 # The 16-bit fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the
 # default (v19, norm_bwd_lean.cuh: registers prefetch the next row, the scale held; K = 3 rows neither),
-# v19-hold, v19-lean, v19-deep (two rows ahead) and v18 (norm_bwd_fused_kernel). The lean kernel's classes (C % 8 == 0, C <= 12288,
-# one scale row), with K = ceil(packs / tpr) packs per thread, tpr = team_size(packs, 3):
+# v19-hold, v19-lean, v19-deep (two rows ahead) and v18 (norm_bwd_fused_kernel). The lean kernel's classes
+# (C % 8 == 0, C <= 12288, one scale row), with K = ceil(packs / tpr) packs per thread,
+# tpr = team_size(packs, 3):
 #   K = 2 full rows: C = 16 (tpr 1), 1024 (64), 8192 (512); not full: C = 8 (one pack), 1000 (125 of 128);
-#   K = 3 full: C = 24 (tpr 1), 768 (32), 12288 (512); not full: C = 40, 600, 10000;
-# rows: one; a few (inactive teams in the last block); many (several rows per team, the prefetch ring
-# ending on either buffer: odd and even counts). Each with a constant row (and a NaN row where the row count
-# is odd), dx / dscale / dbias
-# against float64; dx alone (jax.grad with respect to x); large mean / tiny variance in bf16; bitwise
-# determinism of the gradients run after run. Outside the class (the old kernel): no scale, vmapped scales.
+#   K = 3 full: C = 24 (tpr 1), 768 (32), 12288 (512); not full: C = 40, 600, 10000.
+# Rows: one; a few (inactive teams in the last block); many (several rows per team, the prefetch ring
+# ending on either buffer: odd and even counts). Each with a constant row (and a NaN row where the row
+# count is odd), dx / dscale / dbias against float64; dx alone (jax.grad with respect to x); large mean /
+# tiny variance; bitwise determinism of the gradients run after run. Outside the class (the old kernel):
+# no scale, vmapped scales.
 _NORM_BWD_SCRIPT = r"""
 import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
 sys.path.insert(0, {tests!r})
