@@ -570,9 +570,9 @@ def test_norm_forward_versions(gpu, version, grid):
 #   K = 3 full: C = 24 (tpr 1), 768 (32), 12288 (512); not full: C = 40, 600, 10000.
 # Rows: one; a few (inactive teams in the last block); many (several rows per team, the prefetch ring
 # ending on either buffer: odd and even counts). Each with a constant row (and a NaN row where the row
-# count is odd), dx / dscale / dbias against float64; dx alone (jax.grad with respect to x); large mean /
-# tiny variance; bitwise determinism of the gradients run after run. Outside the class (the old kernel):
-# no scale, vmapped scales.
+# count is odd), NaN poured into the memory each run's outputs take, dx / dscale / dbias against float64;
+# dx alone (jax.grad with respect to x); large mean / tiny variance; bitwise determinism of the gradients run
+# after run. Outside the class (the old kernel): no scale, vmapped scales.
 _NORM_BWD_SCRIPT = r"""
 import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
 sys.path.insert(0, {tests!r})
@@ -580,6 +580,10 @@ import memops_testing as mt
 gpu = jax.devices("gpu")[0]
 put = lambda *a: [jax.device_put(t, gpu) for t in a]
 rng = np.random.default_rng(23)
+def poison(shape):  # NaN in the memory the next outputs take: an element left unwritten stays NaN
+    p = jax.device_put(np.full((2,) + shape, np.nan, np.float32), gpu)
+    p.block_until_ready()
+    p.delete()
 ln = jax.jit(lambda x, s, b, g: jax.vjp(jm.layer_norm, x, s, b)[1](g))
 rms = jax.jit(lambda x, s, g: jax.vjp(jm.rms_norm, x, s)[1](g))
 ln_dx = jax.jit(jax.grad(lambda x, s, b, g: jnp.sum(jm.layer_norm(x, s, b).astype(jnp.float32) * g)))
@@ -599,16 +603,21 @@ for dtype in (mt.BF16, mt.F16):
         s, b = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,))
         g = mt.randn(rng, (rows, c), dtype, scale=1.0)
         what = f"{{dtype}} {{(rows, c)}}"
-        dx, ds, db = ln(*put(x, s, b, g))
+        args = put(x, s, b, g)
+        poison((rows, c))
+        dx, ds, db = ln(*args)
         rdx, rds, rdb = mt.ref_layer_norm_vjp(x, s, b, 1e-5, g)
         mag = mt.ref_layer_norm_vjp_mag(x, s, 1e-5, g)
         mt.assert_close(dx, rdx, tol, dtype=dtype, what="layer_norm dx " + what, mag=mag)
         mt.assert_close(ds, rds, tol, dtype=mt.F32, what="layer_norm dscale " + what)
         mt.assert_close(db, rdb, tol, dtype=mt.F32, what="layer_norm dbias " + what)
-        again = ln(*put(x, s, b, g))
+        poison((rows, c))
+        again = ln(*args)
         for name, u, v in zip(("dx", "dscale", "dbias"), (dx, ds, db), again):
             mt.assert_bitwise_equal(np.asarray(u), np.asarray(v), name + " twice " + what)
-        mt.assert_close(ln_dx(*put(x, s, b, g)), rdx, tol, dtype=dtype, what="layer_norm dx alone " + what, mag=mag)
+        poison((rows, c))
+        mt.assert_close(ln_dx(*args), rdx, tol, dtype=dtype, what="layer_norm dx alone " + what, mag=mag)
+        poison((rows, c))
         dx, ds = rms(*put(x, s, g))
         rdx, rds = mt.ref_rms_norm_vjp(x, s, 1e-6, g)
         mt.assert_close(dx, rdx, tol, dtype=dtype, what="rms_norm dx " + what, mag=mt.ref_rms_norm_vjp_mag(x, s, 1e-6, g))
