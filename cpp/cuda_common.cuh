@@ -123,10 +123,6 @@ __device__ __forceinline__ void store_pack(T* base, int64_t pack, const float (&
   store_raw<V>(base, pack, p);
 }
 
-// The floats of a pack, converted anew at each call: for 16-bit types volatile asm, which the compiler
-// neither merges with an earlier identical conversion nor hoists, so a kernel that keeps packs in
-// registers across several passes keeps them raw (half the registers), not as floats. f32 (or an odd
-// V): unpack.
 // The two 16-bit elements of word w (element 0 in its low half), converted anew (see unpack_fresh).
 template <typename T>
 __device__ __forceinline__ void unpack_word_fresh(uint32_t w, float& lo, float& hi) {
@@ -144,6 +140,10 @@ __device__ __forceinline__ void unpack_word_fresh(uint32_t w, float& lo, float& 
   }
 }
 
+// The floats of a pack, converted anew at each call: for 16-bit types volatile asm, which the compiler
+// neither merges with an earlier identical conversion nor hoists, so a kernel that keeps packs in
+// registers across several passes keeps them raw (half the registers), not as floats. f32 (or an odd
+// V): unpack.
 template <int V, typename T>
 __device__ __forceinline__ void unpack_fresh(const Pack<T, V>& p, float (&out)[V]) {
   if constexpr (sizeof(T) == 4 || V % 2 != 0) {

@@ -120,10 +120,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   const int packs = cols / 8;
   const bool full = packs == K * tpr;
   const float inv_cols = 1.0f / static_cast<float>(cols);
-  float* const acc_a = slab_a != nullptr ? reinterpret_cast<float*>(dynamic_smem()) : nullptr;
-  float* const acc_b = slab_b == nullptr  ? nullptr
-                       : acc_a != nullptr ? acc_a + partial_slab_floats<8, K>(static_cast<int>(blockDim.x))
-                                          : reinterpret_cast<float*>(dynamic_smem());
+  const auto [acc_a, acc_b] = partial_accs<8, K>(slab_a, slab_b, static_cast<int>(blockDim.x));
   RegPartials<8, K> reg;
   float held[kHoldScale ? K : 1][8];
   if constexpr (kHoldScale) {

@@ -256,10 +256,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   const int teams = static_cast<int>(blockDim.x) / tpr;
   const int packs = static_cast<int>(cols / V);  // <= tpr * K (the host checks)
   const float fcols = static_cast<float>(cols);
-  float* const acc_a = slab_a != nullptr ? reinterpret_cast<float*>(dynamic_smem()) : nullptr;
-  float* const acc_b = slab_b == nullptr  ? nullptr
-                       : acc_a != nullptr ? acc_a + partial_slab_floats<V, K>(static_cast<int>(blockDim.x))
-                                          : reinterpret_cast<float*>(dynamic_smem());
+  const auto [acc_a, acc_b] = partial_accs<V, K>(slab_a, slab_b, static_cast<int>(blockDim.x));
   RegPartials<V, K> reg;  // kReg only (else dead)
   if constexpr (!kReg) {
     zero_partials<V, K>(acc_a);

@@ -93,6 +93,21 @@ __host__ __device__ constexpr int64_t partial_slab_floats(int threads = kTeamThr
   return int64_t{threads} * K * V;
 }
 
+// The block's accumulation slabs in dynamic shared memory for the gradients whose workspace slabs are given
+// (slab_a, then slab_b right after it; nullptr where a gradient is not wanted), `threads` x K x V floats each.
+struct PartialAccs {
+  float* a;
+  float* b;
+};
+
+template <int V, int K>
+__device__ __forceinline__ PartialAccs partial_accs(const float* slab_a, const float* slab_b, int threads) {
+  float* const smem = reinterpret_cast<float*>(dynamic_smem());
+  float* const a = slab_a != nullptr ? smem : nullptr;
+  float* const b = slab_b == nullptr ? nullptr : a != nullptr ? a + partial_slab_floats<V, K>(threads) : smem;
+  return {a, b};
+}
+
 // Zeroes this thread's slots of a slab (nullptr: not wanted).
 template <int V, int K>
 __device__ __forceinline__ void zero_partials(float* slab) {
