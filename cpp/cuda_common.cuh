@@ -156,14 +156,19 @@ __device__ __forceinline__ void unpack_fresh(const Pack<T, V>& p, float (&out)[V
   }
 }
 
-// unpack_fresh of 8 16-bit elements held as one 16-byte word vector (kernels that keep 16-bit rows as
-// uint4: a Pack of 16-bit elements copied from a load is moved around by halves, PRMT per pair).
+// unpack_fresh of a 16-byte pack held as one word vector (kernels that keep rows as uint4: a Pack of
+// 16-bit elements copied from a load is moved around by halves, PRMT per pair); f32: the words' bits.
 template <typename T>
-__device__ __forceinline__ void unpack_words_fresh(const uint4& u, float (&out)[8]) {
-  unpack_word_fresh<T>(u.x, out[0], out[1]);
-  unpack_word_fresh<T>(u.y, out[2], out[3]);
-  unpack_word_fresh<T>(u.z, out[4], out[5]);
-  unpack_word_fresh<T>(u.w, out[6], out[7]);
+__device__ __forceinline__ void unpack_words_fresh(const uint4& u, float (&out)[kVec<T>]) {
+  if constexpr (sizeof(T) == 4) {
+    out[0] = __uint_as_float(u.x), out[1] = __uint_as_float(u.y);
+    out[2] = __uint_as_float(u.z), out[3] = __uint_as_float(u.w);
+  } else {
+    unpack_word_fresh<T>(u.x, out[0], out[1]);
+    unpack_word_fresh<T>(u.y, out[2], out[3]);
+    unpack_word_fresh<T>(u.z, out[4], out[5]);
+    unpack_word_fresh<T>(u.w, out[6], out[7]);
+  }
 }
 
 // Streaming (evict-first) 16-byte accesses for data read or written once (__ldcs / __stcs); packs

@@ -58,7 +58,7 @@ __device__ __forceinline__ void team_sum_lean(float (&v)[N], int tpr, TeamRed& r
 // zeros and rstd 0: every sum and partial it adds is an exact 0.
 template <int K>
 struct LeanRow {
-  uint4 x[K], dy[K];  // 16-bit packs as words (unpack_words_fresh)
+  uint4 x[K], dy[K];  // packs as words (unpack_words_fresh)
   float x0, mean_rs, rs;
 };
 
@@ -66,7 +66,7 @@ template <typename T, bool kRms, int K>
 __device__ __forceinline__ void load_lean_row(LeanRow<K>& r, const T* x, const T* dy, const float* mean,
                                               const float* rstd, int64_t row, bool active, bool full, int cols,
                                               int lane, int tpr) {
-  const int packs = cols / 8;
+  const int packs = cols / kVec<T>;
   const int64_t off = row * cols;
   const uint4* xw = reinterpret_cast<const uint4*>(x + off);
   const uint4* dw = reinterpret_cast<const uint4*>(dy + off);
@@ -95,12 +95,14 @@ __device__ __forceinline__ void load_lean_row(LeanRow<K>& r, const T* x, const T
   }
 }
 
-// The f32 scale of a thread's pack k (its index clamped into the row: an empty slot's dy is 0).
-__device__ __forceinline__ void load_lean_scale(const float* scale, int i, float (&sc)[8]) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(scale) + 2 * i);
-  const float4 b = __ldg(reinterpret_cast<const float4*>(scale) + 2 * i + 1);
-  sc[0] = a.x, sc[1] = a.y, sc[2] = a.z, sc[3] = a.w;
-  sc[4] = b.x, sc[5] = b.y, sc[6] = b.z, sc[7] = b.w;
+// The f32 scale of a thread's pack i, E floats (its index clamped into the row: an empty slot's dy is 0).
+template <int E>
+__device__ __forceinline__ void load_lean_scale(const float* scale, int i, float (&sc)[E]) {
+#pragma unroll
+  for (int q = 0; q < E / 4; ++q) {
+    const float4 f = __ldg(reinterpret_cast<const float4*>(scale) + E / 4 * i + q);
+    sc[4 * q] = f.x, sc[4 * q + 1] = f.y, sc[4 * q + 2] = f.z, sc[4 * q + 3] = f.w;
+  }
 }
 
 template <typename T, bool kRms, int K, bool kHoldScale, int kAhead>
@@ -109,30 +111,30 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
                          const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
                          int64_t rows, int64_t cols64, int tpr, int64_t groups, int64_t per_group,
                          float* __restrict__ slab_a, float* __restrict__ slab_b) {
-  static_assert(sizeof(T) == 2);
+  constexpr int E = kVec<T>;  // elements per 16-byte pack
   constexpr int N = kRms ? 1 : 2;  // the row sums: Σ g*xhat (and Σ g)
   __shared__ TeamRed red;
   const PartialBlock blk = partial_block(rows, groups, per_group, 1);
-  const int cols = static_cast<int>(cols64);  // <= 512 * 3 * 8
+  const int cols = static_cast<int>(cols64);  // <= 512 * K * E
   const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
   const int team = static_cast<int>(threadIdx.x) / tpr;
   const int teams = static_cast<int>(blockDim.x) / tpr;
-  const int packs = cols / 8;
+  const int packs = cols / E;
   const bool full = packs == K * tpr;
   const float inv_cols = 1.0f / static_cast<float>(cols);
-  const auto [acc_a, acc_b] = partial_accs<8, K>(slab_a, slab_b, static_cast<int>(blockDim.x));
-  RegPartials<8, K> reg;
-  float held[kHoldScale ? K : 1][8];
+  const auto [acc_a, acc_b] = partial_accs<E, K>(slab_a, slab_b, static_cast<int>(blockDim.x));
+  RegPartials<E, K> reg;
+  float held[kHoldScale ? K : 1][E];
   if constexpr (kHoldScale) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) load_lean_scale(scale.data, min(lane + k * tpr, packs - 1), held[k]);
+    for (int k = 0; k < K; ++k) load_lean_scale<E>(scale.data, min(lane + k * tpr, packs - 1), held[k]);
   }
-  const auto scale_of = [&](int k, float (&sc)[8]) {
+  const auto scale_of = [&](int k, float (&sc)[E]) {
     if constexpr (kHoldScale) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) sc[j] = held[k][j];
+      for (int j = 0; j < E; ++j) sc[j] = held[k][j];
     } else {
-      load_lean_scale(scale.data, min(lane + k * tpr, packs - 1), sc);
+      load_lean_scale<E>(scale.data, min(lane + k * tpr, packs - 1), sc);
     }
   };
 
@@ -141,12 +143,12 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
     float sums[N] = {};  // sums[0] = Σ g*xhat, sums[1] = Σ g
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      float xv[8], dv[8], sc[8];
+      float xv[E], dv[E], sc[E];
       unpack_words_fresh<T>(r.x[k], xv);
       unpack_words_fresh<T>(r.dy[k], dv);
       scale_of(k, sc);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < E; ++j) {
         const float g = dv[j] * sc[j];
         const float xhat = kRms ? xv[j] * r.rs : fmaf(xv[j] - r.x0, r.rs, r.mean_rs);
         sums[0] = fmaf(g, xhat, sums[0]);
@@ -155,25 +157,25 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
     }
     team_sum_lean(sums, tpr, red, parity);
     // dx = rs * (g - mean(g) - xhat * mean(g*xhat)) = rs * g + (xhat * gx + g0), rs folded into the row's
-    // two constants (C >= 8 here: no exact-zero case to keep, as C == 1 has in norm_bwd_fused_kernel).
+    // two constants (C >= E >= 4 here: no exact-zero case to keep, as C == 1 has in norm_bwd_fused_kernel).
     const float gx = -r.rs * (sums[0] * inv_cols);
     const float g0 = kRms ? 0.0f : -r.rs * (sums[N - 1] * inv_cols);
     T* const dxr = dx + row * cols;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      float xv[8], dv[8], sc[8], out[8];
+      float xv[E], dv[E], sc[E], out[E];
       unpack_words_fresh<T>(r.x[k], xv);
       unpack_words_fresh<T>(r.dy[k], dv);
       scale_of(k, sc);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < E; ++j) {
         const float xhat = kRms ? xv[j] * r.rs : fmaf(xv[j] - r.x0, r.rs, r.mean_rs);
         out[j] = fmaf(r.rs, dv[j] * sc[j], fmaf(xhat, gx, g0));
         reg.a[k][j] = fmaf(dv[j], xhat, reg.a[k][j]);
         if constexpr (!kRms) reg.b[k][j] += dv[j];
       }
       const int i = lane + k * tpr;
-      if (active && i < packs) store_pack<8>(dxr, i, out);
+      if (active && i < packs) store_pack<E>(dxr, i, out);
     }
   };
 
@@ -208,10 +210,10 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
       }
     }
   }
-  store_partials<8, K>(acc_a, reg.a);
-  if constexpr (!kRms) store_partials<8, K>(acc_b, reg.b);
-  if (acc_a != nullptr) finish_partials<8, K>(acc_a, tpr, 0, cols, slab_a, blk.row_out);
-  if (acc_b != nullptr) finish_partials<8, K>(acc_b, tpr, 0, cols, slab_b, blk.row_out);
+  store_partials<E, K>(acc_a, reg.a);
+  if constexpr (!kRms) store_partials<E, K>(acc_b, reg.b);
+  if (acc_a != nullptr) finish_partials<E, K>(acc_a, tpr, 0, cols, slab_a, blk.row_out);
+  if (acc_b != nullptr) finish_partials<E, K>(acc_b, tpr, 0, cols, slab_b, blk.row_out);
 }
 
 }  // namespace jm::cuda

@@ -442,24 +442,38 @@ ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t 
   return sum_partials(stream, ws, s.cols, dscale, dbias, what);
 }
 
-// norm_bwd_lean.cuh's kernel for a 16-bit row of `packs` 8-element packs on teams of tpr threads
-// (team_size(packs, 3)): K = 2 packs per thread where they cover the row (C = 1024..8192 and every power of
-// two), else 3.
+// norm_bwd_lean.cuh's kernel for a row of `packs` 16-byte packs on teams of tpr threads (team_size(packs,
+// kLeanPacks<T>)): 16-bit K = 2 packs per thread where they cover the row (C = 1024..8192 and every power
+// of two), else 3; f32 K = 3 or 4 (v20 branch: its partials in registers, 32 floats at LayerNorm, where
+// norm_bwd_fused_kernel keeps them in shared memory).
+template <typename T>
+inline constexpr int kLeanPacks = sizeof(T) == 2 ? 3 : 4;
+
 template <typename T, bool kRms>
 ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char* what, RowShape s, int tpr,
                          const T* xp, ParamView scale, const float* mean, const float* rstd, const T* dyp, T* dxp,
                          const GradView& dscale, const GradView& dbias, const PartialsView& ws) {
+  constexpr int V = kVec<T>;
   const auto run = [&](auto kernel, auto k) {
-    return norm_bwd_one_pass<8, decltype(k)::value>(kernel, dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp,
+    return norm_bwd_one_pass<V, decltype(k)::value>(kernel, dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp,
                                                     dxp, dscale, dbias, ws);
   };
-  using K2 = std::integral_constant<int, 2>;
-  if (s.cols / 8 > 2 * tpr) return run(norm_bwd_lean_kernel<T, kRms, 3, false, 0>, std::integral_constant<int, 3>{});
-  switch (norm_bwd_version()) {
-    case NormBwd::kV19Hold: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 0>, K2{});
-    case NormBwd::kV19Lean: return run(norm_bwd_lean_kernel<T, kRms, 2, false, 0>, K2{});
-    case NormBwd::kV19Deep: return run(norm_bwd_lean_kernel<T, kRms, 2, false, 2>, K2{});
-    default: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 1>, K2{});
+  if constexpr (sizeof(T) == 4) {  // no prefetch: at K = 4 a second row set spills (ptxas -v)
+    const auto with_k = [&](auto k) {
+      constexpr int K = decltype(k)::value;
+      return norm_bwd_version() == NormBwd::kV19Hold ? run(norm_bwd_lean_kernel<T, kRms, K, true, 0>, k)
+                                                      : run(norm_bwd_lean_kernel<T, kRms, K, false, 0>, k);
+    };
+    return s.cols / V > 3 * tpr ? with_k(std::integral_constant<int, 4>{}) : with_k(std::integral_constant<int, 3>{});
+  } else {
+    using K2 = std::integral_constant<int, 2>;
+    if (s.cols / V > 2 * tpr) return run(norm_bwd_lean_kernel<T, kRms, 3, false, 0>, std::integral_constant<int, 3>{});
+    switch (norm_bwd_version()) {
+      case NormBwd::kV19Hold: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 0>, K2{});
+      case NormBwd::kV19Lean: return run(norm_bwd_lean_kernel<T, kRms, 2, false, 0>, K2{});
+      case NormBwd::kV19Deep: return run(norm_bwd_lean_kernel<T, kRms, 2, false, 2>, K2{});
+      default: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 1>, K2{});
+    }
   }
 }
 
@@ -484,13 +498,15 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     return with_vec<T>(vec, [&](auto v) -> ffi::Error {
       constexpr int V = decltype(v)::value;
       if (!want || ws.data != nullptr) {
-        if (const int tpr = team_size(s.cols / V, kFusedPacks<V>); tpr <= kTeamThreads) {
-          if constexpr (sizeof(T) == 2 && V == 8) {
-            if (scale.data != nullptr && scale.rows_per_group >= s.rows && norm_bwd_version() != NormBwd::kV18) {
-              return norm_bwd_lean<T, kRms>(dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp, dscale, dbias,
-                                            ws);
-            }
+        if constexpr (V == kVec<T>) {
+          const int tpr = team_size(s.cols / V, kLeanPacks<T>);
+          if (tpr <= kTeamThreads && scale.data != nullptr && scale.rows_per_group >= s.rows &&
+              norm_bwd_version() != NormBwd::kV18) {
+            return norm_bwd_lean<T, kRms>(dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp, dscale, dbias,
+                                          ws);
           }
+        }
+        if (const int tpr = team_size(s.cols / V, kFusedPacks<V>); tpr <= kTeamThreads) {
           return norm_bwd_one_pass<V, kFusedPacks<V>>(norm_bwd_fused_kernel<T, V, kRms>, dev, stream, what, s, tpr, xp,
                                                       scale, mean, rstd, dyp, dxp, dscale, dbias, ws);
         }

@@ -561,13 +561,15 @@ def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid})
 
 
-# The 16-bit fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the
-# default (v19, norm_bwd_lean.cuh: registers prefetch the next row, the scale held; K = 3 rows neither),
-# v19-hold, v19-lean, v19-deep (two rows ahead) and v18 (norm_bwd_fused_kernel). The lean kernel's classes
-# (C % 8 == 0, C <= 12288, one scale row), with K = ceil(packs / tpr) packs per thread,
+# The fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default
+# (v19, norm_bwd_lean.cuh: 16-bit registers prefetch the next row, the scale held; K = 3 rows neither),
+# v19-hold, v19-lean, v19-deep (two rows ahead) and v18 (norm_bwd_fused_kernel). The lean kernel's 16-bit
+# classes (C % 8 == 0, C <= 12288, one scale row), with K = ceil(packs / tpr) packs per thread,
 # tpr = team_size(packs, 3):
 #   K = 2 full rows: C = 16 (tpr 1), 1024 (64), 8192 (512); not full: C = 8 (one pack), 1000 (125 of 128);
-#   K = 3 full: C = 24 (tpr 1), 768 (32), 12288 (512); not full: C = 40, 600, 10000.
+#   K = 3 full: C = 24 (tpr 1), 768 (32), 12288 (512); not full: C = 40, 600, 10000;
+# f32 (v20 branch: C % 4 == 0, C <= 8192, tpr = team_size(packs, 4), K = 3 or 4): 16, 24, 40, 600, 768,
+# 1000, 1024, 8192 of those; 10000 and 12288 the old kernel.
 # Rows: one; a few (inactive teams in the last block); many (several rows per team, the prefetch ring
 # ending on either buffer: odd and even counts). Each with a constant row (and a NaN row where the row
 # count is odd), NaN poured into the memory each run's outputs take, dx / dscale / dbias against float64;
@@ -591,7 +593,7 @@ ln0 = jax.jit(lambda x, g: jax.vjp(jm.layer_norm, x)[1](g))
 cases = [(1, 16), (3, 1024), (4097, 1024), (4098, 1024), (2, 8192), (301, 8192), (9, 8), (1000, 8), (5, 1000),
          (2001, 1000), (1, 24), (999, 24), (7, 768), (3001, 768), (2, 12288), (263, 12288), (5, 40), (77, 600),
          (3, 10000), (140, 10000)]
-for dtype in (mt.BF16, mt.F16):
+for dtype in (mt.BF16, mt.F16, mt.F32):
     tol = mt.GRAD_TOL[dtype]
     for rows, c in cases:
         x = mt.randn(rng, (rows, c), np.float32, scale=2.0, loc=0.5)
