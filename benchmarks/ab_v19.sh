@@ -34,7 +34,7 @@ stage_verify() {
 stage_ab() {
   # shellcheck disable=SC2086
   AB_TIMEOUT=${AB_TIMEOUT:-280} ab_rounds nbwd-r --var JAX_MEMOPS_NORM_BWD --versions "" ${VERSIONS:-v18 v19-hold} \
-    --ops layer_norm rms_norm --dirs bwd fwd+bwd --dtypes bfloat16 --cols ${AB_COLS:-768 1024 2048 4096 8192 12288}
+    --ops layer_norm rms_norm --dirs bwd fwd+bwd --dtypes ${AB_DTYPES:-bfloat16} --cols ${AB_COLS:-768 1024 2048 4096 8192 12288}
 }
 
 # ncu_cases TAG CASES...: Nsight Compute over the norms' fused backward kernels (lean and v18's) in the bench
