@@ -498,8 +498,8 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     return with_vec<T>(vec, [&](auto v) -> ffi::Error {
       constexpr int V = decltype(v)::value;
       if (!want || ws.data != nullptr) {
-        if constexpr (V == kVec<T>) {
-          const int tpr = team_size(s.cols / V, kLeanPacks<T>);
+        if constexpr (V * sizeof(T) == 16) {  // kVec<T>: the alias fails in g++ inside this nested lambda
+          const int tpr = team_size(s.cols / V, sizeof(T) == 2 ? 3 : 4);  // kLeanPacks<T>
           if (tpr <= kTeamThreads && scale.data != nullptr && scale.rows_per_group >= s.rows &&
               norm_bwd_version() != NormBwd::kV18) {
             return norm_bwd_lean<T, kRms>(dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp, dscale, dbias,
