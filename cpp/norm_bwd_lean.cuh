@@ -1,7 +1,7 @@
 // LayerNorm / RMSNorm fused backward for 16-bit types (v19; norms.cu takes it for 16-byte packs, C <= 12288
-// and a scale shared by every row) and, on the v20 branch (not measured yet), f32 rows of C <= 8192 (K = 3
-// or 4 packs of 4, the partials in registers where norm_bwd_fused_kernel keeps them in shared memory):
-// norms.cu's norm_bwd_fused_kernel with fewer instructions per element.
+// and a scale shared by every row) and f32 (v20: rows of K = 4 packs of 4 per thread, C = 1024..8192, the
+// partials in registers where norm_bwd_fused_kernel keeps them in shared memory): norms.cu's
+// norm_bwd_fused_kernel with fewer instructions per element.
 // Why: Nsight Compute on that kernel (bf16 LayerNorm, C = 8192; RESULTS.md "v18") counted 44 thread
 // instructions per element, the SM issuing half the time at 4 warps per scheduler, the DRAM at 46% of its
 // rate: bound by its instructions. The arithmetic itself is ~18 per element (two passes over raw packs,

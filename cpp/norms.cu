@@ -49,18 +49,21 @@ bool norm_fwd_half() {
   return v == NormFwd::kV4 || (v == NormFwd::kByDtype && sizeof(T) == 4);
 }
 
-// Which 16-bit fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, C <= 12288, a
-// scale shared by every row): v19 (the default: the next row's packs prefetched into registers and the
-// scale held across rows where a thread has K = 2 packs per row), or for A/B benchmarks only
-// JAX_MEMOPS_NORM_BWD=v19-hold (no prefetch), =v19-lean (neither), =v19-deep (two rows ahead, the scale
-// not held) or =v18 (norm_bwd_fused_kernel, the rule before v19). Read once per process.
-enum class NormBwd { kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
+// Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by
+// every row; lean_team): the default v20 — 16-bit rows of K = 2 packs per thread prefetch the next row's
+// packs into registers and hold the scale across rows (LayerNorm), or prefetch two rows ahead without
+// holding it (RMSNorm: +5 to +13% over one row ahead at C = 1024..8192 in three rounds, RESULTS.md "v20";
+// LayerNorm +-3%) — or for A/B benchmarks only JAX_MEMOPS_NORM_BWD=v19 (one row ahead and the scale held
+// for both ops: v19's default), =v19-hold (no prefetch), =v19-lean (neither), =v19-deep (two rows ahead,
+// the scale not held, both ops) or =v18 (norm_bwd_fused_kernel, the rule before v19). Read once per process.
+enum class NormBwd { kV20, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
 
 NormBwd norm_bwd_version() {
   static const NormBwd v = env_choice("JAX_MEMOPS_NORM_BWD",
-                                      {{"v19-hold", NormBwd::kV19Hold}, {"v19-lean", NormBwd::kV19Lean},
-                                       {"v19-deep", NormBwd::kV19Deep}, {"v18", NormBwd::kV18}},
-                                      NormBwd::kV19);
+                                      {{"v19", NormBwd::kV19}, {"v19-hold", NormBwd::kV19Hold},
+                                       {"v19-lean", NormBwd::kV19Lean}, {"v19-deep", NormBwd::kV19Deep},
+                                       {"v18", NormBwd::kV18}},
+                                      NormBwd::kV20);
   return v;
 }
 
@@ -442,12 +445,19 @@ ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t 
   return sum_partials(stream, ws, s.cols, dscale, dbias, what);
 }
 
-// norm_bwd_lean.cuh's kernel for a row of `packs` 16-byte packs on teams of tpr threads (team_size(packs,
-// kLeanPacks<T>)): 16-bit K = 2 packs per thread where they cover the row (C = 1024..8192 and every power
-// of two), else 3; f32 K = 3 or 4 (v20 branch: its partials in registers, 32 floats at LayerNorm, where
-// norm_bwd_fused_kernel keeps them in shared memory).
+// norm_bwd_lean.cuh's kernel for a row of `packs` 16-byte packs on teams of tpr threads: 16-bit K = 2 packs
+// per thread where they cover the row (C = 1024..8192 and every power of two), else 3; f32 K = 4 alone (its
+// partials in registers, 32 floats at LayerNorm, where norm_bwd_fused_kernel keeps them in shared memory;
+// no prefetch: a second row set spills at K = 4).
+//
+// lean_team: the team size for such rows (team_size(packs, 3) for 16-bit, (packs, 4) for f32), 0 where the
+// lean kernel does not take them: rows beyond a 512-thread team, f32 rows that leave K = 3 (C = 1024..8192
+// measured +4 to +12% over norm_bwd_fused_kernel; C = 768 at K = 3 2-4% behind it: RESULTS.md "v20").
 template <typename T>
-inline constexpr int kLeanPacks = sizeof(T) == 2 ? 3 : 4;
+int lean_team(int64_t packs) {
+  const int tpr = team_size(packs, sizeof(T) == 2 ? 3 : 4);
+  return tpr <= kTeamThreads && (sizeof(T) == 2 || packs > 3 * int64_t{tpr}) ? tpr : 0;
+}
 
 template <typename T, bool kRms>
 ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char* what, RowShape s, int tpr,
@@ -458,13 +468,8 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
     return norm_bwd_one_pass<V, decltype(k)::value>(kernel, dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp,
                                                     dxp, dscale, dbias, ws);
   };
-  if constexpr (sizeof(T) == 4) {  // no prefetch: at K = 4 a second row set spills (ptxas -v)
-    const auto with_k = [&](auto k) {
-      constexpr int K = decltype(k)::value;
-      return norm_bwd_version() == NormBwd::kV19Hold ? run(norm_bwd_lean_kernel<T, kRms, K, true, 0>, k)
-                                                      : run(norm_bwd_lean_kernel<T, kRms, K, false, 0>, k);
-    };
-    return s.cols / V > 3 * tpr ? with_k(std::integral_constant<int, 4>{}) : with_k(std::integral_constant<int, 3>{});
+  if constexpr (sizeof(T) == 4) {
+    return run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, std::integral_constant<int, 4>{});
   } else {
     using K2 = std::integral_constant<int, 2>;
     if (s.cols / V > 2 * tpr) return run(norm_bwd_lean_kernel<T, kRms, 3, false, 0>, std::integral_constant<int, 3>{});
@@ -472,7 +477,8 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
       case NormBwd::kV19Hold: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 0>, K2{});
       case NormBwd::kV19Lean: return run(norm_bwd_lean_kernel<T, kRms, 2, false, 0>, K2{});
       case NormBwd::kV19Deep: return run(norm_bwd_lean_kernel<T, kRms, 2, false, 2>, K2{});
-      default: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 1>, K2{});
+      case NormBwd::kV19: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 1>, K2{});
+      default: return run(norm_bwd_lean_kernel<T, kRms, 2, !kRms, kRms ? 2 : 1>, K2{});
     }
   }
 }
@@ -499,9 +505,8 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
       constexpr int V = decltype(v)::value;
       if (!want || ws.data != nullptr) {
         if constexpr (V * sizeof(T) == 16) {  // kVec<T>: the alias fails in g++ inside this nested lambda
-          const int tpr = team_size(s.cols / V, sizeof(T) == 2 ? 3 : 4);  // kLeanPacks<T>
-          if (tpr <= kTeamThreads && scale.data != nullptr && scale.rows_per_group >= s.rows &&
-              norm_bwd_version() != NormBwd::kV18) {
+          const int tpr = lean_team<T>(s.cols / V);
+          if (tpr > 0 && scale.data != nullptr && scale.rows_per_group >= s.rows && norm_bwd_version() != NormBwd::kV18) {
             return norm_bwd_lean<T, kRms>(dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp, dscale, dbias,
                                           ws);
           }

@@ -562,14 +562,14 @@ def test_norm_forward_versions(gpu, version, grid):
 
 
 # The fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default
-# (v19, norm_bwd_lean.cuh: 16-bit registers prefetch the next row, the scale held; K = 3 rows neither),
-# v19-hold, v19-lean, v19-deep (two rows ahead) and v18 (norm_bwd_fused_kernel). The lean kernel's 16-bit
-# classes (C % 8 == 0, C <= 12288, one scale row), with K = ceil(packs / tpr) packs per thread,
-# tpr = team_size(packs, 3):
+# (v20, norm_bwd_lean.cuh: 16-bit registers prefetch the next row and hold the scale in LayerNorm, two rows
+# ahead in RMSNorm; K = 3 rows and f32 neither), v19 (one row ahead for both), v19-hold, v19-lean, v19-deep
+# (two rows ahead for both) and v18 (norm_bwd_fused_kernel). The lean kernel's 16-bit classes (C % 8 == 0,
+# C <= 12288, one scale row), with K = ceil(packs / tpr) packs per thread, tpr = team_size(packs, 3):
 #   K = 2 full rows: C = 16 (tpr 1), 1024 (64), 8192 (512); not full: C = 8 (one pack), 1000 (125 of 128);
 #   K = 3 full: C = 24 (tpr 1), 768 (32), 12288 (512); not full: C = 40, 600, 10000;
-# f32 (v20 branch: C % 4 == 0, C <= 8192, tpr = team_size(packs, 4), K = 3 or 4): 16, 24, 40, 600, 768,
-# 1000, 1024, 8192 of those; 10000 and 12288 the old kernel.
+# f32 (v20: C % 4 == 0, tpr = team_size(packs, 4), K = 4 alone): 16 (tpr 1), 1024, 8192 full, 1000 not;
+# the rest of the cases (K = 3, or C > 8192) the old kernel.
 # Rows: one; a few (inactive teams in the last block); many (several rows per team, the prefetch ring
 # ending on either buffer: odd and even counts). Each with a constant row (and a NaN row where the row
 # count is odd), NaN poured into the memory each run's outputs take, dx / dscale / dbias against float64;
@@ -647,6 +647,6 @@ print("OK")
 """
 
 
-@pytest.mark.parametrize("version", ["", "v19-hold", "v19-lean", "v19-deep", "v18"])
+@pytest.mark.parametrize("version", ["", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
 def test_norm_backward_versions(gpu, version):
     mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version})
