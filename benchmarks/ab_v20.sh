@@ -7,6 +7,10 @@
 #   f32      bwd and fwd+bwd, f32, LayerNorm and RMSNorm, the default against v18 (F32_ROUNDS rounds, default
 #            one; F32_COLS).
 #   deep     bwd and fwd+bwd, bf16, RMSNorm, the default against v19-deep (ROUNDS rounds).
+#   final    the softmax forward's cached I/O (the v20 default): its GPU tests (the forward's classes, special
+#            values, poisoned outputs; JAX_MEMOPS_SOFTMAX_FWD=v14's version test) beside compute-sanitizer
+#            memcheck and racecheck over sanitize.py's softmax (kernel softmax_fwd_regs), the > 2^31-element
+#            forward, then the default against v14 at C = 128..2048 (one round).
 #   ncu128   Nsight Compute over the softmax forward at C = 128 (f32, bf16) and bf16 512, ours and XLA's
 #            kernels and the bench's copy: duration, DRAM throughput and bytes, occupancy, launch shape.
 set -uo pipefail
@@ -35,6 +39,29 @@ stage_deep() {
   # shellcheck disable=SC2086
   AB_TIMEOUT=${AB_TIMEOUT:-200} ab_rounds nbwd-deep-r --var JAX_MEMOPS_NORM_BWD --versions "" v19-deep \
     --ops rms_norm --dirs bwd fwd+bwd --dtypes bfloat16 --cols ${AB_COLS:-768 1024 2048 4096 8192 12288}
+}
+
+stage_final() {
+  local tool
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 260 python3 -P -m pytest -q -rfE -n 8 --timeout 200 -k "(gpu and \
+softmax and not slow and not big and not forward_axis and (test_forward or auto_size_classes_forward or auto_many_rows \
+or special_values or nan_row or huge_logits or masked_neg_inf or stale_and_poisoned)) or fwd_versions[v14]" tests \
+    > "$out/final-tests.log" 2>&1 &
+  for tool in memcheck racecheck; do
+    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 240 \
+      compute-sanitizer --tool $tool --kernel-name kns=softmax_fwd_regs --error-exitcode 3 \
+      python3 benchmarks/sanitize.py --only softmax > "$out/$tool-softmax.log" 2>&1 &
+  done
+  wait
+  tail -n 1 "$out/final-tests.log"
+  for tool in memcheck racecheck; do
+    echo "$tool: $(grep -E 'SUMMARY|checks passed' "$out/$tool-softmax.log" | tail -2 | tr '\n' ' ')"
+  done
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 100 python3 -P -m pytest -q -rfEs --timeout 90 \
+    -k "big_softmax_forward and auto" tests/test_gpu.py > "$out/final-big.log" 2>&1
+  tail -n 1 "$out/final-big.log"
+  ROUNDS=1 AB_TIMEOUT=100 ab_rounds final-ab-r --var JAX_MEMOPS_SOFTMAX_FWD --versions "" v14 --ops softmax \
+    --dirs fwd --dtypes float32 bfloat16 --cols 128 512 1024 2048
 }
 
 stage_ncu128() {

@@ -506,7 +506,8 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
       if (!want || ws.data != nullptr) {
         if constexpr (V * sizeof(T) == 16) {  // kVec<T>: the alias fails in g++ inside this nested lambda
           const int tpr = lean_team<T>(s.cols / V);
-          if (tpr > 0 && scale.data != nullptr && scale.rows_per_group >= s.rows && norm_bwd_version() != NormBwd::kV18) {
+          const bool one_scale = scale.data != nullptr && scale.rows_per_group >= s.rows;
+          if (tpr > 0 && one_scale && norm_bwd_version() != NormBwd::kV18) {
             return norm_bwd_lean<T, kRms>(dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp, dscale, dbias,
                                           ws);
           }

@@ -44,7 +44,9 @@
 // or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
 // scalar accesses.
-// Forward v14 (the default) = v9, but 16-bit rows of 32768 < C whose rows in flight fit 56% of L2 take
+// Forward v20 (the default) = v14, but the sub-warp and block rows read x by __ldg and store y plainly
+// instead of the streaming (evict-first) hints (softmax_fwd_regs.cuh kCachedIo).
+// Forward v14 = v9, but 16-bit rows of 32768 < C whose rows in flight fit 56% of L2 take
 // the two-pass kernel with L2 as the row buffer (softmax_fwd_l2.cuh; launch_fwd_l2).
 // Forward v9 = v5, but rows of 4096 (16-bit: 2048) < C <= 32768 take block rows of 8
 // packs per thread (twice the bytes in flight; up to 1024-thread CTAs, no cluster: launch_fwd_wide);
@@ -353,7 +355,8 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v14 by default: v9, except the 16-bit rows of launch_fwd_l2's rule.
+// Which forward kernels "auto" runs. v20 by default: v14 with the register rows' cached I/O. v14: v9,
+// except the 16-bit rows of launch_fwd_l2's rule.
 // v9: v5, except rows of kWideMinCols < C <= kWideMaxCols,
 // which take register rows of 8 packs per thread (launch_fwd_wide). v5: v3's register classes (no
 // prefetch) and, for long rows, the bulk-copy cluster with one row buffer per CTA (softmax_fwd_tma.cuh):
@@ -365,9 +368,11 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // register sets, two exps per element), "v2" (the v2 kernels everywhere), "v7-512" (v5's rule and
 // variants with 512-thread CTAs in the bulk-copy cluster; measured 0.92-1.13x of v5, mixed by shape:
 // RESULTS.md, "v7") or "v9-wide" / "v9-wide-512" (8-pack rows wherever they fit, on CTAs of up to 1024 /
-// 512 threads and clusters of them; RESULTS.md, "v9") or "v9" (v14 without its L2 two-pass rows). Any
-// other value: v14. The backward is the same in all of them.
-enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14 };
+// 512 threads and clusters of them; RESULTS.md, "v9"), "v9" (v14 without its L2 two-pass rows) or "v14"
+// (v20 with streaming loads and stores in the register rows). Any other value: v20, which is v14 with
+// the sub-warp and block rows' x read by __ldg and y stored plainly (softmax_fwd_regs.cuh kCachedIo).
+// The backward is the same in all of them.
+enum class FwdVersion { kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20 };
 
 FwdVersion fwd_version() {
   static const FwdVersion version =
@@ -375,8 +380,8 @@ FwdVersion fwd_version() {
                  {{"v2", FwdVersion::kV2}, {"v3-prefetch", FwdVersion::kV3Prefetch}, {"v3", FwdVersion::kV3},
                   {"v5-s1", FwdVersion::kV5S1}, {"v5-reg", FwdVersion::kV5Reg}, {"v7-512", FwdVersion::kV7Wide},
                   {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5},
-                  {"v9", FwdVersion::kV9}},
-                 FwdVersion::kV14);
+                  {"v9", FwdVersion::kV9}, {"v14", FwdVersion::kV14}},
+                 FwdVersion::kV20);
   return version;
 }
 
@@ -639,6 +644,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
+  const bool cached_io = version == FwdVersion::kV20;
+  if (cached_io) version = FwdVersion::kV14;  // elsewhere v14
   if (version == FwdVersion::kV14) {
     if constexpr (sizeof(T) == 2) {
       if (s.cols > kWideMaxCols && s.cols <= INT_MAX) {
@@ -667,7 +674,12 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
           dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
     }
     // A full grid (v6; the prefetching A/B variant stays persistent: its next-row loads need a next row).
-    return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, sizeof(T) == 4, false>, Grid::kFull>(
+    constexpr bool kKeep = sizeof(T) == 4;
+    if (cached_io) {
+      return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, kKeep, false, false, true>, Grid::kFull>(
+          dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
+    }
+    return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, kKeep, false>, Grid::kFull>(
         dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
