@@ -11,6 +11,8 @@
 #            values, poisoned outputs; JAX_MEMOPS_SOFTMAX_FWD=v14's version test) beside compute-sanitizer
 #            memcheck and racecheck over sanitize.py's softmax (kernel softmax_fwd_regs), the > 2^31-element
 #            forward, then the default against v14 at C = 128..2048 (one round).
+#   sweep    the bench's sweep where v20 changed the defaults: softmax fwd (f32, bf16, C = 128..8192) and the
+#            norms' bwd and fwd+bwd (f32, bf16), one process each; result lines shown.
 #   ncu128   Nsight Compute over the softmax forward at C = 128 (f32, bf16) and bf16 512, ours and XLA's
 #            kernels and the bench's copy: duration, DRAM throughput and bytes, occupancy, launch shape.
 set -uo pipefail
@@ -62,6 +64,15 @@ or special_values or nan_row or huge_logits or masked_neg_inf or stale_and_poiso
   tail -n 1 "$out/final-big.log"
   ROUNDS=1 AB_TIMEOUT=100 ab_rounds final-ab-r --var JAX_MEMOPS_SOFTMAX_FWD --versions "" v14 --ops softmax \
     --dirs fwd --dtypes float32 bfloat16 --cols 128 512 1024 2048
+}
+
+stage_sweep() {
+  timeout 150 python3 -P -m jax_memops.cli bench --ops softmax --dirs fwd --parts sweep --dtypes float32 bfloat16 \
+    --cols 128 512 1024 2048 4096 8192 --out "$out/sweep-softmax" > "$out/sweep-softmax.log" 2>&1
+  grep -E "^softmax" "$out/sweep-softmax.log"
+  timeout 220 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep \
+    --dtypes float32 bfloat16 --out "$out/sweep-norms" > "$out/sweep-norms.log" 2>&1
+  grep -E "^(layer|rms)_norm" "$out/sweep-norms.log"
 }
 
 stage_ncu128() {
