@@ -52,8 +52,8 @@ bool norm_fwd_half() {
 // Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by
 // every row; lean_team): the default v20 — 16-bit rows of K = 2 packs per thread prefetch the next row's
 // packs into registers and hold the scale across rows (LayerNorm), or prefetch two rows ahead without
-// holding it (RMSNorm: +5 to +13% over one row ahead at C = 1024..8192 in three rounds, RESULTS.md "v20";
-// LayerNorm +-3%) — or for A/B benchmarks only JAX_MEMOPS_NORM_BWD=v19 (one row ahead and the scale held
+// holding it (RMSNorm, over one row ahead at C = 1024..8192 in three rounds: bwd +1 to +13%, fwd+bwd +2 to
+// +7%, RESULTS.md "v20"; LayerNorm +-3%) — or for A/B benchmarks only JAX_MEMOPS_NORM_BWD=v19 (one row ahead and the scale held
 // for both ops: v19's default), =v19-hold (no prefetch), =v19-lean (neither), =v19-deep (two rows ahead,
 // the scale not held, both ops) or =v18 (norm_bwd_fused_kernel, the rule before v19). Read once per process.
 enum class NormBwd { kV20, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
