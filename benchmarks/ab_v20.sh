@@ -2,11 +2,12 @@
 # The v20 measurements: the lean norm backward for f32 rows of K = 4 packs (cpp/norms.cu lean_team), the
 # two-rows-ahead lean variant for RMSNorm, and where the short softmax rows lose to XLA.
 #   build    this tree (sm_90).
-#   verify   the backward versions' GPU test (5 fresh processes; bf16, f16, f32) beside compute-sanitizer
+#   verify   the backward versions' GPU test (6 fresh processes; bf16, f16, f32) beside compute-sanitizer
 #            memcheck and racecheck over sanitize.py's norms, then the > 2^31-element LayerNorm backward.
 #   f32      bwd and fwd+bwd, f32, LayerNorm and RMSNorm, the default against v18 (F32_ROUNDS rounds, default
 #            one; F32_COLS).
-#   deep     bwd and fwd+bwd, bf16, RMSNorm, the default against v19-deep (ROUNDS rounds).
+#   deep     bwd and fwd+bwd, bf16, RMSNorm, the default against DEEP_VS (default v19: one row ahead; before
+#            v20's default took two rows ahead, this stage ran against v19-deep) (ROUNDS rounds).
 #   final    the softmax forward's cached I/O (the v20 default): its GPU tests (the forward's classes, special
 #            values, poisoned outputs; JAX_MEMOPS_SOFTMAX_FWD=v14's version test) beside compute-sanitizer
 #            memcheck and racecheck over sanitize.py's softmax (kernel softmax_fwd_regs), the > 2^31-element
@@ -39,7 +40,7 @@ stage_f32() {
 
 stage_deep() {
   # shellcheck disable=SC2086
-  AB_TIMEOUT=${AB_TIMEOUT:-200} ab_rounds nbwd-deep-r --var JAX_MEMOPS_NORM_BWD --versions "" v19-deep \
+  AB_TIMEOUT=${AB_TIMEOUT:-200} ab_rounds nbwd-deep-r --var JAX_MEMOPS_NORM_BWD --versions "" "${DEEP_VS:-v19}" \
     --ops rms_norm --dirs bwd fwd+bwd --dtypes bfloat16 --cols ${AB_COLS:-768 1024 2048 4096 8192 12288}
 }
 
