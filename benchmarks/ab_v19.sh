@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The v19 measurements: the norms' 16-bit fused backward with fewer instructions per element
-# (cpp/norm_bwd_lean.cuh; JAX_MEMOPS_NORM_BWD: "" the default v19, v19-hold, v19-lean, v19-deep, v18 the old
-# kernel).
+# (cpp/norm_bwd_lean.cuh; JAX_MEMOPS_NORM_BWD: "" the default v19 — since v20 the default is v20 and
+# `v19` gives v19's —, v19-hold, v19-lean, v19-deep, v18 the old kernel; AB_DTYPES=float32 for the f32 rows
+# v20 added).
 #   build    this tree (sm_90).
 #   test     the norms' GPU tests (the backward versions' test included), 8 workers.
 #   verify   the backward versions' GPU test (5 fresh processes) beside compute-sanitizer memcheck and racecheck
@@ -34,7 +35,8 @@ stage_verify() {
 stage_ab() {
   # shellcheck disable=SC2086
   AB_TIMEOUT=${AB_TIMEOUT:-280} ab_rounds nbwd-r --var JAX_MEMOPS_NORM_BWD --versions "" ${VERSIONS:-v18 v19-hold} \
-    --ops layer_norm rms_norm --dirs bwd fwd+bwd --dtypes ${AB_DTYPES:-bfloat16} --cols ${AB_COLS:-768 1024 2048 4096 8192 12288}
+    --ops layer_norm rms_norm --dirs bwd fwd+bwd --dtypes ${AB_DTYPES:-bfloat16} \
+    --cols ${AB_COLS:-768 1024 2048 4096 8192 12288}
 }
 
 # ncu_cases TAG CASES...: Nsight Compute over the norms' fused backward kernels (lean and v18's) in the bench

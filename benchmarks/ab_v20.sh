@@ -79,13 +79,15 @@ stage_sweep() {
 stage_ncu128() {
   XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 200 \
     ncu --profile-from-start off --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
-    --section Occupancy --section LaunchStats --section WarpStateStats --metrics dram__bytes_read.sum,dram__bytes_write.sum \
+    --section Occupancy --section LaunchStats --section WarpStateStats \
+    --metrics dram__bytes_read.sum,dram__bytes_write.sum \
     -f -o "$out/ncu128" python3 benchmarks/ncu_profile.py softmax:fwd:float32:128 softmax:fwd:bfloat16:128 \
     softmax:fwd:bfloat16:512 copy > "$out/ncu128.log" 2>&1
   tail -1 "$out/ncu128.log"
   ncu -i "$out/ncu128.ncu-rep" --page details > "$out/ncu128.txt" 2>&1
-  grep -E "^  [a-zA-Z_].*\(|^    Duration|DRAM Throughput|dram__bytes|L2 Hit Rate|Block Size|Grid Size|Registers Per|\
-Achieved Occupancy|Theoretical Occupancy|Waves Per SM|Warp Cycles Per Issued|Issue Slots Busy" "$out/ncu128.txt" | cut -c1-110
+  grep -E "^  [a-zA-Z_].*\(|^    Duration|DRAM Throughput|dram__bytes|L2 Hit Rate|Block Size|Grid Size|\
+Registers Per|Achieved Occupancy|Theoretical Occupancy|Waves Per SM|Warp Cycles Per Issued|Issue Slots Busy" \
+    "$out/ncu128.txt" | cut -c1-110
 }
 
 ab_init "$@"

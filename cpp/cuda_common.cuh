@@ -172,7 +172,8 @@ __device__ __forceinline__ void unpack_words_fresh(const uint4& u, float (&out)[
 }
 
 // 16-byte accesses with the default cache policy: read-only loads (__ldg) and plain stores. Against
-// the streaming pair below, measured faster for the softmax forward's register rows (RESULTS.md "v20").
+// the streaming pair below, measured faster for the softmax forward's register rows, not for the norms'
+// rows (RESULTS.md "v20").
 template <int V, typename T>
 __device__ __forceinline__ Pack<T, V> load_nc(const T* base, int64_t pack) {
   static_assert(sizeof(Pack<T, V>) == 16);

@@ -53,9 +53,10 @@ bool norm_fwd_half() {
 // every row; lean_team): the default v20 — 16-bit rows of K = 2 packs per thread prefetch the next row's
 // packs into registers and hold the scale across rows (LayerNorm), or prefetch two rows ahead without
 // holding it (RMSNorm, over one row ahead at C = 1024..8192 in three rounds: bwd +1 to +13%, fwd+bwd +2 to
-// +7%, RESULTS.md "v20"; LayerNorm +-3%) — or for A/B benchmarks only JAX_MEMOPS_NORM_BWD=v19 (one row ahead and the scale held
-// for both ops: v19's default), =v19-hold (no prefetch), =v19-lean (neither), =v19-deep (two rows ahead,
-// the scale not held, both ops) or =v18 (norm_bwd_fused_kernel, the rule before v19). Read once per process.
+// +7%, RESULTS.md "v20"; LayerNorm +-3%) — or for A/B benchmarks only JAX_MEMOPS_NORM_BWD=v19 (one row
+// ahead and the scale held for both ops: v19's default), =v19-hold (no prefetch), =v19-lean (neither),
+// =v19-deep (two rows ahead, the scale not held, both ops) or =v18 (norm_bwd_fused_kernel, the rule before
+// v19). Read once per process.
 enum class NormBwd { kV20, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
 
 NormBwd norm_bwd_version() {
@@ -451,8 +452,9 @@ ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t 
 // no prefetch: a second row set spills at K = 4).
 //
 // lean_team: the team size for such rows (team_size(packs, 3) for 16-bit, (packs, 4) for f32), 0 where the
-// lean kernel does not take them: rows beyond a 512-thread team, f32 rows that leave K = 3 (C = 1024..8192
-// measured +4 to +12% over norm_bwd_fused_kernel; C = 768 at K = 3 2-4% behind it: RESULTS.md "v20").
+// lean kernel does not take them: rows beyond a 512-thread team, f32 rows that leave K = 3 (K = 4 at
+// C = 1024..8192 measured bwd +2 to +14% over norm_bwd_fused_kernel; C = 768 at K = 3 2-4% behind it:
+// RESULTS.md "v20").
 template <typename T>
 int lean_team(int64_t packs) {
   const int tpr = team_size(packs, sizeof(T) == 2 ? 3 : 4);

@@ -38,8 +38,9 @@ struct MaxNanOp {
 // loads issued before the current one is worked on; kCluster: one row per thread-block cluster (the
 // (max, sum) merge through DSMEM, softmax_rows.cuh), else sub-warp or block rows.
 // kCachedIo: x read by __ldg and y written by plain stores (v20, the sub-warp and block rows' default:
-// measured f32 +3 to +7% at C = 128..2048 and bf16 +4% at 1024 over the streaming hints, RESULTS.md "v20"),
-// else streaming (evict-first) loads and stores, __ldcs / __stcs (v14 and the A/B variants).
+// over the streaming hints in three rounds f32 +3 to +7% at C = 128, 1024, 2048 (512: +4, +1, -4%), bf16
+// -1 to +12%, RESULTS.md "v20"), else streaming (evict-first) loads and stores, __ldcs / __stcs (v14 and
+// the A/B variants).
 template <typename T, int N, bool kKeepExp, bool kPrefetch, bool kCluster = false, bool kCachedIo = false>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_fwd_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int tpr) {
