@@ -171,9 +171,9 @@ __device__ __forceinline__ void unpack_words_fresh(const uint4& u, float (&out)[
   }
 }
 
-// 16-byte accesses with the default cache policy: read-only loads (__ldg) and plain stores. Against
-// the streaming pair below, measured faster for the softmax forward's register rows, not for the norms'
-// rows (RESULTS.md "v20").
+// A 16-byte read-only load (__ldg, LDG.E.128.CONSTANT; load_raw compiles to a plain LDG.E.128 for 16-bit
+// packs). With store_raw, against the streaming pair below, measured faster for the softmax forward's
+// register rows, not for the norms' rows (RESULTS.md "v20").
 template <int V, typename T>
 __device__ __forceinline__ Pack<T, V> load_nc(const T* base, int64_t pack) {
   static_assert(sizeof(Pack<T, V>) == 16);
@@ -181,13 +181,6 @@ __device__ __forceinline__ Pack<T, V> load_nc(const T* base, int64_t pack) {
   Pack<T, V> out;
   memcpy(&out, &u, sizeof(u));
   return out;
-}
-template <int V, typename T>
-__device__ __forceinline__ void store_wb(T* base, int64_t pack, const Pack<T, V>& v) {
-  static_assert(sizeof(Pack<T, V>) == 16);
-  uint4 u;
-  memcpy(&u, &v, sizeof(u));
-  reinterpret_cast<uint4*>(base)[pack] = u;
 }
 
 // Streaming (evict-first) 16-byte accesses for data read or written once (__ldcs / __stcs); packs

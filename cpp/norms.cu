@@ -7,7 +7,8 @@
 // Longer rows (or x and y at different addresses modulo 16, or C == 0) take norm_fwd_kernel below.
 // Backward: norm_bwd_fused_kernel (x and dy in registers, dscale/dbias partials) for C <= 12288
 // vectorized (v17: 16384 f32, 24576 16-bit) / 4096 unvectorized, else norm_bwd_kernel plus column sums;
-// 16-bit rows of C <= 12288 with a scale shared by every row take norm_bwd_lean.cuh's kernel (v19).
+// 16-bit rows of C <= 12288 (v19) and f32 rows of C = 1024..8192 (v20; lean_team) with a scale shared by
+// every row take norm_bwd_lean.cuh's kernel.
 #include "cuda_common.cuh"
 #include "norm_bwd_lean.cuh"
 #include "norm_fwd_half.cuh"

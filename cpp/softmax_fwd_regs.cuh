@@ -37,10 +37,10 @@ struct MaxNanOp {
 // packs (exp again at the output); kPrefetch: two register sets of N packs, the next row group's
 // loads issued before the current one is worked on; kCluster: one row per thread-block cluster (the
 // (max, sum) merge through DSMEM, softmax_rows.cuh), else sub-warp or block rows.
-// kCachedIo: x read by __ldg and y written by plain stores (v20, the sub-warp and block rows' default:
-// over the streaming hints in three rounds f32 +3 to +7% at C = 128, 1024, 2048 (512: +4, +1, -4%), bf16
-// -1 to +12%, RESULTS.md "v20"), else streaming (evict-first) loads and stores, __ldcs / __stcs (v14 and
-// the A/B variants).
+// kCachedIo: x read by __ldg (load_nc) and y written by plain stores (store_raw) — v20, the sub-warp and
+// block rows' default: over the streaming hints in three rounds f32 +3 to +7% at C = 128, 1024, 2048 (512:
+// +4, +1, -4%), bf16 -1 to +12%, RESULTS.md "v20" — else streaming (evict-first) loads and stores, __ldcs /
+// __stcs (v14 and the A/B variants).
 template <typename T, int N, bool kKeepExp, bool kPrefetch, bool kCluster = false, bool kCachedIo = false>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_fwd_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int tpr) {
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
           for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(ex2_ftz((v[0][j] - row_ms.m) * kLog2e) * f);
         }
         if constexpr (kCachedIo) {
-          store_wb<V>(yb, it.lane + k * it.rt, out);
+          store_raw<V>(yb, it.lane + k * it.rt, out);
         } else {
           store_stream<V>(yb, it.lane + k * it.rt, out);
         }
