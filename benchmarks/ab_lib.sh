@@ -5,8 +5,8 @@
 #   ab_build_old       build/old (an older commit's tree, carried to the device) into /tmp/oldsite, for
 #                      A/Bs by PYTHONPATH (softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "")
 #   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
-#   ab_run, ab_gpu_tests, ab_check, ab_norm_sanitize, ab_against_old, ab_rounds, ab_softmax_final,
-#   ab_cluster_race: below
+#   ab_run, ab_gpu_tests, ab_check, ab_norm_bwd_verify, ab_sanitize, ab_norm_sanitize, ab_against_old,
+#   ab_rounds, ab_softmax_final, ab_cluster_race: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -68,21 +68,38 @@ ab_check() {
   tail -n 1 "$out/pytest-big.log"
 }
 
-# ab_norm_sanitize TAG FILTER [SECONDS]: compute-sanitizer memcheck and racecheck side by side over
-# sanitize.py's norms (--kernel-name FILTER, e.g. kns=_kernel), then a line each from $out/<tool>-TAG.log.
+# ab_norm_bwd_verify TAG: the norms' backward versions' GPU test (fresh processes, 5 workers) beside
+# ab_norm_sanitize TAG over every kernel, then the > 2^31-element LayerNorm backward; a line each
+# ($out/versions.log, big.log).
+ab_norm_bwd_verify() {
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 python3 -P -m pytest -q -rfE -n 5 --timeout 280 \
+    -k "norm_backward_versions" tests/test_gpu.py > "$out/versions.log" 2>&1 &
+  ab_norm_sanitize "$1" kns=_kernel 280
+  tail -n 1 "$out/versions.log"
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 170 python3 -P -m pytest -q -rfEs --timeout 160 \
+    -k "big_layer_norm_backward" tests/test_gpu.py > "$out/big.log" 2>&1
+  tail -n 1 "$out/big.log"
+}
+
+# ab_sanitize TAG FILTER SECONDS OP...: compute-sanitizer memcheck and racecheck side by side over
+# sanitize.py's OPs (--kernel-name FILTER, e.g. kns=_kernel), then a line each from $out/<tool>-TAG.log.
 # Waits for every background job of the caller too.
-ab_norm_sanitize() {
-  local tag=$1 filter=$2 secs=${3:-280} tool
+ab_sanitize() {
+  local tag=$1 filter=$2 secs=$3 tool
+  shift 3
   for tool in memcheck racecheck; do
     XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout "$secs" \
       compute-sanitizer --tool $tool --kernel-name "$filter" --error-exitcode 3 \
-      python3 benchmarks/sanitize.py --only layer_norm rms_norm > "$out/$tool-$tag.log" 2>&1 &
+      python3 benchmarks/sanitize.py --only "$@" > "$out/$tool-$tag.log" 2>&1 &
   done
   wait
   for tool in memcheck racecheck; do
     echo "$tool: $(grep -E 'SUMMARY|checks passed' "$out/$tool-$tag.log" | tail -2 | tr '\n' ' ')"
   done
 }
+
+# ab_norm_sanitize TAG FILTER [SECONDS]: ab_sanitize over the norms (default 280 s).
+ab_norm_sanitize() { ab_sanitize "$1" "$2" "${3:-280}" layer_norm rms_norm; }
 
 # ab_against_old NAME BENCH-OPTIONS...: softmax_ab.py, build/old's install (/tmp/oldsite) against this
 # one, the table shown.

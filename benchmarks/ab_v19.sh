@@ -22,15 +22,7 @@ stage_test() {
   grep -E "FAILED|Error" "$out/norm-gpu.log" | head -5
 }
 
-stage_verify() {
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 python3 -P -m pytest -q -rfE -n 5 --timeout 280 \
-    -k "norm_backward_versions" tests > "$out/versions.log" 2>&1 &
-  ab_norm_sanitize v19 kns=_kernel 280
-  tail -n 1 "$out/versions.log"
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 170 python3 -P -m pytest -q -rfEs --timeout 160 \
-    -k "big_layer_norm_backward" tests > "$out/big.log" 2>&1
-  tail -n 1 "$out/big.log"
-}
+stage_verify() { ab_norm_bwd_verify v19; }
 
 stage_ab() {
   # shellcheck disable=SC2086

@@ -21,15 +21,7 @@ source "$(dirname "$0")/ab_lib.sh"
 
 stage_build() { ab_build || exit 1; }
 
-stage_verify() {
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 python3 -P -m pytest -q -rfE -n 5 --timeout 280 \
-    -k "norm_backward_versions" tests/test_gpu.py > "$out/versions.log" 2>&1 &
-  ab_norm_sanitize v20 kns=_kernel 280
-  tail -n 1 "$out/versions.log"
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 170 python3 -P -m pytest -q -rfEs --timeout 160 \
-    -k "big_layer_norm_backward" tests/test_gpu.py > "$out/big.log" 2>&1
-  tail -n 1 "$out/big.log"
-}
+stage_verify() { ab_norm_bwd_verify v20; }
 
 stage_f32() {
   # shellcheck disable=SC2086
@@ -45,21 +37,12 @@ stage_deep() {
 }
 
 stage_final() {
-  local tool
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 260 python3 -P -m pytest -q -rfE -n 8 --timeout 200 -k "(gpu and \
 softmax and not slow and not big and not forward_axis and (test_forward or auto_size_classes_forward or auto_many_rows \
 or special_values or nan_row or huge_logits or masked_neg_inf or stale_and_poisoned)) or fwd_versions[v14]" tests \
     > "$out/final-tests.log" 2>&1 &
-  for tool in memcheck racecheck; do
-    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 240 \
-      compute-sanitizer --tool $tool --kernel-name kns=softmax_fwd_regs --error-exitcode 3 \
-      python3 benchmarks/sanitize.py --only softmax > "$out/$tool-softmax.log" 2>&1 &
-  done
-  wait
+  ab_sanitize softmax kns=softmax_fwd_regs 240 softmax
   tail -n 1 "$out/final-tests.log"
-  for tool in memcheck racecheck; do
-    echo "$tool: $(grep -E 'SUMMARY|checks passed' "$out/$tool-softmax.log" | tail -2 | tr '\n' ' ')"
-  done
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 100 python3 -P -m pytest -q -rfEs --timeout 90 \
     -k "big_softmax_forward and auto" tests/test_gpu.py > "$out/final-big.log" 2>&1
   tail -n 1 "$out/final-big.log"
