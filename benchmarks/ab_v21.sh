@@ -1,33 +1,45 @@
 #!/usr/bin/env bash
 # The v21 measurements: v20's cached I/O (x by __ldg, y by plain stores) carried to the softmax forward's
-# long rows (JAX_MEMOPS_SOFTMAX_FWD: v21-wide, the 8-pack block rows of 4096 (16-bit 2048) < C <= 32768;
-# v21-store, plain stores in the bulk-copy clusters and the 16-bit L2 two-pass rows; v21, both).
+# long rows. The experiment (commit 8d5e763, branch v21-store; RESULTS.md "v21") ran the stages below with
+# three versions: v21-wide (the 8-pack block rows of 4096 (16-bit 2048) < C <= 32768: adopted, now the
+# default), v21-store (plain stores in the bulk-copy clusters and the 16-bit L2 two-pass rows: not adopted)
+# and both. Since then JAX_MEMOPS_SOFTMAX_FWD=v20 is the old default (streaming hints in the 8-pack rows).
 #   build    this tree (sm_90).
-#   test     the three versions' GPU test (fresh processes; every class, special rows, f32/bf16/f16) beside
-#            compute-sanitizer memcheck over sanitize.py's softmax under JAX_MEMOPS_SOFTMAX_FWD=v21.
-#   ab       the default against the three, forward, f32 and bf16, C = AB_COLS (default 4096 .. 131072),
-#            ROUNDS rounds (default "1 2"), the bulk-copy plans logged.
+#   test     the forward's GPU tests (the size classes, special values, poisoned outputs, many rows, the
+#            version test of v20) beside compute-sanitizer memcheck and racecheck over sanitize.py's softmax
+#            (kernels softmax_fwd_*), then the > 2^31-element forward.
+#   ab       the default against v20, forward, f32 and bf16, C = AB_COLS (default 4096 .. 50257), ROUNDS
+#            rounds (default "1 2").
+#   sweep    the bench's sweep where the default changed (softmax fwd and fwd+bwd, f32 and bf16, C = 4096,
+#            8192, 16384, 32768), one process; result lines shown.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
 stage_build() { ab_build || exit 1; }
 
 stage_test() {
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 280 python3 -P -m pytest -q -rfE -n 3 --timeout 270 \
-    -k "fwd_versions and v21" tests/test_softmax.py > "$out/versions.log" 2>&1 &
-  JAX_MEMOPS_SOFTMAX_FWD=v21 XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
-    timeout 270 compute-sanitizer --tool memcheck --kernel-name kns=softmax_fwd --error-exitcode 3 \
-    python3 benchmarks/sanitize.py --only softmax > "$out/memcheck-v21.log" 2>&1
-  echo "memcheck v21: $(grep -E 'SUMMARY|checks passed' "$out/memcheck-v21.log" | tail -2 | tr '\n' ' ')"
-  wait
-  tail -n 1 "$out/versions.log"
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 280 python3 -P -m pytest -q -rfE -n 8 --timeout 270 -k "(gpu and \
+softmax and not slow and not big and not forward_axis and (test_forward or auto_size_classes_forward or auto_many_rows \
+or special_values or nan_row or huge_logits or masked_neg_inf or stale_and_poisoned)) or fwd_versions[v20]" tests \
+    > "$out/tests.log" 2>&1 &
+  ab_sanitize v21 kns=softmax_fwd 250 softmax
+  tail -n 1 "$out/tests.log"
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 100 python3 -P -m pytest -q -rfEs --timeout 90 \
+    -k "big_softmax_forward and auto" tests/test_gpu.py > "$out/big.log" 2>&1
+  tail -n 1 "$out/big.log"
 }
 
 stage_ab() {
   # shellcheck disable=SC2086
-  JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 AB_TIMEOUT=${AB_TIMEOUT:-280} ab_rounds v21-r --var JAX_MEMOPS_SOFTMAX_FWD \
-    --versions "" v21-wide v21-store v21 --ops softmax --dirs fwd --dtypes float32 bfloat16 \
-    --cols ${AB_COLS:-4096 8192 16384 32768 50257 131072}
+  JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 AB_TIMEOUT=${AB_TIMEOUT:-200} ab_rounds v21-r --var JAX_MEMOPS_SOFTMAX_FWD \
+    --versions "" v20 --ops softmax --dirs fwd --dtypes float32 bfloat16 \
+    --cols ${AB_COLS:-4096 8192 16384 32768 50257}
+}
+
+stage_sweep() {
+  timeout 200 python3 -P -m jax_memops.cli bench --ops softmax --dirs fwd fwd+bwd --parts sweep \
+    --dtypes float32 bfloat16 --cols 4096 8192 16384 32768 --out "$out/sweep" > "$out/sweep.log" 2>&1
+  grep -E "^softmax" "$out/sweep.log"
 }
 
 ab_init "$@"

@@ -44,8 +44,9 @@
 // or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
 // scalar accesses.
-// Forward v20 (the default) = v14, but the sub-warp and block rows read x by __ldg and store y plainly
-// instead of the streaming (evict-first) hints (softmax_fwd_regs.cuh kCachedIo).
+// Forward v21 (the default) = v20, but the 8-pack block rows of v9 (launch_fwd_wide) read x by __ldg and
+// store y plainly too. Forward v20 = v14, but the sub-warp and block rows read x by __ldg and store y
+// plainly instead of the streaming (evict-first) hints (softmax_fwd_regs.cuh kCachedIo).
 // Forward v14 = v9, but 16-bit rows of 32768 < C whose rows in flight fit 56% of L2 take
 // the two-pass kernel with L2 as the row buffer (softmax_fwd_l2.cuh; launch_fwd_l2).
 // Forward v9 = v5, but rows of 4096 (16-bit: 2048) < C <= 32768 take block rows of 8
@@ -369,13 +370,13 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // variants with 512-thread CTAs in the bulk-copy cluster; measured 0.92-1.13x of v5, mixed by shape:
 // RESULTS.md, "v7") or "v9-wide" / "v9-wide-512" (8-pack rows wherever they fit, on CTAs of up to 1024 /
 // 512 threads and clusters of them; RESULTS.md, "v9"), "v9" (v14 without its L2 two-pass rows) or "v14"
-// (v20 with streaming loads and stores in the register rows), "v21-wide" (v20, and the 8-pack rows of
-// launch_fwd_wide read x by __ldg and store y plainly too), "v21-store" (v20, and the bulk-copy clusters and
-// the L2 two-pass rows store y plainly) or "v21" (both). Any other value: v20, which is v14 with
-// the sub-warp and block rows' x read by __ldg and y stored plainly (softmax_fwd_regs.cuh kCachedIo).
+// (v20 with streaming loads and stores in the register rows) or "v20" (v21 with streaming loads and stores
+// in the 8-pack rows). Any other value: v21, which is v14 with the register rows' x read by __ldg and y
+// stored plainly (softmax_fwd_regs.cuh kCachedIo): since v20 the sub-warp and block rows, since v21 the
+// 8-pack rows too.
 // The backward is the same in all of them.
 enum class FwdVersion {
-  kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21Wide, kV21Store, kV21
+  kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21
 };
 
 FwdVersion fwd_version() {
@@ -384,9 +385,8 @@ FwdVersion fwd_version() {
                  {{"v2", FwdVersion::kV2}, {"v3-prefetch", FwdVersion::kV3Prefetch}, {"v3", FwdVersion::kV3},
                   {"v5-s1", FwdVersion::kV5S1}, {"v5-reg", FwdVersion::kV5Reg}, {"v7-512", FwdVersion::kV7Wide},
                   {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5},
-                  {"v9", FwdVersion::kV9}, {"v14", FwdVersion::kV14}, {"v21-wide", FwdVersion::kV21Wide},
-                  {"v21-store", FwdVersion::kV21Store}, {"v21", FwdVersion::kV21}},
-                 FwdVersion::kV20);
+                  {"v9", FwdVersion::kV9}, {"v14", FwdVersion::kV14}, {"v20", FwdVersion::kV20}},
+                 FwdVersion::kV21);
   return version;
 }
 
@@ -500,16 +500,15 @@ ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p,
 // smaller cluster, one buffer).
 // kPush: the kernels that merge a row's (max, sum) by messages; where the plan's k is below
 // push_min_cluster(), the barrier's kernels plan and run instead.
-// kPlain: the kernels that store y plainly (v21-store).
 // *launched = false (and success) when no plan fits or launches: the caller falls back to the v2
 // classes.
-template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kPlain = false>
+template <typename T, int B = smx::kTmaBlock, bool kPush = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
                           T* y, bool* launched) {
-  constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush, kPlain>;
-  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kPlain>;
-  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kPlain>;
-  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B, kPush, kPlain>;
+  constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush>;
+  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush>;
+  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush>;
+  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B, kPush>;
   constexpr int64_t kAny = INT_MAX;
   *launched = false;
   const int64_t packs = ceil_div(s.cols, kVec<T>);
@@ -557,9 +556,7 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   }
   if (best.first.k == 0) return ffi::Error::Success();
   if constexpr (kPush) {  // the plans are those of the message kernels; below push_min_cluster, the barrier's
-    if (best.first.k < push_min_cluster()) {
-      return launch_fwd_tma<T, B, false, kPlain>(dev, stream, s, version, x, y, launched);
-    }
+    if (best.first.k < push_min_cluster()) return launch_fwd_tma<T, B, false>(dev, stream, s, version, x, y, launched);
   }
   switch (best.second) {
     case kOne: return launch_tma_plan<kOneStage>("one buffer", kPush, best.first, stream, s, x, y, launched);
@@ -577,12 +574,15 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
 // 81 -> 94%, 32768: 82 -> 99%, where v5 ran 512-thread block rows or a bulk-copy cluster), f32 1024-4096
 // within the noise (its two exps per element against v3's one), 2-8% slower for sub-warp rows (fewer
 // threads per row) and for rows on clusters (50257-131072: v5's bulk copy stays).
+// kCached (v21, the default): x read by __ldg and y stored plainly, as v20's sub-warp and block rows; over
+// the streaming hints (v20) in three rounds on the H200 (RESULTS.md, "v21"): f32 32768 +5 to +7% (89-90 ->
+// 95-97% of the copy; 1.75-1.79 -> 1.87-1.89x XLA), 16384 +3 to +4%, 8192 +1 to +9%; bf16 16384 +4 to +7%,
+// 32768 -0.4 to +9%, 4096 and 8192 -3 to +10% (noise: the same kernels elsewhere read 0.96-1.06).
 template <typename T>
 constexpr int64_t kWideMinCols = sizeof(T) == 4 ? 4096 : 2048;
 constexpr int64_t kWideMaxCols = 32768;
 
-// kCached: x by __ldg and y by plain stores (v21-wide), else streaming hints.
-template <typename T, bool kCached = false>
+template <typename T, bool kCached>
 ffi::Error launch_fwd_wide(const DeviceInfo& dev, cudaStream_t stream, RowShape s, int max_block, const T* x, T* y,
                            bool* launched) {
   constexpr int kPacks = 8;
@@ -623,9 +623,9 @@ int l2_share_pct() {
   return pct;
 }
 
-template <typename T, bool kPlain = false>  // kPlain: y stored plainly (v21-store)
+template <typename T>
 ffi::Error launch_fwd_l2(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y, bool* launched) {
-  constexpr auto kernel = smx::softmax_fwd_l2_kernel<T, smx::kL2Block, smx::kL2Batch, kPlain>;
+  constexpr auto kernel = smx::softmax_fwd_l2_kernel<T>;
   *launched = false;
   int per_sm = 0;
   if (auto err = blocks_per_sm<kernel>(smx::kL2Block, &per_sm); err.failure()) return err;
@@ -653,18 +653,13 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
-  const bool wide_cached = version == FwdVersion::kV21Wide || version == FwdVersion::kV21;
-  const bool plain_store = version == FwdVersion::kV21Store || version == FwdVersion::kV21;
-  const bool cached_io = version == FwdVersion::kV20 || wide_cached || plain_store;
+  const bool wide_cached = version == FwdVersion::kV21;
+  const bool cached_io = wide_cached || version == FwdVersion::kV20;
   if (cached_io) version = FwdVersion::kV14;  // elsewhere v14
   if (version == FwdVersion::kV14) {
     if constexpr (sizeof(T) == 2) {
       if (s.cols > kWideMaxCols && s.cols <= INT_MAX) {
-        if (auto err = plain_store ? launch_fwd_l2<T, true>(dev, stream, s, x, y, launched)
-                                   : launch_fwd_l2<T>(dev, stream, s, x, y, launched);
-            err.failure() || *launched) {
-          return err;
-        }
+        if (auto err = launch_fwd_l2(dev, stream, s, x, y, launched); err.failure() || *launched) return err;
       }
     }
     version = FwdVersion::kV9;  // elsewhere v9
@@ -673,7 +668,7 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (wide_default || version == FwdVersion::kV9Wide || version == FwdVersion::kV9Wide512) {
     const int max_block = version == FwdVersion::kV9Wide512 ? kMaxBlock / 2 : kMaxBlock;
     if (auto err = wide_cached ? launch_fwd_wide<T, true>(dev, stream, s, max_block, x, y, launched)
-                               : launch_fwd_wide<T>(dev, stream, s, max_block, x, y, launched);
+                               : launch_fwd_wide<T, false>(dev, stream, s, max_block, x, y, launched);
         err.failure() || *launched) {
       return err;
     }
@@ -703,7 +698,6 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
-  if (plain_store) return launch_fwd_tma<T, smx::kTmaBlock, true, true>(dev, stream, s, version, x, y, launched);
   return launch_fwd_tma<T, smx::kTmaBlock, true>(dev, stream, s, version, x, y, launched);
 }
 

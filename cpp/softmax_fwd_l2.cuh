@@ -21,9 +21,8 @@ constexpr int kL2Batch = 8;    // packs per thread in flight in pass 1 (pass 2, 
 
 // NT is a compile-time stride, so a batch's addresses are one base plus immediates and the 64-register
 // bound holds B = 8 packs without spills. The same -inf / NaN rules as the register rows (a NaN makes
-// the row NaN, an all -inf row is NaN, other -inf entries give 0). kPlainStore: y by plain stores
-// (store_raw) instead of streaming ones (JAX_MEMOPS_SOFTMAX_FWD=v21-store).
-template <typename T, int NT = kL2Block, int B = kL2Batch, bool kPlainStore = false>
+// the row NaN, an all -inf row is NaN, other -inf entries give 0).
+template <typename T, int NT = kL2Block, int B = kL2Batch>
 __global__ void __launch_bounds__(NT, kMaxBlock / NT)
     softmax_fwd_l2_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols) {
   constexpr int V = kVec<T>;
@@ -81,11 +80,7 @@ __global__ void __launch_bounds__(NT, kMaxBlock / NT)
           P out;
 #pragma unroll
           for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(ex2_ftz((v[j] - ms.m) * kLog2e) * inv);
-          if constexpr (kPlainStore) {
-            store_raw<V>(yb, i0 + b * NT, out);
-          } else {
-            store_stream<V>(yb, i0 + b * NT, out);
-          }
+          store_stream<V>(yb, i0 + b * NT, out);
         }
       }
     }

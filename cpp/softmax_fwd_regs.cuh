@@ -39,8 +39,9 @@ struct MaxNanOp {
 // (max, sum) merge through DSMEM, softmax_rows.cuh), else sub-warp or block rows.
 // kCachedIo: x read by __ldg (load_nc) and y written by plain stores (store_raw) — v20, the sub-warp and
 // block rows' default: over the streaming hints in three rounds f32 +3 to +7% at C = 128, 1024, 2048 (512:
-// +4, +1, -4%), bf16 -1 to +12%, RESULTS.md "v20" — else streaming (evict-first) loads and stores, __ldcs /
-// __stcs (v14 and the A/B variants).
+// +4, +1, -4%), bf16 -1 to +12%, RESULTS.md "v20"; since v21 the 8-pack rows' default too (f32 32768 +5 to
+// +7%, RESULTS.md "v21") — else streaming (evict-first) loads and stores, __ldcs / __stcs (v14, v20's
+// 8-pack rows and the A/B variants).
 template <typename T, int N, bool kKeepExp, bool kPrefetch, bool kCluster = false, bool kCachedIo = false>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_fwd_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int tpr) {

@@ -52,8 +52,7 @@ struct TmaShare {
 //     are bounded to 64 (NP <= 8) or 128 (NP = 16) registers per thread at 1024 threads per SM.
 //   kPush (v11): the cluster's merge of (max, sum) by messages (mail_merge, softmax_rows.cuh) instead of
 //     a cluster barrier and DSMEM reads (softmax.cu takes it for k >= 4).
-//   kPlainStore: y by plain stores (store_raw) instead of streaming ones (JAX_MEMOPS_SOFTMAX_FWD=v21-store).
-template <typename T, int S, int NP, int B = kTmaBlock, bool kPush = false, bool kPlainStore = false>
+template <typename T, int S, int NP, int B = kTmaBlock, bool kPush = false>
 __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk) {
   static_assert(S == 1 || S == 2, "one or two stages");
@@ -159,11 +158,7 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
       P out;
 #pragma unroll
       for (int e = 0; e < V; ++e) out.v[e] = from_float<T>(ex2_ftz((f[e] - row_ms.m) * kLog2e) * inv_s);
-      if constexpr (kPlainStore) {
-        store_raw<V>(yb, q, out);
-      } else {
-        store_stream<V>(yb, q, out);
-      }
+      store_stream<V>(yb, q, out);
     });
     write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
   }
