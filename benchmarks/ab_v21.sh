@@ -8,6 +8,8 @@
 #   test     the forward's GPU tests (the size classes, special values, poisoned outputs, many rows, the
 #            version test of v20) beside compute-sanitizer memcheck and racecheck over sanitize.py's softmax
 #            (kernels softmax_fwd_*), then the > 2^31-element forward.
+#   race     compute-sanitizer racecheck over sanitize.py --fwd --only softmax (the forwards alone: the whole
+#            workload's racecheck stops at f32 2 x 12288's backward on a cluster), kernels softmax_fwd_*.
 #   ab       the default against v20, forward, f32 and bf16, C = AB_COLS (default 4096 .. 50257), ROUNDS
 #            rounds (default "1 2").
 #   sweep    the bench's sweep where the default changed (softmax fwd and fwd+bwd, f32 and bf16, C = 4096,
@@ -27,6 +29,13 @@ or special_values or nan_row or huge_logits or masked_neg_inf or stale_and_poiso
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 100 python3 -P -m pytest -q -rfEs --timeout 90 \
     -k "big_softmax_forward and auto" tests/test_gpu.py > "$out/big.log" 2>&1
   tail -n 1 "$out/big.log"
+}
+
+stage_race() {
+  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 250 \
+    compute-sanitizer --tool racecheck --kernel-name kns=softmax_fwd --error-exitcode 3 \
+    python3 benchmarks/sanitize.py --fwd --only softmax > "$out/racecheck-fwd.log" 2>&1
+  echo "racecheck --fwd: rc=$? $(grep -E 'SUMMARY|checks passed' "$out/racecheck-fwd.log" | tail -2 | tr '\n' ' ')"
 }
 
 stage_ab() {
