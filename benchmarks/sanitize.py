@@ -13,7 +13,8 @@ through registers in f32; norm_fwd_half_kernel in 16-bit types) under those vers
 the command line) keeps those ops of either workload (e.g. `--only softmax`). `--fwd` runs the forward alone
 (the checks' labels say fwd): racecheck's run of the whole workload stops with an "Internal Sanitizer
 Error" at the first backward launched on a thread-block cluster (softmax f32 2 x 12288), whichever kernels
-it instruments, so the forward kernels of the shapes after it are raced only this way.
+it instruments, so the forward kernels of the shapes after it are raced only this way. `--from N` skips the
+checks numbered below N (the numbers the run prints), to go on past a check where a tool crashed.
 """
 
 import functools
@@ -134,8 +135,13 @@ def main():
     dtypes = list(TOL)
     n = 0
 
+    first = int(sys.argv[sys.argv.index("--from") + 1]) if "--from" in sys.argv else 0
+
     def run_check(label, fn, ref_fn, args, tol):
         nonlocal n
+        if n < first:
+            n += 1
+            return
         print(f"[{n}] {label}", flush=True)  # the last line names the culprit if a tool crashes
         check(label, fn(*args), ref_fn(*jax.device_put(args, cpu)), tol)
         n += 1
@@ -155,7 +161,7 @@ def main():
                     ours, ref = compiled[name][:2]
                     run_check(f"{name} ab {jnp.dtype(dtype).name} {shape} {direction}", ours, ref, (x, s, b),
                               10 * TOL[dtype])
-        print(f"sanitize workload (ab): {n} checks passed on {jax.devices()[0].device_kind}")
+        print(f"sanitize workload (ab): {n - min(first, n)} checks passed on {jax.devices()[0].device_kind}")
         return
 
     for i, shape in enumerate(SHAPES):
@@ -171,7 +177,7 @@ def main():
                 xs, ss, bs = jnp.stack([x, x[::-1]]), jnp.stack([s, 2 * s]), jnp.stack([b, b])
                 run_check(label + " vmap", ours_v, ref_v, (xs, ss, bs), 10 * TOL[dtype])
     if "softmax" not in ops:
-        print(f"sanitize workload: {n} checks passed on {jax.devices()[0].device_kind}")
+        print(f"sanitize workload: {n - min(first, n)} checks passed on {jax.devices()[0].device_kind}")
         return
     # The seed's ladder v1..v7 (forward; the backward is auto's), plain and with -inf masks.
     softmax_ref = jax.jit(reference.softmax)
@@ -198,7 +204,7 @@ def main():
         empty = jnp.zeros((0,), jnp.float32)
         run_check(f"softmax[auto] v5 masked {jnp.dtype(dtype).name} {shape} {direction}", softmax_fb, softmax_fb_ref,
                   (x, empty, empty), 10 * TOL[dtype])
-    print(f"sanitize workload: {n} checks passed on {jax.devices()[0].device_kind}")
+    print(f"sanitize workload: {n - min(first, n)} checks passed on {jax.devices()[0].device_kind}")
 
 
 if __name__ == "__main__":
