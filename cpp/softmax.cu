@@ -577,7 +577,8 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
 // kCached (v21, the default): x read by __ldg and y stored plainly, as v20's sub-warp and block rows; over
 // the streaming hints (v20) in three rounds on the H200 (RESULTS.md, "v21"): f32 32768 +5 to +7% (89-90 ->
 // 95-97% of the copy; 1.75-1.79 -> 1.87-1.89x XLA), 16384 +3 to +4%, 8192 +1 to +9%; bf16 16384 +4 to +7%,
-// 32768 -0.4 to +9%, 4096 and 8192 -3 to +10% (noise: the same kernels elsewhere read 0.96-1.06).
+// 32768 -0.4 to +9%, 4096 and 8192 -3 to +10% (noise: the same kernels elsewhere read 0.96-1.10). Block rows
+// only: on register clusters (rows the default sends to the bulk-copy cluster) they measured 0.85-0.98 of it.
 template <typename T>
 constexpr int64_t kWideMinCols = sizeof(T) == 4 ? 4096 : 2048;
 constexpr int64_t kWideMaxCols = 32768;
@@ -598,8 +599,8 @@ ffi::Error launch_fwd_wide(const DeviceInfo& dev, cudaStream_t stream, RowShape 
         dev, stream, ceil_div(s.rows, block / tpr), block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols),
         tpr);
   }
-  if (dev.cc_major < 9) return ffi::Error::Success();
-  return launch_cluster_rows<smx::softmax_fwd_regs_kernel<T, kPacks, kKeep, false, true, kCached>>(
+  if (kCached || dev.cc_major < 9) return ffi::Error::Success();
+  return launch_cluster_rows<smx::softmax_fwd_regs_kernel<T, kPacks, kKeep, false, true>>(
       dev, stream, s, elems, {ClusterShape{max_block, kMaxCluster}, ClusterShape{max_block, kMaxClusterNonPortable}},
       launched, "softmax_fwd (register cluster)", x, y);
 }
