@@ -5,8 +5,8 @@
 #   ab_build_old       build/old (an older commit's tree, carried to the device) into /tmp/oldsite, for
 #                      A/Bs by PYTHONPATH (softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "")
 #   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
-#   ab_run, ab_gpu_tests, ab_check, ab_norm_bwd_verify, ab_sanitize, ab_norm_sanitize, ab_against_old,
-#   ab_rounds, ab_softmax_final, ab_cluster_race: below
+#   ab_run, ab_gpu_tests, ab_check, ab_norm_bwd_verify, ab_softmax_fwd_verify, ab_sanitize, ab_norm_sanitize,
+#   ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -79,6 +79,22 @@ ab_norm_bwd_verify() {
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 170 python3 -P -m pytest -q -rfEs --timeout 160 \
     -k "big_layer_norm_backward" tests/test_gpu.py > "$out/big.log" 2>&1
   tail -n 1 "$out/big.log"
+}
+
+# ab_softmax_fwd_verify TAG VERSION FILTER: the softmax forward's GPU tests (every size class and dtype,
+# special values, poisoned outputs, many rows; test_gpu_fwd_versions[VERSION]) beside ab_sanitize TAG over
+# the softmax kernels matching FILTER, then the > 2^31-element forward; a line each ($out/TAG-tests.log,
+# TAG-big.log).
+ab_softmax_fwd_verify() {
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 280 python3 -P -m pytest -q -rfE -n 8 --timeout 270 -k "(gpu and \
+softmax and not slow and not big and not forward_axis and (test_forward or auto_size_classes_forward or auto_many_rows \
+or special_values or nan_row or huge_logits or masked_neg_inf or stale_and_poisoned)) or fwd_versions[$2]" tests \
+    > "$out/$1-tests.log" 2>&1 &
+  ab_sanitize "$1" "$3" 250 softmax
+  tail -n 1 "$out/$1-tests.log"
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 100 python3 -P -m pytest -q -rfEs --timeout 90 \
+    -k "big_softmax_forward and auto" tests/test_gpu.py > "$out/$1-big.log" 2>&1
+  tail -n 1 "$out/$1-big.log"
 }
 
 # ab_sanitize TAG FILTER SECONDS OP...: compute-sanitizer memcheck and racecheck side by side over

@@ -37,15 +37,7 @@ stage_deep() {
 }
 
 stage_final() {
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 260 python3 -P -m pytest -q -rfE -n 8 --timeout 200 -k "(gpu and \
-softmax and not slow and not big and not forward_axis and (test_forward or auto_size_classes_forward or auto_many_rows \
-or special_values or nan_row or huge_logits or masked_neg_inf or stale_and_poisoned)) or fwd_versions[v14]" tests \
-    > "$out/final-tests.log" 2>&1 &
-  ab_sanitize softmax kns=softmax_fwd_regs 240 softmax
-  tail -n 1 "$out/final-tests.log"
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 100 python3 -P -m pytest -q -rfEs --timeout 90 \
-    -k "big_softmax_forward and auto" tests/test_gpu.py > "$out/final-big.log" 2>&1
-  tail -n 1 "$out/final-big.log"
+  ab_softmax_fwd_verify softmax v14 kns=softmax_fwd_regs
   ROUNDS=1 AB_TIMEOUT=100 ab_rounds final-ab-r --var JAX_MEMOPS_SOFTMAX_FWD --versions "" v14 --ops softmax \
     --dirs fwd --dtypes float32 bfloat16 --cols 128 512 1024 2048
 }

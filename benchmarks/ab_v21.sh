@@ -20,17 +20,7 @@ source "$(dirname "$0")/ab_lib.sh"
 
 stage_build() { ab_build || exit 1; }
 
-stage_test() {
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 280 python3 -P -m pytest -q -rfE -n 8 --timeout 270 -k "(gpu and \
-softmax and not slow and not big and not forward_axis and (test_forward or auto_size_classes_forward or auto_many_rows \
-or special_values or nan_row or huge_logits or masked_neg_inf or stale_and_poisoned)) or fwd_versions[v20]" tests \
-    > "$out/tests.log" 2>&1 &
-  ab_sanitize v21 kns=softmax_fwd 250 softmax
-  tail -n 1 "$out/tests.log"
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 100 python3 -P -m pytest -q -rfEs --timeout 90 \
-    -k "big_softmax_forward and auto" tests/test_gpu.py > "$out/big.log" 2>&1
-  tail -n 1 "$out/big.log"
-}
+stage_test() { ab_softmax_fwd_verify v21 v20 kns=softmax_fwd; }
 
 stage_race() {
   # A crash of the tool at check N (its last printed line) ends a run: the next starts at N + 1.
