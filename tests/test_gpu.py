@@ -624,6 +624,7 @@ for dtype in (mt.BF16, mt.F16, mt.F32):
         rdx, rds = mt.ref_rms_norm_vjp(x, s, 1e-6, g)
         mt.assert_close(dx, rdx, tol, dtype=dtype, what="rms_norm dx " + what, mag=mt.ref_rms_norm_vjp_mag(x, s, 1e-6, g))
         mt.assert_close(ds, rds, tol, dtype=mt.F32, what="rms_norm dscale " + what)
+        poison((rows, c))
         (dx,) = ln0(*put(x, g))
         rdx = mt.ref_layer_norm_vjp(x, None, None, 1e-5, g)[0]
         mt.assert_close(dx, rdx, tol, dtype=dtype, what="layer_norm no params dx " + what,
@@ -631,12 +632,14 @@ for dtype in (mt.BF16, mt.F16, mt.F32):
     x = (1e4 + 64.0 * rng.standard_normal((65, 1024))).astype(dtype)
     s, b, g = mt.randn(rng, (1024,), loc=1.0), mt.randn(rng, (1024,)), mt.randn(rng, (65, 1024), dtype, scale=1.0)
     lne = jax.jit(lambda a, p, q, h: jax.vjp(lambda u, v, w: jm.layer_norm(u, v, w, epsilon=1e-12), a, p, q)[1](h))
+    poison((65, 1024))
     got = lne(*put(x, s, b, g))
     want = mt.ref_layer_norm_vjp(x, s, b, 1e-12, g)
     mt.assert_close(got[0], want[0], tol, dtype=dtype, what="large mean dx", mag=mt.ref_layer_norm_vjp_mag(x, s, 1e-12, g))
     mt.assert_close(got[1], want[1], tol, dtype=mt.F32, what="large mean dscale")
 x = mt.randn(rng, (3, 5, 1024), mt.BF16)
 s, b, g = mt.randn(rng, (3, 1024), loc=1.0), mt.randn(rng, (3, 1024)), mt.randn(rng, (3, 5, 1024), mt.BF16, scale=1.0)
+poison((15, 1024))
 got = jax.jit(jax.vmap(lambda a, p, q, h: jax.vjp(jm.layer_norm, a, p, q)[1](h)))(*put(x, s, b, g))
 for k in range(3):
     want = mt.ref_layer_norm_vjp(x[k], s[k], b[k], 1e-5, g[k])
