@@ -5,9 +5,10 @@
   the input the op sees);
 * comparison helpers: relative error ||out - ref|| / ||ref|| plus per-row max-abs checks, with
   per-dtype tolerances, and NaN / inf patterns that must match exactly;
+* poison: NaN in device memory just freed, so an output element a kernel leaves unwritten shows;
 * run_script: a check script in a fresh interpreter, for the kernels' A/B environment variables.
 
-This module imports neither jax_memops nor (for the references) JAX.
+This module imports no jax_memops, and JAX only inside poison (the references are NumPy).
 """
 
 from __future__ import annotations
@@ -469,8 +470,18 @@ SHAPE_IDS = ["x".join(map(str, s)) for s in SHAPES]
 
 
 # ----------------------------------------------------------------------------------------------
-# fresh processes
+# poisoned memory, fresh processes
 # ----------------------------------------------------------------------------------------------
+
+
+def poison(device, shape) -> None:
+    """Fills a float32 buffer of `shape` on `device` with NaN and frees it: the next outputs of that size
+    take its memory, so an element a kernel leaves unwritten stays NaN."""
+    import jax
+
+    p = jax.device_put(np.full(shape, np.nan, np.float32), device)
+    p.block_until_ready()
+    p.delete()
 
 
 def run_script(script: str, timeout: int = 900, *, env: dict, **fmt) -> str:

@@ -280,9 +280,7 @@ def test_empty(device, rng, shape, dtype, kind):
 def test_stale_and_poisoned_outputs(device, rng, shape, kind):
     c = shape[-1]
     for _ in range(2):
-        poison = jax.device_put(np.full(shape, np.nan, np.float32), device)
-        poison.block_until_ready()
-        poison.delete()
+        mt.poison(device, shape)
         x = mt.randn(rng, shape, np.float32)
         s, b = _scale_bias(rng, c, kind)
         g = mt.randn(rng, shape, np.float32, scale=1.0)

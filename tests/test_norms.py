@@ -404,9 +404,7 @@ def test_rms_norm_empty(device, shape, dtype):
 def test_layer_norm_stale_and_poisoned_outputs(device, rng, shape):
     c = shape[-1]
     for _ in range(2):
-        poison = jax.device_put(np.full(shape, np.nan, np.float32), device)
-        poison.block_until_ready()
-        poison.delete()
+        mt.poison(device, shape)
         x = mt.randn(rng, shape, np.float32)
         s, b = _params(rng, c, "scale+bias")
         g = mt.randn(rng, shape, np.float32, scale=1.0)
@@ -422,9 +420,7 @@ def test_layer_norm_stale_and_poisoned_outputs(device, rng, shape):
 def test_rms_norm_stale_and_poisoned_outputs(device, rng, shape):
     c = shape[-1]
     for _ in range(2):
-        poison = jax.device_put(np.full(shape, np.nan, np.float32), device)
-        poison.block_until_ready()
-        poison.delete()
+        mt.poison(device, shape)
         x = mt.randn(rng, shape, np.float32)
         s, _ = _params(rng, c, "scale")
         g = mt.randn(rng, shape, np.float32, scale=1.0)
