@@ -6,7 +6,7 @@
 #                      A/Bs by PYTHONPATH (softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "")
 #   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
 #   ab_run, ab_gpu_tests, ab_check, ab_norm_bwd_verify, ab_softmax_fwd_verify, ab_sanitize, ab_norm_sanitize,
-#   ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race: below
+#   ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -166,4 +166,26 @@ ab_cluster_race() {
     echo "$tool push=${push:-rule} rc=$? $(grep -E 'SUMMARY|OK' "$out/$tool-$tag-push${push:-rule}.log" \
       | tail -2 | tr '\n' ' ')"
   done
+}
+
+# ab_ncu_cases TAG KERNELS CASES...: Nsight Compute over the kernels matching KERNELS (ncu's --kernel-name, e.g.
+# "regex:norm_bwd_(lean|fused)") in the ncu_profile.py cases given (op:dir:dtype:C[:ours|xla], one kernel each),
+# under this process's environment: the details' key lines, then per kernel its executed instructions per
+# element and where its warps wait (ncu_source.py), into $out/TAG*.
+ab_ncu_cases() {
+  local tag=$1 kernels=$2 n
+  shift 2
+  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 150 \
+    ncu --profile-from-start off --clock-control none --kernel-name "$kernels" \
+    --section SpeedOfLight --section WarpStateStats --section Occupancy --section SourceCounters \
+    -f -o "$out/$tag" python3 benchmarks/ncu_profile.py "$@" > "$out/$tag.log" 2>&1
+  tail -1 "$out/$tag.log"
+  ncu -i "$out/$tag.ncu-rep" --page details > "$out/$tag.txt" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|DRAM Throughput|Issue Slots Busy|Warp Cycles Per Issued|Achieved Occupancy|\
+Registers Per" "$out/$tag.txt" | cut -c1-120
+  for n in $(seq 0 $(($# - 1))); do
+    ncu -i "$out/$tag.ncu-rep" --page source --csv --print-source sass --launch-skip "$n" --launch-count 1 \
+      > "$out/$tag-src-$n.csv" 2> "$out/$tag-src-$n.err"
+  done
+  python3 benchmarks/ncu_source.py "$out/$tag"-src-*.csv --top 4 --elements 67108864 | tee "$out/$tag-source.md"
 }

@@ -31,33 +31,13 @@ stage_ab() {
     --cols ${AB_COLS:-768 1024 2048 4096 8192 12288}
 }
 
-# ncu_cases TAG CASES...: Nsight Compute over the norms' fused backward kernels (lean and v18's) in the bench
-# cases given, under this process's JAX_MEMOPS_NORM_BWD: the details' key lines, then per kernel its
-# executed instructions per element and where its warps wait (ncu_source.py), into $out/TAG*.
-ncu_cases() {
-  local tag=$1 n
-  shift
-  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 150 \
-    ncu --profile-from-start off --clock-control none --kernel-name "regex:norm_bwd_(lean|fused)" \
-    --section SpeedOfLight --section WarpStateStats --section Occupancy --section SourceCounters \
-    -f -o "$out/$tag" python3 benchmarks/ncu_profile.py "$@" > "$out/$tag.log" 2>&1
-  tail -1 "$out/$tag.log"
-  ncu -i "$out/$tag.ncu-rep" --page details > "$out/$tag.txt" 2>&1
-  grep -E "^  [a-zA-Z_].*\(|DRAM Throughput|Issue Slots Busy|Warp Cycles Per Issued|Achieved Occupancy|\
-Registers Per" "$out/$tag.txt" | cut -c1-120
-  for n in $(seq 0 $(($# - 1))); do
-    ncu -i "$out/$tag.ncu-rep" --page source --csv --print-source sass --launch-skip "$n" --launch-count 1 \
-      > "$out/$tag-src-$n.csv" 2> "$out/$tag-src-$n.err"
-  done
-  python3 benchmarks/ncu_source.py "$out/$tag"-src-*.csv --top 4 --elements 67108864 | tee "$out/$tag-source.md"
-}
-
 stage_ncu() {
+  local kernels="regex:norm_bwd_(lean|fused)"
   # shellcheck disable=SC2086
-  ncu_cases ncu ${NCU_CASES:-layer_norm:bwd:bfloat16:8192:ours rms_norm:bwd:bfloat16:8192:ours \
+  ab_ncu_cases ncu "$kernels" ${NCU_CASES:-layer_norm:bwd:bfloat16:8192:ours rms_norm:bwd:bfloat16:8192:ours \
     layer_norm:bwd:bfloat16:768:ours}
   # shellcheck disable=SC2086
-  JAX_MEMOPS_NORM_BWD=v18 ncu_cases ncu-v18 ${NCU_V18_CASES:-layer_norm:bwd:bfloat16:768:ours}
+  JAX_MEMOPS_NORM_BWD=v18 ab_ncu_cases ncu-v18 "$kernels" ${NCU_V18_CASES:-layer_norm:bwd:bfloat16:768:ours}
 }
 
 ab_init "$@"

@@ -97,16 +97,6 @@ __device__ __forceinline__ void load_lean_row(LeanRow<K>& r, const T* x, const T
   }
 }
 
-// The f32 scale of a thread's pack i, E floats (its index clamped into the row: an empty slot's dy is 0).
-template <int E>
-__device__ __forceinline__ void load_lean_scale(const float* scale, int i, float (&sc)[E]) {
-#pragma unroll
-  for (int q = 0; q < E / 4; ++q) {
-    const float4 f = __ldg(reinterpret_cast<const float4*>(scale) + E / 4 * i + q);
-    sc[4 * q] = f.x, sc[4 * q + 1] = f.y, sc[4 * q + 2] = f.z, sc[4 * q + 3] = f.w;
-  }
-}
-
 template <typename T, bool kRms, int K, bool kHoldScale, int kAhead>
 __global__ void __launch_bounds__(kTeamThreads, 1)
     norm_bwd_lean_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
@@ -126,17 +116,21 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   const float inv_cols = 1.0f / static_cast<float>(cols);
   const auto [acc_a, acc_b] = partial_accs<E, K>(slab_a, slab_b, static_cast<int>(blockDim.x));
   RegPartials<E, K> reg;
+  // The f32 scale of the thread's pack k (the index clamped into the row: an empty slot's dy is 0).
+  const auto scale_cols = [&](int k, float (&sc)[E]) {
+    load_param_cols<E, ParamLoad::kDense>(scale.data, E * min(lane + k * tpr, packs - 1), true, 0.0f, sc);
+  };
   float held[kHoldScale ? K : 1][E];
   if constexpr (kHoldScale) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) load_lean_scale<E>(scale.data, min(lane + k * tpr, packs - 1), held[k]);
+    for (int k = 0; k < K; ++k) scale_cols(k, held[k]);
   }
   const auto scale_of = [&](int k, float (&sc)[E]) {
     if constexpr (kHoldScale) {
 #pragma unroll
       for (int j = 0; j < E; ++j) sc[j] = held[k][j];
     } else {
-      load_lean_scale<E>(scale.data, min(lane + k * tpr, packs - 1), sc);
+      scale_cols(k, sc);
     }
   };
 

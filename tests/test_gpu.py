@@ -504,9 +504,11 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
 #     (9, 12289); (5, 12291) the last f32 v4 width (768 threads);
 #   v3 beyond: (5, 12292) f32 v3 block rows / 16-bit v4; (5, 24583) the last 16-bit v4 width; (3, 24584)
 #     16-bit v3 block rows / f32 v1; (3, 50257) v1 for all.
-# Each with a NaN row and a constant row; without parameters too; vmap with batched (per-group,
-# misaligned) parameters; large mean / tiny variance (x = 1e4 + 1e-2 noise, epsilon 1e-12) in every
-# class with the backward, which reads the saved mean and rstd.
+#   and (1, 2048) one row (f32 128-thread block rows / the last 16-bit team width under v3), (3, 8192) (512 / 128
+#   or 256 threads).
+# Each with a NaN row and a constant row, NaN poured into the memory the outputs take; without parameters too;
+# vmap with batched (per-group, misaligned) parameters; large mean / tiny variance (x = 1e4 + 1e-2 noise,
+# epsilon 1e-12) in every class with the backward, which reads the saved mean and rstd.
 _NORM_V4_SCRIPT = r"""
 import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
 sys.path.insert(0, {tests!r})
@@ -515,8 +517,8 @@ gpu = jax.devices("gpu")[0]
 put = lambda *a: [jax.device_put(t, gpu) for t in a]
 rng = np.random.default_rng(19)
 shapes = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 515), (129, 516), (20, 1000), (300, 1001), (8001, 768),
-          (301, 769), (65, 1031), (65, 1032), (33, 4097), (700, 12288), (9, 12289), (5, 12291), (5, 12292), (5, 24583),
-          (3, 24584), (3, 50257)]
+          (301, 769), (65, 1031), (65, 1032), (1, 2048), (3, 8192), (33, 4097), (700, 12288), (9, 12289), (5, 12291),
+          (5, 12292), (5, 24583), (3, 24584), (3, 50257)]
 ln, rms = jax.jit(jm.layer_norm), jax.jit(jm.rms_norm)
 ln0, rms0 = jax.jit(lambda t: jm.layer_norm(t)), jax.jit(lambda t: jm.rms_norm(t))
 for dtype in mt.DTYPES:
@@ -529,8 +531,11 @@ for dtype in mt.DTYPES:
         s, b = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,))
         what = f"{{dtype}} {{(rows, c)}}"
         tol = mt.FWD_TOL[dtype]
-        mt.assert_close(ln(*put(x, s, b)), mt.ref_layer_norm(x, s, b), tol, dtype=dtype, what="layer_norm " + what)
-        mt.assert_close(rms(*put(x, s)), mt.ref_rms_norm(x, s), tol, dtype=dtype, what="rms_norm " + what)
+        args = put(x, s, b)
+        mt.poison(gpu, (2, rows, c))
+        mt.assert_close(ln(*args), mt.ref_layer_norm(x, s, b), tol, dtype=dtype, what="layer_norm " + what)
+        mt.poison(gpu, (2, rows, c))
+        mt.assert_close(rms(*args[:2]), mt.ref_rms_norm(x, s), tol, dtype=dtype, what="rms_norm " + what)
         mt.assert_close(ln0(*put(x)), mt.ref_layer_norm(x), tol, dtype=dtype, what="layer_norm no params " + what)
         mt.assert_close(rms0(*put(x)), mt.ref_rms_norm(x), tol, dtype=dtype, what="rms_norm no params " + what)
 for dtype in (mt.F32, mt.BF16):
@@ -543,7 +548,7 @@ for dtype in (mt.F32, mt.BF16):
             mt.assert_close(y[k], mt.ref_layer_norm(x[k], s[k], b[k]), mt.FWD_TOL[dtype], dtype=dtype, what=f"vmap y[{{k}}]")
             mt.assert_close(z[k], mt.ref_rms_norm(x[k], s[k]), mt.FWD_TOL[dtype], dtype=dtype, what=f"vmap rms y[{{k}}]")
 lne = lambda a, p, q: jm.layer_norm(a, p, q, epsilon=1e-12)
-for c in (33, 515, 768, 1001, 2056, 4097, 12288, 12291, 24580):
+for c in (33, 515, 768, 1001, 1024, 2056, 4096, 4097, 12288, 12291, 24580):
     x = (1e4 + 1e-2 * rng.standard_normal((37, c))).astype(np.float32)
     s, b = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,))
     g = mt.randn(rng, x.shape, scale=1.0)
