@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The v22 measurements (RESULTS.md "v22"). Two experiments on the norms' forward ran on branches, each with its
-# own copy of this driver (stages build, fwdtest, ab: the versions' GPU test and the default against them):
-# v22-lean (norm_fwd_lean.cuh, persistent teams; JAX_MEMOPS_NORM_FWD=v22 / v22-0 / v22-hold) and v22-pair
-# (norm_fwd_pair.cuh, two rows per thread; =v22-pair). Neither was adopted. What main keeps, and this driver
+# The v22 measurements (RESULTS.md "v22"). Three experiments on the norms' forward ran on branches, each with
+# its own copy of this driver (stages build, fwdtest, ab: the versions' GPU test and the default against them):
+# v22-lean (norm_fwd_lean.cuh, persistent teams; JAX_MEMOPS_NORM_FWD=v22 / v22-0 / v22-hold), v22-pair
+# (norm_fwd_pair.cuh, two rows per thread; =v22-pair) and v22-one (its lean rows at one row per thread; =v22-one,
+# with a stage onecheck). None was adopted. What main keeps, and this driver
 # measures: the lean backward's scale loads by load_param_cols (review of v21) against build/old (the tree
 # before it, carried to the device), and the norms' version tests with every forward call poisoned.
 #   build    this tree (sm_90) and build/old (into /tmp/oldsite), side by side.
