@@ -504,8 +504,8 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
 #     (9, 12289); (5, 12291) the last f32 v4 width (768 threads);
 #   v3 beyond: (5, 12292) f32 v3 block rows / 16-bit v4; (5, 24583) the last 16-bit v4 width; (3, 24584)
 #     16-bit v3 block rows / f32 v1; (3, 50257) v1 for all.
-#   and (1, 2048) one row (f32 128-thread block rows / the last 16-bit team width under v3), (3, 8192) (512 / 128
-#   or 256 threads).
+#   and (1, 2048) one row (f32 128-thread block rows / 16-bit 32-thread team rows under v3), (3, 8192) (block rows
+#   of 512 / 128 threads, 256 under v4).
 # Each with a NaN row and a constant row, NaN poured into the memory the outputs take; without parameters too;
 # vmap with batched (per-group, misaligned) parameters; large mean / tiny variance (x = 1e4 + 1e-2 noise,
 # epsilon 1e-12) in every class with the backward, which reads the saved mean and rstd.
