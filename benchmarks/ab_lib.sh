@@ -6,7 +6,7 @@
 #                      A/Bs by PYTHONPATH (softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "")
 #   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
 #   ab_run, ab_gpu_tests, ab_check, ab_norm_bwd_verify, ab_softmax_fwd_verify, ab_sanitize, ab_norm_sanitize,
-#   ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases: below
+#   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -111,6 +111,28 @@ ab_sanitize() {
   wait
   for tool in memcheck racecheck; do
     echo "$tool: $(grep -E 'SUMMARY|checks passed' "$out/$tool-$tag.log" | tail -2 | tr '\n' ' ')"
+  done
+}
+
+# ab_sanitize_resume TOOL TAG FILTER SECONDS SANITIZE-ARGS...: compute-sanitizer TOOL (--kernel-name FILTER)
+# over benchmarks/sanitize.py SANITIZE-ARGS (e.g. --fwd --only softmax), a line per run ($out/TOOL-TAG-<run>.log).
+# A crash of the tool itself (its SIGSEGV, "Internal Sanitizer Error") ends a run in check N, the last it
+# printed: the next run starts at N again (sanitize.py --from), past it when it crashed there twice; four runs
+# at most.
+ab_sanitize_resume() {
+  local tool=$1 tag=$2 filter=$3 secs=$4 from=0 try rc last log
+  shift 4
+  for try in 1 2 3 4; do
+    log="$out/$tool-$tag-$try.log"
+    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout "$secs" \
+      compute-sanitizer --tool "$tool" --kernel-name "$filter" --error-exitcode 3 \
+      python3 benchmarks/sanitize.py --from $from "$@" > "$log" 2>&1
+    rc=$?
+    last=$(grep -oE '^\[[0-9]+\]' "$log" | tail -1 | tr -d '[]')
+    echo "$tool $tag --from $from: rc=$rc last check ${last:-none}:" \
+      "$(grep -E 'SUMMARY|checks passed' "$log" | tail -2 | tr '\n' ' ')"
+    if grep -q "checks passed" "$log" || [ -z "$last" ]; then break; fi
+    if [ "$last" -eq "$from" ] && [ "$try" -gt 1 ]; then from=$((last + 1)); else from=$last; fi
   done
 }
 

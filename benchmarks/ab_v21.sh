@@ -10,7 +10,7 @@
 #            (kernels softmax_fwd_*), then the > 2^31-element forward.
 #   race     compute-sanitizer racecheck over sanitize.py --fwd --only softmax (the forwards alone: the whole
 #            workload's racecheck stops at f32 2 x 12288's backward on a cluster), kernels softmax_fwd_*; where
-#            the tool itself crashes, again from the next check (sanitize.py --from), up to four runs.
+#            the tool itself crashes, resumed (ab_sanitize_resume).
 #   ab       the default against v20, forward, f32 and bf16, C = AB_COLS (default 4096 .. 50257), ROUNDS
 #            rounds (default "1 2").
 #   sweep    the bench's sweep where the default changed (softmax fwd and fwd+bwd, f32 and bf16, C = 4096,
@@ -22,22 +22,7 @@ stage_build() { ab_build || exit 1; }
 
 stage_test() { ab_softmax_fwd_verify v21 v20 kns=softmax_fwd; }
 
-stage_race() {
-  # A crash of the tool at check N (its last printed line) ends a run: the next starts at N + 1.
-  local from=0 try rc last log
-  for try in 1 2 3 4; do
-    log="$out/racecheck-fwd-$try.log"
-    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 250 \
-      compute-sanitizer --tool racecheck --kernel-name kns=softmax_fwd --error-exitcode 3 \
-      python3 benchmarks/sanitize.py --fwd --from $from --only softmax > "$log" 2>&1
-    rc=$?
-    last=$(grep -oE '^\[[0-9]+\]' "$log" | tail -1 | tr -d '[]')
-    echo "racecheck --fwd --from $from: rc=$rc last check ${last:-none}:" \
-      "$(grep -E 'SUMMARY|checks passed' "$log" | tail -2 | tr '\n' ' ')"
-    if grep -q "checks passed" "$log" || [ -z "$last" ]; then break; fi
-    from=$((last + 1))
-  done
-}
+stage_race() { ab_sanitize_resume racecheck fwd kns=softmax_fwd 250 --fwd --only softmax; }
 
 stage_ab() {
   # shellcheck disable=SC2086

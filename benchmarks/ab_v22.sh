@@ -11,8 +11,7 @@
 #            and racecheck over sanitize.py's norms; then the > 2^31-element LayerNorm backward; a line each.
 #   bwd      backward, this build against build/old's, f32 and bf16, C = 1024 .. 12288 (one round).
 #   memcheck compute-sanitizer memcheck over sanitize.py's norms alone (after the verify stage's run, beside
-#            the tests, ended in the tool's own SIGSEGV); where the tool crashes, again from the check it was
-#            in (the next one if it crashed there twice).
+#            the tests, ended in the tool's own SIGSEGV); where the tool crashes, resumed (ab_sanitize_resume).
 #   ncu      Nsight Compute over the 16-bit forward register rows (norm_fwd_rows_kernel / _half_kernel), bf16
 #            LayerNorm against RMSNorm at C = 1024 (team rows) and 12288 (block rows): where their warps wait.
 set -uo pipefail
@@ -39,21 +38,7 @@ stage_bwd() {
     --cols 1024 2048 4096 8192 12288
 }
 
-stage_memcheck() {
-  local from=0 try rc last log
-  for try in 1 2 3; do
-    log="$out/memcheck-alone-$try.log"
-    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 200 \
-      compute-sanitizer --tool memcheck --kernel-name kns=norm_ --error-exitcode 3 \
-      python3 benchmarks/sanitize.py --from $from --only layer_norm rms_norm > "$log" 2>&1
-    rc=$?
-    last=$(grep -oE '^\[[0-9]+\]' "$log" | tail -1 | tr -d '[]')
-    echo "memcheck --from $from: rc=$rc last check ${last:-none}:" \
-      "$(grep -E 'SUMMARY|checks passed' "$log" | tail -2 | tr '\n' ' ')"
-    if grep -q "checks passed" "$log" || [ -z "$last" ]; then break; fi
-    if [ "$last" -eq "$from" ] && [ "$try" -gt 1 ]; then from=$((last + 1)); else from=$last; fi
-  done
-}
+stage_memcheck() { ab_sanitize_resume memcheck alone kns=norm_ 200 --only layer_norm rms_norm; }
 
 stage_ncu() {
   ab_ncu_cases ncu-fwd "regex:norm_fwd_(rows|half)" layer_norm:fwd:bfloat16:1024:ours rms_norm:fwd:bfloat16:1024:ours \
