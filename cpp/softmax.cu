@@ -356,8 +356,8 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v20 by default: v14 with the register rows' cached I/O. v14: v9,
-// except the 16-bit rows of launch_fwd_l2's rule.
+// Which forward kernels "auto" runs. v21 by default: v14 with the register rows' cached I/O (v20: the
+// sub-warp and block rows only). v14: v9, except the 16-bit rows of launch_fwd_l2's rule.
 // v9: v5, except rows of kWideMinCols < C <= kWideMaxCols,
 // which take register rows of 8 packs per thread (launch_fwd_wide). v5: v3's register classes (no
 // prefetch) and, for long rows, the bulk-copy cluster with one row buffer per CTA (softmax_fwd_tma.cuh):
