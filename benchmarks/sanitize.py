@@ -39,9 +39,12 @@ from jax_memops import reference, unfused
 # SM, so the norms' fused backward runs 256-thread blocks. v3 (16-bit register partials, gelu's row
 # pairs): (301, 2048) bf16, odd rows per team; (2, 12288) f16, a 512-thread team with K = 3 in
 # registers; (4, 1024) bf16, (300, 64) f16 (with vmap) and (3, 1028) f16 (scalar packs) above. v17: the
-# norms' long-row fused backward, (3, 16384) f32 (32 elements per thread) and (2, 24576) bf16 (48).
+# norms' long-row fused backward, (3, 16384) f32 (32 elements per thread) and (2, 24576) bf16 (48). v23's lean
+# forward rows (norm_fwd_lean.cuh: bf16 LayerNorm block rows): (2, 24576) every slot used, (3, 2056) not; beside
+# it f16 (2, 4096) and f32 (5, 1024) block rows.
 SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
-          (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288), (3, 16384), (2, 24576)]
+          (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288), (3, 16384), (2, 24576),
+          (2, 4096), (5, 1024), (3, 2056)]
 # One small shape per size class of softmax "auto" (cpp/softmax.cu): sub-warp rows, a warp, block rows
 # (misaligned rows), clusters (7 CTAs; 8 x 512 or 16 x 512 / 8 x 1024; 16-bit: 8 x 1024 or 16 x 512),
 # the two-pass stream class; the forward of 16-bit 3 x 50257 runs v14's two-pass kernel (L2 as the row

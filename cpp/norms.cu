@@ -12,6 +12,7 @@
 #include "cuda_common.cuh"
 #include "norm_bwd_lean.cuh"
 #include "norm_fwd_half.cuh"
+#include "norm_fwd_lean.cuh"
 #include "norm_rows.cuh"
 #include "partials.cuh"
 #include "bindings.h"
@@ -34,13 +35,15 @@ namespace {
 // with as many threads as v3's 8 (C = 768: 96 packs on 16 threads) run v4's kernel with 6 packs
 // (kRowPacksTeam6, 64 registers: 4 x 256 threads per SM, v3 3): 128 +13-23%, 768 +2-10%, 1536 -2..+9% in
 // 4-6 runs ("v9", "v10"). Not RMSNorm: v3 is at 93-98% of the copy there, the 6 packs 0.87-1.15x of it.
+// bf16 LayerNorm block rows of whole packs with one scale and bias row run norm_fwd_lean.cuh's kernel (v23).
 // For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them for
-// every dtype (v3: 8 packs for every 16-bit team row, the rule before v10). The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4 };
+// every dtype (v3: 8 packs for every 16-bit team row, the rule before v10), =v21 the rule before v23. The
+// backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4, kV21 };
 
 NormFwd norm_fwd_version() {
-  static const NormFwd v =
-      env_choice("JAX_MEMOPS_NORM_FWD", {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}}, NormFwd::kByDtype);
+  static const NormFwd v = env_choice(
+      "JAX_MEMOPS_NORM_FWD", {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21}}, NormFwd::kByDtype);
   return v;
 }
 
@@ -387,6 +390,22 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
       return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(plan.block), 0, stream, what, xp, scale,
                     bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon, plan.tpr);
     };
+    // v23 (norm_fwd_lean.cuh): bf16 LayerNorm block rows of whole packs, one scale and bias row, all aligned.
+    if constexpr (std::is_same_v<T, __nv_bfloat16> && !kRms) {
+      const bool one_row = scale.data != nullptr && scale.rows_per_group >= s.rows && bias.data != nullptr &&
+                           bias.rows_per_group >= s.rows;
+      if (norm_fwd_version() == NormFwd::kByDtype && plan.ok && plan.block_rows && one_row &&
+          vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data})) {
+        const auto kernel = norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>>;
+        int64_t resident = s.rows;
+        if (grid_mode(Grid::kFull) == Grid::kPersistent) {
+          if (auto err = resident_blocks(kernel, plan.block, 0, what, &resident); err.failure()) return err;
+        }
+        return launch(kernel, dim3(static_cast<unsigned>(grid_for(s.rows, resident, Grid::kFull))), dim3(plan.block), 0,
+                      stream, what, xp, scale.data, bias.data, yp, mean, rstd, s.rows, static_cast<int>(s.cols),
+                      1.0f / static_cast<float>(s.cols), epsilon, plan.tpr);
+      }
+    }
     // v4 (norm_fwd_half.cuh): its 32-bit row indices need rows + a block's rows <= INT_MAX.
     if (same_split && norm_fwd_half<T>() && s.rows <= int64_t{INT_MAX} - kMaxRowBlock) {
       if (const RowsPlan half = plan_norm_rows<T, kRowPacksHalf>(s.cols); half.ok) {

@@ -1,0 +1,146 @@
+// LayerNorm / RMSNorm forward v23 (candidate, JAX_MEMOPS_NORM_FWD=v23): norm_rows.cuh's register rows on the lean
+// backward's diet, for rows of whole 16-byte packs and one parameter row shared by every row. v3's geometry, packs
+// and bounds (team rows of tpr = 4..32 threads, block rows of 64..768, a full grid of row groups; 80 registers),
+// without what v3 spends per pack for rows that need it: the scalar head / tail (RowSpan), a test per pack in
+// full rows (packs == NP * tpr: every slot holds a pack; elsewhere empty slots hold zeros, which add nothing to
+// Σx), the parameter plan (dense float4 loads of the one parameter row), 1 / C (taken on the host). Rows are held
+// as uint4 words (no repacking of 16-bit halves).
+// Why: Nsight Compute counted 20 thread instructions per element in v3's bf16 LayerNorm against RMSNorm's 12.5,
+// 60% of the H200's issue slots at the copy's rate (RESULTS.md "v22"); v22-one (this kernel) read 0.94-1.08 of v3
+// in three rounds, +2-8% at bf16 LayerNorm block rows (C = 2048, 8192, 12288) in each.
+// Statistics as norm_rows.cuh: exact two passes over the registers, rstd by rsqrtf, y centred on m1 + Σd / C,
+// the saved mean relative to x[row, 0] (lane 0's first pack).
+#pragma once
+
+#include "norm_rows.cuh"
+
+#include <type_traits>
+
+namespace jm::cuda {
+
+// unpack_words_fresh for pass 1 by byte permutes (bf16; other types: unpack_words_fresh itself). ptxas merges
+// identical conversions across the passes whatever the asm's `volatile` asks, when no branch separates them (the
+// lean rows have none), and then holds the row as floats: 64 at 8 packs, 52-120 bytes of spill at 80 registers
+// (v22). Pass 1's conversions differ from passes 2 and 3's, so they are not reused. f16's cvt has no such twin:
+// norms.cu keeps f16 rows on v3.
+template <typename T>
+__device__ __forceinline__ void unpack_words_pass1(const uint4& u, float (&out)[kVec<T>]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t lo, hi;
+      asm volatile("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(w[i]));  // bytes 0, 1 to the top half
+      asm volatile("prmt.b32 %0, %1, 0, 0x3244;" : "=r"(hi) : "r"(w[i]));  // bytes 2, 3 kept, the low half 0
+      out[2 * i] = __uint_as_float(lo);
+      out[2 * i + 1] = __uint_as_float(hi);
+    }
+  } else {
+    unpack_words_fresh<T>(u, out);
+  }
+}
+
+// Elements 4q .. 4q + 3 of a pack held as words (f32: q = 0, the whole pack).
+template <typename T>
+__device__ __forceinline__ void quad_fresh(const uint4& u, int q, float (&out)[4]) {
+  if constexpr (sizeof(T) == 4) {
+    unpack_words_fresh<T>(u, out);
+  } else {
+    unpack_word_fresh<T>(q == 0 ? u.x : u.z, out[0], out[1]);
+    unpack_word_fresh<T>(q == 0 ? u.y : u.w, out[2], out[3]);
+  }
+}
+
+template <typename T, bool kRms, bool kBlockRow, int NP>
+__global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
+    norm_fwd_lean_kernel(const T* __restrict__ x, const float* __restrict__ scale, const float* __restrict__ bias,
+                         T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
+                         int cols, float inv_cols, float epsilon, int tpr) {
+  constexpr int V = kVec<T>;
+  const RowTeam<kBlockRow> tm(tpr);
+  const int packs = cols / V;
+  const bool full = packs == NP * tm.rt;
+  int parity = 0;
+  for (int64_t base = tm.first; base < rows; base += tm.step, parity ^= 1) {
+    const int64_t row = base + tm.group;
+    const bool valid = row < rows;
+    const uint4* xw = reinterpret_cast<const uint4*>(x + (valid ? row : 0) * cols);
+    uint4 w[NP];  // packs as words; zeros past the row or past the last row
+#pragma unroll
+    for (int k = 0; k < NP; ++k) {
+      const int i = tm.lane + k * tm.rt;
+      w[k] = make_uint4(0u, 0u, 0u, 0u);
+      if (valid && (full || i < packs)) w[k] = __ldcs(xw + i);
+    }
+
+    // Pass 1: Σx (LayerNorm) or Σx² (RMSNorm); the zero packs add nothing.
+    float s1[1] = {0.0f};
+#pragma unroll
+    for (int k = 0; k < NP; ++k) {
+      float v[V];
+      unpack_words_pass1<T>(w[k], v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) s1[0] = kRms ? fmaf(v[j], v[j], s1[0]) : s1[0] + v[j];
+    }
+    row_sums<kBlockRow>(s1, tpr, parity);
+
+    float m1 = 0.0f, dmean = 0.0f, rstd;
+    if constexpr (kRms) {
+      rstd = rsqrtf(s1[0] * inv_cols + epsilon);
+    } else {
+      m1 = s1[0] * inv_cols;
+      float s2[2] = {0.0f, 0.0f};  // Σd, Σd², d = x - m1, over the row's elements only
+#pragma unroll
+      for (int k = 0; k < NP; ++k) {
+        if (full || tm.lane + k * tm.rt < packs) {
+          float v[V];
+          unpack_words_fresh<T>(w[k], v);
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const float d = v[j] - m1;
+            s2[0] += d;
+            s2[1] = fmaf(d, d, s2[1]);
+          }
+        }
+      }
+      row_sums<kBlockRow>(s2, tpr, parity);
+      dmean = s2[0] * inv_cols;
+      float var = (s2[1] - s2[0] * dmean) * inv_cols;
+      if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
+      rstd = rsqrtf(var + epsilon);
+    }
+    if (valid && tm.lane == 0) {
+      if constexpr (!kRms) {
+        float first[V];
+        unpack_words_fresh<T>(w[0], first);
+        mean_out[row] = (m1 - first[0]) + dmean;
+      }
+      rstd_out[row] = rstd;
+    }
+
+    // Pass 3: y = ((x - m1) * rstd + shift) * scale + bias, the parameters 4 columns at a time.
+    const float shift = -dmean * rstd;
+#pragma unroll
+    for (int k = 0; k < NP; ++k) {
+      const int i = tm.lane + k * tm.rt;
+      if (valid && (full || i < packs)) {
+        Pack<T, V> out;
+#pragma unroll
+        for (int q = 0; q < V / 4; ++q) {
+          float sc[4], b[4] = {}, v[4];
+          load_param_cols<4, ParamLoad::kDense>(scale, i * V + 4 * q, true, 1.0f, sc);
+          if constexpr (!kRms) load_param_cols<4, ParamLoad::kDense>(bias, i * V + 4 * q, true, 0.0f, b);
+          quad_fresh<T>(w[k], q, v);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float t = kRms ? v[j] * rstd : fmaf(v[j] - m1, rstd, shift);
+            out.v[4 * q + j] = from_float<T>(kRms ? t * sc[j] : fmaf(t, sc[j], b[j]));
+          }
+        }
+        store_stream<V>(y + row * cols, i, out);
+      }
+    }
+  }
+}
+
+}  // namespace jm::cuda
