@@ -5,7 +5,7 @@
 #   build    this tree (sm_90).
 #   verify   the norms' forward GPU tests (size classes, large mean, row groups, the versions' test: every call
 #            poisoned) beside compute-sanitizer memcheck and racecheck over sanitize.py's norms (kernels norm_fwd*;
-#            where a tool crashes itself, again from the check it was in); then the > 2^31-element forwards.
+#            resumed where a tool crashes itself: ab_sanitize_resume); then the > 2^31-element forwards.
 #   ab       forward, bf16, LayerNorm (and RMSNorm, unchanged: a gauge of the noise), C = AB_COLS (default the
 #            issue's six), the default against v21, ROUNDS rounds (default "1 2 3").
 #   sweep    the bench's sweep for the norms' forward and fwd+bwd (f32, bf16), one process; result lines.
@@ -14,27 +14,10 @@ source "$(dirname "$0")/ab_lib.sh"
 
 stage_build() { ab_build || exit 1; }
 
-# san_resume TOOL: compute-sanitizer TOOL over sanitize.py's norms (forward kernels), resumed where it crashes.
-san_resume() {
-  local tool=$1 from=0 try rc last log
-  for try in 1 2 3; do
-    log="$out/$tool-$try.log"
-    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 200 \
-      compute-sanitizer --tool "$tool" --kernel-name kns=norm_fwd --error-exitcode 3 \
-      python3 benchmarks/sanitize.py --from $from --only layer_norm rms_norm > "$log" 2>&1
-    rc=$?
-    last=$(grep -oE '^\[[0-9]+\]' "$log" | tail -1 | tr -d '[]')
-    echo "$tool --from $from: rc=$rc last check ${last:-none}:" \
-      "$(grep -E 'SUMMARY|checks passed' "$log" | tail -2 | tr '\n' ' ')"
-    if grep -q "checks passed" "$log" || [ -z "$last" ]; then break; fi
-    if [ "$last" -eq "$from" ] && [ "$try" -gt 1 ]; then from=$((last + 1)); else from=$last; fi
-  done
-}
-
 stage_verify() {
   ab_gpu_tests fwd-tests 330 "gpu and norm and not slow and not big and not backward" 320 &
-  san_resume memcheck
-  san_resume racecheck
+  ab_sanitize_resume memcheck fwd kns=norm_fwd 200 --only layer_norm rms_norm
+  ab_sanitize_resume racecheck fwd kns=norm_fwd 200 --only layer_norm rms_norm
   wait
   tail -n 1 "$out/fwd-tests.log"
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 python3 -P -m pytest -q -rfEs --timeout 110 \
