@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The v23 measurements: bf16 LayerNorm block rows on norm_fwd_lean.cuh's kernel (the default's candidate; v22's
-# `v22-one` read +2..8% at C = 2048, 8192, 12288 in each of three rounds) against the rule before it
+# The v23 measurements: bf16 LayerNorm rows on norm_fwd_lean.cuh's kernel (block rows first, then team rows too:
+# v22's `v22-one` read +2..8% at C = 2048, 8192, 12288 in each of three rounds) against the rule before it
 # (JAX_MEMOPS_NORM_FWD=v21).
 #   build    this tree (sm_90).
 #   verify   the norms' forward GPU tests (size classes, large mean, row groups, the versions' test: every call
@@ -9,6 +9,11 @@
 #   ab       forward, bf16, LayerNorm (and RMSNorm, unchanged: a gauge of the noise), C = AB_COLS (default the
 #            issue's six), the default against v21, ROUNDS rounds (default "1 2 3").
 #   sweep    the bench's sweep for the norms' forward and fwd+bwd (f32, bf16), one process; result lines.
+#   inproc   benchmarks/norm_fwd_ab.cu: the lean rows against v21 inside one process (variants interleaved per
+#            sample, an A/A pair for the noise), since the bench's processes differed by as much as the effect;
+#            IN_OPS (default all: ln-bf16 rms-bf16 ln-f32 rms-f32), IN_ROUNDS (default "1 2").
+#   smx      the softmax forward's GPU tests (every version, the size classes, poisoned outputs) after
+#            launch_fwd_v3's register rows went through one launch for both kCachedIo values.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -37,6 +42,23 @@ stage_sweep() {
   timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs fwd fwd+bwd --parts sweep \
     --dtypes float32 bfloat16 --out "$out/sweep-norms" > "$out/sweep-norms.log" 2>&1
   grep -E "^(layer|rms)_norm" "$out/sweep-norms.log"
+}
+
+stage_inproc() {
+  local inc
+  inc=$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())")
+  nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -I"$inc" -Icpp benchmarks/norm_fwd_ab.cu \
+    -o /tmp/norm_fwd_ab > "$out/inproc-build.log" 2>&1 || { tail -5 "$out/inproc-build.log"; return; }
+  for round in ${IN_ROUNDS:-1 2}; do
+    # shellcheck disable=SC2086
+    timeout 150 /tmp/norm_fwd_ab ${IN_OPS:-} > "$out/norm_fwd_ab_r$round.md" 2>&1
+    echo "rc=$?"
+    cat "$out/norm_fwd_ab_r$round.md"
+  done
+}
+
+stage_smx() {
+  ab_gpu_tests smx-tests 300 "gpu_fwd_versions or (gpu and (auto_size_classes_forward or stale_and_poisoned))" 280
 }
 
 ab_init "$@"

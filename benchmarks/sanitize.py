@@ -40,8 +40,9 @@ from jax_memops import reference, unfused
 # pairs): (301, 2048) bf16, odd rows per team; (2, 12288) f16, a 512-thread team with K = 3 in
 # registers; (4, 1024) bf16, (300, 64) f16 (with vmap) and (3, 1028) f16 (scalar packs) above. v17: the
 # norms' long-row fused backward, (3, 16384) f32 (32 elements per thread) and (2, 24576) bf16 (48). v23's lean
-# forward rows (norm_fwd_lean.cuh: bf16 LayerNorm block rows): (2, 24576) every slot used, (3, 2056) not; beside
-# it f16 (2, 4096) and f32 (5, 1024) block rows.
+# forward rows (norm_fwd_lean.cuh: bf16 LayerNorm rows of whole packs): block rows (2, 24576) every slot used,
+# (3, 2056) not; team rows of 6 packs (300, 64) and of 8 (4, 1024), (301, 2048) (odd rows per team); beside them
+# f16 (2, 4096) and f32 (5, 1024) block rows.
 SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
           (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288), (3, 16384), (2, 24576),
           (2, 4096), (5, 1024), (3, 2056)]

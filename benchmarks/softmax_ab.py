@@ -27,11 +27,11 @@ anything else: to the smallest k that merges by messages), JAX_MEMOPS_SOFTMAX_PU
 bulk-copy forward's (max, sum) and the backward's sum: 0 the cluster barrier, 1 messages, for every k;
 anything else the default, messages from k = 4), JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for: persistent /
 full for every row kernel; anything else: each kernel's default), JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v3
-or v4 for every dtype; v21: the default before v23's lean bf16 LayerNorm block rows; anything else is the
+or v4 for every dtype; v21: the default before v23's lean bf16 LayerNorm rows; anything else is the
 default: v4 for f32, v3 for 16-bit types but for LayerNorm team rows of 6 packs per thread where they fit as
-well as 8 and bf16 LayerNorm block rows on norm_fwd_lean.cuh) and JAX_MEMOPS_NORM_BWD (cpp/norms.cu: v18, v19,
-v19-hold, v19-lean or v19-deep for the fused backward; anything else the default v20). Extra options go to
-the bench (e.g. --dtypes float32 --cols 1024 131072)."""
+well as 8, and bf16 LayerNorm rows of whole packs with one parameter row on norm_fwd_lean.cuh) and
+JAX_MEMOPS_NORM_BWD (cpp/norms.cu: v18, v19, v19-hold, v19-lean or v19-deep for the fused backward; anything
+else the default v20). Extra options go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
 
 from __future__ import annotations
 

@@ -76,6 +76,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 #include <utility>
 
 namespace ffi = xla::ffi;
@@ -690,12 +691,12 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
     }
     // A full grid (v6; the prefetching A/B variant stays persistent: its next-row loads need a next row).
     constexpr bool kKeep = sizeof(T) == 4;
-    if (cached_io) {
-      return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, kKeep, false, false, true>, Grid::kFull>(
-          dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
-    }
-    return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, kKeep, false>, Grid::kFull>(
-        dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
+    const auto regs = [&](auto cached) {
+      return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, kKeep, false, false, cached()>,
+                               Grid::kFull>(dev, stream, groups, block, "softmax_fwd", x, y, s.rows,
+                                            static_cast<int>(s.cols), tpr);
+    };
+    return cached_io ? regs(std::true_type{}) : regs(std::false_type{});
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);

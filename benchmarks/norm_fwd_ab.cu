@@ -1,0 +1,334 @@
+// An A/B of the norms' forward inside one process (RESULTS.md "v23"): the bench's A/B runs one
+// process per version, and processes differ by ±5% (the copy itself moves that much), which hides a kernel's few
+// percent. Here each sample launches every variant once, in an order rotated per sample, timed by CUDA events;
+// medians of kSamples after warm-up. An A/A pair (the default twice) measures the noise that is left.
+//
+//   copy      a full-grid 16-byte copy of x into y (the ceiling for these bytes).
+//   v21       the default before v23 (norms.cu's rule): f32 norm_fwd_half.cuh's 4 packs; 16-bit norm_rows.cuh's
+//             8 packs, LayerNorm team rows on norm_fwd_half.cuh's 6-pack kernel where v10 takes them; twice (v21,
+//             v21b: the A/A pair).
+//   lean      norm_fwd_lean.cuh's rows in v21's geometry and packs (v23's default for bf16 LayerNorm; bf16
+//             RMSNorm and f32 measured, not adopted).
+//
+// Every variant's output is checked: y against a float64 reference on sampled rows (relative to the row's
+// scale), mean / rstd against v21's, outputs poisoned (NaN bytes) before the first launch.
+//
+//   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
+//        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/norm_fwd_ab.cu \
+//        -o /tmp/norm_fwd_ab && /tmp/norm_fwd_ab [ln-bf16 rms-bf16 ln-f32 rms-f32]   (default: all four)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "norm_fwd_half.cuh"
+#include "norm_fwd_lean.cuh"
+
+namespace {
+
+using jm::cuda::kRowPacks;
+using jm::cuda::kRowPacksTeam6;
+using jm::cuda::kTeamBlock;
+using jm::cuda::plan_norm_rows;
+using jm::cuda::RowsPlan;
+
+constexpr int kSamples = 40;
+constexpr int kWarmup = 5;
+constexpr int64_t kElems = int64_t{1} << 26;
+constexpr float kEps = 1e-5f;
+
+void check(cudaError_t e, const char* what, int line) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "line %d: %s: %s\n", line, what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+#define CK(call) check((call), #call, __LINE__)
+
+__device__ __forceinline__ uint32_t hash(uint32_t i, uint32_t seed) {
+  uint32_t h = i * 2654435761u ^ seed;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  return h;
+}
+
+// x: a per-row offset (up to ±4) plus uniform noise in [-1, 1): rows whose mean is not zero.
+template <typename T>
+__global__ void fill_x(T* x, int64_t n, int cols, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float row_off = static_cast<float>(hash(static_cast<uint32_t>(i / cols), seed ^ 0x9e37u) & 0xff) / 32.0f - 4;
+    const float u = static_cast<float>(hash(static_cast<uint32_t>(i), seed) & 0xffffff) / 8388608.0f - 1.0f;
+    x[i] = jm::cuda::from_float<T>(row_off + u);
+  }
+}
+
+__global__ void copy_kernel(const uint4* __restrict__ x, uint4* __restrict__ y, int64_t n16) {
+  constexpr int U = 4;
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} * U + threadIdx.x;
+  uint4 v[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (i + u * blockDim.x < n16) v[u] = __ldcs(x + i + u * blockDim.x);
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (i + u * blockDim.x < n16) __stcs(y + i + u * blockDim.x, v[u]);
+  }
+}
+
+template <typename T>
+struct Bufs {
+  T* x;
+  float *scale, *bias;
+  int64_t rows;
+  int cols;
+};
+
+template <typename T>
+struct Out {
+  T* y;
+  float *mean, *rstd;
+};
+
+template <typename T>
+struct Variant {
+  std::string name;
+  std::function<void(const Out<T>&)> launch;
+  Out<T> out{};
+  std::vector<float> ms;
+};
+
+unsigned grid_of(int64_t groups) { return static_cast<unsigned>(groups); }
+
+template <typename T, bool kRms, bool kBlockRow, int N>
+void half_rows(const Bufs<T>& b, const Out<T>& o, const RowsPlan& p) {
+  const jm::ParamView sc{b.scale, b.rows}, bi{kRms ? nullptr : b.bias, b.rows};
+  jm::cuda::norm_fwd_half_kernel<T, kRms, kBlockRow, N>
+      <<<grid_of((b.rows + p.rows_per_block - 1) / p.rows_per_block), p.block>>>(b.x, sc, bi, o.y, o.mean, o.rstd,
+                                                                                  b.rows, b.cols, kEps, p.tpr);
+}
+
+// v21's rule (norms.cu before v23), the kernels and geometry it launches.
+template <typename T, bool kRms>
+void launch_v21(const Bufs<T>& b, const Out<T>& o) {
+  if constexpr (sizeof(T) == 4) {
+    const RowsPlan p = plan_norm_rows<T, jm::cuda::kRowPacksHalf>(b.cols);
+    if (p.block_rows) return half_rows<T, kRms, true, jm::cuda::kRowPacksHalf>(b, o, p);
+    return half_rows<T, kRms, false, jm::cuda::kRowPacksHalf>(b, o, p);
+  } else {
+    const RowsPlan plan = plan_norm_rows<T>(b.cols);
+    const jm::ParamView sc{b.scale, b.rows}, bi{kRms ? nullptr : b.bias, b.rows};
+    if (!kRms && !plan.block_rows) {
+      const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(b.cols);
+      if (six.ok && six.tpr == plan.tpr) return half_rows<T, kRms, false, kRowPacksTeam6>(b, o, six);
+    }
+    const unsigned grid = grid_of((b.rows + plan.rows_per_block - 1) / plan.rows_per_block);
+    if (plan.block_rows) {
+      jm::cuda::norm_fwd_rows_kernel<T, kRms, true><<<grid, plan.block>>>(b.x, sc, bi, o.y, o.mean, o.rstd, b.rows,
+                                                                           b.cols, kEps, plan.tpr);
+    } else {
+      jm::cuda::norm_fwd_rows_kernel<T, kRms, false><<<grid, plan.block>>>(b.x, sc, bi, o.y, o.mean, o.rstd, b.rows,
+                                                                            b.cols, kEps, plan.tpr);
+    }
+  }
+}
+
+template <typename T, bool kRms, bool kBlockRow, int N>
+void lean_rows(const Bufs<T>& b, const Out<T>& o, const RowsPlan& p) {
+  jm::cuda::norm_fwd_lean_kernel<T, kRms, kBlockRow, N>
+      <<<grid_of((b.rows + p.rows_per_block - 1) / p.rows_per_block), p.block>>>(
+          b.x, b.scale, kRms ? nullptr : b.bias, o.y, o.mean, o.rstd, b.rows, b.cols, 1.0f / static_cast<float>(b.cols),
+          kEps, p.tpr);
+}
+
+// The lean rows in v21's geometry: f32 4 packs; 16-bit 8, LayerNorm team rows 6 where v10 takes them (bf16
+// LayerNorm: v23's default, norms.cu).
+template <typename T, bool kRms>
+void launch_lean(const Bufs<T>& b, const Out<T>& o) {
+  constexpr int N = sizeof(T) == 4 ? jm::cuda::kRowPacksHalf : kRowPacks<T>;
+  const RowsPlan plan = plan_norm_rows<T, N>(b.cols);
+  if (plan.block_rows) return lean_rows<T, kRms, true, N>(b, o, plan);
+  if constexpr (!kRms && sizeof(T) == 2) {
+    const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(b.cols);
+    if (six.ok && six.tpr == plan.tpr) return lean_rows<T, kRms, false, kRowPacksTeam6>(b, o, six);
+  }
+  lean_rows<T, kRms, false, N>(b, o, plan);
+}
+
+template <typename T>
+float to_f(T v) {
+  if constexpr (sizeof(T) == 4) {
+    return v;
+  } else {
+    return __bfloat162float(v);
+  }
+}
+
+// y of sampled rows against float64 (error relative to the row's largest |y|; bf16 rounds at ~2^-8), rstd (and
+// LayerNorm's mean) against the reference variant's (the same f32 statistics up to summation order).
+template <typename T, bool kRms>
+bool check_out(const Bufs<T>& b, const Variant<T>& v, const Variant<T>& ref, std::string* why) {
+  const int64_t n = b.rows * b.cols;
+  std::vector<T> x(n), y(n);
+  std::vector<float> sc(b.cols), bi(b.cols), m(b.rows), r(b.rows), mr(b.rows), rr(b.rows);
+  CK(cudaMemcpy(x.data(), b.x, n * sizeof(T), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(y.data(), v.out.y, n * sizeof(T), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(sc.data(), b.scale, b.cols * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(bi.data(), b.bias, b.cols * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(m.data(), v.out.mean, b.rows * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(r.data(), v.out.rstd, b.rows * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(mr.data(), ref.out.mean, b.rows * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(rr.data(), ref.out.rstd, b.rows * 4, cudaMemcpyDeviceToHost));
+  double worst = 0, worst_stat = 0;
+  for (int64_t row = 0; row < b.rows; row += std::max<int64_t>(1, b.rows / 97)) {
+    const T* xr = x.data() + row * b.cols;
+    double mu = 0, var = 0, ymax = 0;
+    if (!kRms) {
+      for (int c = 0; c < b.cols; ++c) mu += to_f(xr[c]);
+      mu /= b.cols;
+    }
+    for (int c = 0; c < b.cols; ++c) var += (to_f(xr[c]) - mu) * (to_f(xr[c]) - mu);
+    var /= b.cols;
+    const double rs = 1.0 / std::sqrt(var + kEps);
+    std::vector<double> want(b.cols);
+    for (int c = 0; c < b.cols; ++c) {
+      want[c] = (to_f(xr[c]) - mu) * rs * sc[c] + (kRms ? 0.0 : bi[c]);
+      ymax = std::max(ymax, std::fabs(want[c]));
+    }
+    for (int c = 0; c < b.cols; ++c) {
+      const double got = to_f(y[row * b.cols + c]);
+      worst = std::max(worst, std::isfinite(got) ? std::fabs(got - want[c]) / ymax : 1e30);
+    }
+  }
+  for (int64_t row = 0; row < b.rows; ++row) {
+    const double dm = kRms ? 0.0 : std::fabs(static_cast<double>(m[row]) - mr[row]) / (std::fabs(mr[row]) + 1e-3);
+    const double dr = std::fabs(static_cast<double>(r[row]) - rr[row]) / std::fabs(rr[row]);
+    worst_stat = std::max({worst_stat, std::isfinite(dm) ? dm : 1e30, std::isfinite(dr) ? dr : 1e30});
+  }
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "y %.1e, stats %.1e", worst, worst_stat);
+  *why = buf;
+  return worst < (sizeof(T) == 4 ? 1e-5 : 1.0 / 64) && worst_stat < 1e-4;
+}
+
+double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+template <typename T, bool kRms>
+bool run_op(const char* title) {
+  std::printf("\n**%s**\n\n| C | rows | copy GB/s | v21 GB/s (%% copy) | v21b / v21 (A/A) | lean GB/s (%% copy) | "
+              "lean / v21 | lean / v21 per sample (q1, q3) | check |\n|---|---|---|---|---|---|---|---|---|\n",
+              title);
+  bool all_ok = true;
+  for (int cols : {768, 1024, 2048, 4096, 8192, 12288}) {
+    Bufs<T> b{nullptr, nullptr, nullptr, kElems / cols, cols};
+    const int64_t n = b.rows * cols;
+    CK(cudaMalloc(&b.x, n * sizeof(T)));
+    CK(cudaMalloc(&b.scale, cols * 4));
+    CK(cudaMalloc(&b.bias, cols * 4));
+    fill_x<<<1024, 256>>>(b.x, n, cols, 777u + cols);
+    CK(cudaGetLastError());
+    std::vector<float> sc(cols), bi(cols);
+    for (int c = 0; c < cols; ++c) {
+      sc[c] = 0.5f + static_cast<float>((c * 37) % 101) / 100.0f;
+      bi[c] = static_cast<float>((c * 53) % 41) / 40.0f - 0.5f;
+    }
+    CK(cudaMemcpy(b.scale, sc.data(), cols * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b.bias, bi.data(), cols * 4, cudaMemcpyHostToDevice));
+    const int64_t n16 = n * int64_t{sizeof(T)} / 16;
+    std::vector<Variant<T>> vs;
+    vs.push_back({"copy", [&](const Out<T>& o) {
+                    copy_kernel<<<static_cast<unsigned>((n16 + 1023) / 1024), 256>>>(
+                        reinterpret_cast<const uint4*>(b.x), reinterpret_cast<uint4*>(o.y), n16);
+                  }});
+    vs.push_back({"v21", [&](const Out<T>& o) { launch_v21<T, kRms>(b, o); }});
+    vs.push_back({"v21b", [&](const Out<T>& o) { launch_v21<T, kRms>(b, o); }});
+    vs.push_back({"lean", [&](const Out<T>& o) { launch_lean<T, kRms>(b, o); }});
+    for (Variant<T>& v : vs) {
+      CK(cudaMalloc(&v.out.y, n * sizeof(T)));
+      CK(cudaMalloc(&v.out.mean, b.rows * 4));
+      CK(cudaMalloc(&v.out.rstd, b.rows * 4));
+      CK(cudaMemset(v.out.y, 0xff, n * sizeof(T)));  // NaN bytes: a row left unwritten fails the check
+      CK(cudaMemset(v.out.mean, 0xff, b.rows * 4));
+      CK(cudaMemset(v.out.rstd, 0xff, b.rows * 4));
+    }
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const size_t nv = vs.size();
+    for (int s = 0; s < kWarmup + kSamples; ++s) {
+      for (size_t j = 0; j < nv; ++j) {
+        Variant<T>& v = vs[(j + s) % nv];
+        CK(cudaEventRecord(e0));
+        v.launch(v.out);
+        CK(cudaGetLastError());
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (s >= kWarmup) v.ms.push_back(ms);
+      }
+    }
+    CK(cudaDeviceSynchronize());
+    // Bytes: x read, y written, rstd (and LayerNorm's mean) written (the copy: x and y).
+    const double bytes = 2.0 * n * sizeof(T) + (kRms ? 4.0 : 8.0) * b.rows;
+    const double copy = 2.0 * n * sizeof(T) / median(vs[0].ms) / 1e6;
+    const double v21 = bytes / median(vs[1].ms) / 1e6, v21b = bytes / median(vs[2].ms) / 1e6;
+    const double lean = bytes / median(vs[3].ms) / 1e6;
+    std::vector<float> ratio;
+    for (int s = 0; s < kSamples; ++s) ratio.push_back(vs[1].ms[s] / vs[3].ms[s]);
+    std::sort(ratio.begin(), ratio.end());
+    std::string why_v21, why_b, why_lean;
+    const bool ok = check_out<T, kRms>(b, vs[1], vs[1], &why_v21) && check_out<T, kRms>(b, vs[2], vs[1], &why_b) &&
+                    check_out<T, kRms>(b, vs[3], vs[1], &why_lean);
+    const std::string why = "v21 " + why_v21 + "; lean " + why_lean;
+    all_ok = all_ok && ok;
+    std::printf("| %d | %lld | %.0f | %.0f (%.0f%%) | %.3f | %.0f (%.0f%%) | %.3f | %.3f (%.3f, %.3f) | %s %s |\n",
+                cols, static_cast<long long>(b.rows), copy, v21, 100 * v21 / copy, v21b / v21, lean, 100 * lean / copy,
+                lean / v21, ratio[kSamples / 2], ratio[kSamples / 4], ratio[3 * kSamples / 4], ok ? "ok" : "FAILED",
+                why.c_str());
+    for (Variant<T>& v : vs) {
+      CK(cudaFree(v.out.y));
+      CK(cudaFree(v.out.mean));
+      CK(cudaFree(v.out.rstd));
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaFree(b.x));
+    CK(cudaFree(b.scale));
+    CK(cudaFree(b.bias));
+  }
+  return all_ok;
+}
+
+}  // namespace
+
+// Arguments: the ops to run, of ln-bf16 rms-bf16 ln-f32 rms-f32 (default all).
+int main(int argc, char** argv) {
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, %d SMs, L2 %d MB; %d samples, each variant once per sample in a rotated order\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, kSamples);
+  const auto want = [&](const char* op) {
+    if (argc < 2) return true;
+    for (int i = 1; i < argc; ++i) {
+      if (std::string(argv[i]) == op) return true;
+    }
+    return false;
+  };
+  bool ok = true;
+  if (want("ln-bf16")) ok = run_op<__nv_bfloat16, false>("LayerNorm, bf16") && ok;
+  if (want("rms-bf16")) ok = run_op<__nv_bfloat16, true>("RMSNorm, bf16") && ok;
+  if (want("ln-f32")) ok = run_op<float, false>("LayerNorm, f32") && ok;
+  if (want("rms-f32")) ok = run_op<float, true>("RMSNorm, f32") && ok;
+  std::printf("\n%s\n", ok ? "all outputs checked: ok" : "SOME OUTPUTS FAILED THEIR CHECK");
+  return ok ? 0 : 1;
+}
