@@ -12,6 +12,8 @@
 #   inproc   benchmarks/norm_fwd_ab.cu: the lean rows against v21 inside one process (variants interleaved per
 #            sample, an A/A pair for the noise), since the bench's processes differed by as much as the effect;
 #            IN_OPS (default all: ln-bf16 rms-bf16 ln-f32 rms-f32), IN_ROUNDS (default "1 2").
+#   gap      benchmarks/dispatch_gap.py: what a call costs beyond its kernel in the bench's loop, and inside a
+#            chain of ops in one jitted call, with XLA's command buffers on and off.
 #   smx      the softmax forward's GPU tests (every version, the size classes, poisoned outputs) after
 #            launch_fwd_v3's register rows went through one launch for both kCachedIo values.
 set -uo pipefail
@@ -55,6 +57,11 @@ stage_inproc() {
     echo "rc=$?"
     cat "$out/norm_fwd_ab_r$round.md"
   done
+}
+
+stage_gap() {
+  timeout 300 python3 benchmarks/dispatch_gap.py --out "$out" > "$out/gap.log" 2>&1
+  cat "$out/gap.log"
 }
 
 stage_smx() {
