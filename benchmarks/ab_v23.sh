@@ -12,8 +12,13 @@
 #   inproc   benchmarks/norm_fwd_ab.cu: the lean rows against v21 inside one process (variants interleaved per
 #            sample, an A/A pair for the noise), since the bench's processes differed by as much as the effect;
 #            IN_OPS (default all: ln-bf16 rms-bf16 ln-f32 rms-f32), IN_ROUNDS (default "1 2").
+#   smxab    benchmarks/softmax_fwd_ab.cu: the softmax forward's short rows (C = 128, 512) in other geometries of
+#            the register kernel, and three copies, inside one process.
 #   gap      benchmarks/dispatch_gap.py: what a call costs beyond its kernel in the bench's loop, and inside a
 #            chain of ops in one jitted call, with XLA's command buffers on and off.
+#   smxv     v23's 16-bit 8-pack sub-warp rows of the softmax forward: its GPU tests (every version with v21, the
+#            size classes, poisoned outputs) beside memcheck and racecheck over sanitize.py's softmax (kernels
+#            softmax_fwd_regs*), then the bench's forward sweep at C = 128 .. 2048 (f32, bf16).
 #   smx      the softmax forward's GPU tests (every version, the size classes, poisoned outputs) after
 #            launch_fwd_v3's register rows went through one launch for both kCachedIo values.
 set -uo pipefail
@@ -59,9 +64,35 @@ stage_inproc() {
   done
 }
 
+stage_smxab() {
+  local inc
+  inc=$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())")
+  nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -I"$inc" -Icpp benchmarks/softmax_fwd_ab.cu \
+    -o /tmp/softmax_fwd_ab > "$out/smxab-build.log" 2>&1 || { tail -5 "$out/smxab-build.log"; return; }
+  # shellcheck disable=SC2086
+  timeout 200 /tmp/softmax_fwd_ab ${SMX_CASES:-} > "$out/softmax_fwd_ab${SMX_TAG:-}.md" 2>&1
+  echo "rc=$?"
+  cat "$out/softmax_fwd_ab${SMX_TAG:-}.md"
+}
+
 stage_gap() {
   timeout 300 python3 benchmarks/dispatch_gap.py --out "$out" > "$out/gap.log" 2>&1
   cat "$out/gap.log"
+}
+
+stage_smxv() {
+  local tool
+  ab_gpu_tests smxv-tests 150 "gpu_fwd_versions or (gpu and (auto_size_classes_forward or stale_and_poisoned))" 140 &
+  for tool in memcheck racecheck; do  # one run each (the device time left was short: no resume)
+    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 70 \
+      compute-sanitizer --tool "$tool" --kernel-name kns=softmax_fwd_regs --error-exitcode 3 \
+      python3 benchmarks/sanitize.py --fwd --only softmax > "$out/$tool-smx.log" 2>&1
+    echo "$tool rc=$? $(grep -E 'SUMMARY|checks passed' "$out/$tool-smx.log" | tail -2 | tr '\n' ' ')"
+  done
+  wait
+  timeout 60 python3 -P -m jax_memops.cli bench --ops softmax --dirs fwd --parts sweep --dtypes float32 bfloat16 \
+    --cols 128 256 512 1024 2048 --out "$out/sweep-smx" > "$out/sweep-smx.log" 2>&1
+  grep -E "^softmax" "$out/sweep-smx.log"
 }
 
 stage_smx() {

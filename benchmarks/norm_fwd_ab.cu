@@ -1,9 +1,8 @@
-// An A/B of the norms' forward inside one process (RESULTS.md "v23"): the bench's A/B runs one
-// process per version, and processes differ by ±5% (the copy itself moves that much), which hides a kernel's few
-// percent. Here each sample launches every variant once, in an order rotated per sample, timed by CUDA events;
-// medians of kSamples after warm-up. An A/A pair (the default twice) measures the noise that is left.
+// An A/B of the norms' forward inside one process (RESULTS.md "v23"; the method: inproc_ab.cuh). An A/A pair
+// (the default twice) measures the noise that is left.
 //
-//   copy      a full-grid 16-byte copy of x into y (the ceiling for these bytes).
+//   copy      a full-grid 16-byte copy of x into y (4 words per thread, streaming hints; not the best copy: XLA's
+//             copy of the same bytes read up to 6% faster in another process, RESULTS.md "v23").
 //   v21       the default before v23 (norms.cu's rule): f32 norm_fwd_half.cuh's 4 packs; 16-bit norm_rows.cuh's
 //             8 packs, LayerNorm team rows on norm_fwd_half.cuh's 6-pack kernel where v10 takes them; twice (v21,
 //             v21b: the A/A pair).
@@ -16,16 +15,9 @@
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/norm_fwd_ab.cu \
 //        -o /tmp/norm_fwd_ab && /tmp/norm_fwd_ab [ln-bf16 rms-bf16 ln-f32 rms-f32]   (default: all four)
-#include <cuda_runtime.h>
-
-#include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <functional>
-#include <string>
-#include <vector>
 
+#include "inproc_ab.cuh"
 #include "norm_fwd_half.cuh"
 #include "norm_fwd_lean.cuh"
 
@@ -42,43 +34,14 @@ constexpr int kWarmup = 5;
 constexpr int64_t kElems = int64_t{1} << 26;
 constexpr float kEps = 1e-5f;
 
-void check(cudaError_t e, const char* what, int line) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "line %d: %s: %s\n", line, what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-#define CK(call) check((call), #call, __LINE__)
-
-__device__ __forceinline__ uint32_t hash(uint32_t i, uint32_t seed) {
-  uint32_t h = i * 2654435761u ^ seed;
-  h ^= h >> 15;
-  h *= 2246822519u;
-  h ^= h >> 13;
-  return h;
-}
-
 // x: a per-row offset (up to ±4) plus uniform noise in [-1, 1): rows whose mean is not zero.
 template <typename T>
 __global__ void fill_x(T* x, int64_t n, int cols, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float row_off = static_cast<float>(hash(static_cast<uint32_t>(i / cols), seed ^ 0x9e37u) & 0xff) / 32.0f - 4;
-    const float u = static_cast<float>(hash(static_cast<uint32_t>(i), seed) & 0xffffff) / 8388608.0f - 1.0f;
+    const uint32_t row_hash = inproc::hash(static_cast<uint32_t>(i / cols), seed ^ 0x9e37u);
+    const float row_off = static_cast<float>(row_hash & 0xff) / 32.0f - 4;
+    const float u = static_cast<float>(inproc::hash(static_cast<uint32_t>(i), seed) & 0xffffff) / 8388608.0f - 1.0f;
     x[i] = jm::cuda::from_float<T>(row_off + u);
-  }
-}
-
-__global__ void copy_kernel(const uint4* __restrict__ x, uint4* __restrict__ y, int64_t n16) {
-  constexpr int U = 4;
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} * U + threadIdx.x;
-  uint4 v[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    if (i + u * blockDim.x < n16) v[u] = __ldcs(x + i + u * blockDim.x);
-  }
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    if (i + u * blockDim.x < n16) __stcs(y + i + u * blockDim.x, v[u]);
   }
 }
 
@@ -94,14 +57,6 @@ template <typename T>
 struct Out {
   T* y;
   float *mean, *rstd;
-};
-
-template <typename T>
-struct Variant {
-  std::string name;
-  std::function<void(const Out<T>&)> launch;
-  Out<T> out{};
-  std::vector<float> ms;
 };
 
 unsigned grid_of(int64_t groups) { return static_cast<unsigned>(groups); }
@@ -173,18 +128,18 @@ float to_f(T v) {
 // y of sampled rows against float64 (error relative to the row's largest |y|; bf16 rounds at ~2^-8), rstd (and
 // LayerNorm's mean) against the reference variant's (the same f32 statistics up to summation order).
 template <typename T, bool kRms>
-bool check_out(const Bufs<T>& b, const Variant<T>& v, const Variant<T>& ref, std::string* why) {
+bool check_out(const Bufs<T>& b, const Out<T>& v, const Out<T>& ref, std::string* why) {
   const int64_t n = b.rows * b.cols;
   std::vector<T> x(n), y(n);
   std::vector<float> sc(b.cols), bi(b.cols), m(b.rows), r(b.rows), mr(b.rows), rr(b.rows);
   CK(cudaMemcpy(x.data(), b.x, n * sizeof(T), cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(y.data(), v.out.y, n * sizeof(T), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(y.data(), v.y, n * sizeof(T), cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(sc.data(), b.scale, b.cols * 4, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(bi.data(), b.bias, b.cols * 4, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(m.data(), v.out.mean, b.rows * 4, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(r.data(), v.out.rstd, b.rows * 4, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(mr.data(), ref.out.mean, b.rows * 4, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(rr.data(), ref.out.rstd, b.rows * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(m.data(), v.mean, b.rows * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(r.data(), v.rstd, b.rows * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(mr.data(), ref.mean, b.rows * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(rr.data(), ref.rstd, b.rows * 4, cudaMemcpyDeviceToHost));
   double worst = 0, worst_stat = 0;
   for (int64_t row = 0; row < b.rows; row += std::max<int64_t>(1, b.rows / 97)) {
     const T* xr = x.data() + row * b.cols;
@@ -217,11 +172,6 @@ bool check_out(const Bufs<T>& b, const Variant<T>& v, const Variant<T>& ref, std
   return worst < (sizeof(T) == 4 ? 1e-5 : 1.0 / 64) && worst_stat < 1e-4;
 }
 
-double median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 template <typename T, bool kRms>
 bool run_op(const char* title) {
   std::printf("\n**%s**\n\n| C | rows | copy GB/s | v21 GB/s (%% copy) | v21b / v21 (A/A) | lean GB/s (%% copy) | "
@@ -243,65 +193,44 @@ bool run_op(const char* title) {
     }
     CK(cudaMemcpy(b.scale, sc.data(), cols * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(b.bias, bi.data(), cols * 4, cudaMemcpyHostToDevice));
-    const int64_t n16 = n * int64_t{sizeof(T)} / 16;
-    std::vector<Variant<T>> vs;
-    vs.push_back({"copy", [&](const Out<T>& o) {
-                    copy_kernel<<<static_cast<unsigned>((n16 + 1023) / 1024), 256>>>(
-                        reinterpret_cast<const uint4*>(b.x), reinterpret_cast<uint4*>(o.y), n16);
-                  }});
-    vs.push_back({"v21", [&](const Out<T>& o) { launch_v21<T, kRms>(b, o); }});
-    vs.push_back({"v21b", [&](const Out<T>& o) { launch_v21<T, kRms>(b, o); }});
-    vs.push_back({"lean", [&](const Out<T>& o) { launch_lean<T, kRms>(b, o); }});
-    for (Variant<T>& v : vs) {
-      CK(cudaMalloc(&v.out.y, n * sizeof(T)));
-      CK(cudaMalloc(&v.out.mean, b.rows * 4));
-      CK(cudaMalloc(&v.out.rstd, b.rows * 4));
-      CK(cudaMemset(v.out.y, 0xff, n * sizeof(T)));  // NaN bytes: a row left unwritten fails the check
-      CK(cudaMemset(v.out.mean, 0xff, b.rows * 4));
-      CK(cudaMemset(v.out.rstd, 0xff, b.rows * 4));
+    // Outputs: copy, v21, v21b, lean.
+    std::vector<Out<T>> outs(4);
+    for (Out<T>& o : outs) {
+      CK(cudaMalloc(&o.y, n * sizeof(T)));
+      CK(cudaMalloc(&o.mean, b.rows * 4));
+      CK(cudaMalloc(&o.rstd, b.rows * 4));
+      CK(cudaMemset(o.y, 0xff, n * sizeof(T)));  // NaN bytes: a row left unwritten fails the check
+      CK(cudaMemset(o.mean, 0xff, b.rows * 4));
+      CK(cudaMemset(o.rstd, 0xff, b.rows * 4));
     }
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    const size_t nv = vs.size();
-    for (int s = 0; s < kWarmup + kSamples; ++s) {
-      for (size_t j = 0; j < nv; ++j) {
-        Variant<T>& v = vs[(j + s) % nv];
-        CK(cudaEventRecord(e0));
-        v.launch(v.out);
-        CK(cudaGetLastError());
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (s >= kWarmup) v.ms.push_back(ms);
-      }
-    }
+    std::vector<inproc::Variant> vs;
+    vs.push_back({"copy", [&] { inproc::copy<4, true>(b.x, outs[0].y, n * int64_t{sizeof(T)}); }, {}});
+    vs.push_back({"v21", [&] { launch_v21<T, kRms>(b, outs[1]); }, {}});
+    vs.push_back({"v21b", [&] { launch_v21<T, kRms>(b, outs[2]); }, {}});
+    vs.push_back({"lean", [&] { launch_lean<T, kRms>(b, outs[3]); }, {}});
+    inproc::time_rotated(vs, kWarmup, kSamples);
     CK(cudaDeviceSynchronize());
     // Bytes: x read, y written, rstd (and LayerNorm's mean) written (the copy: x and y).
     const double bytes = 2.0 * n * sizeof(T) + (kRms ? 4.0 : 8.0) * b.rows;
-    const double copy = 2.0 * n * sizeof(T) / median(vs[0].ms) / 1e6;
-    const double v21 = bytes / median(vs[1].ms) / 1e6, v21b = bytes / median(vs[2].ms) / 1e6;
-    const double lean = bytes / median(vs[3].ms) / 1e6;
-    std::vector<float> ratio;
-    for (int s = 0; s < kSamples; ++s) ratio.push_back(vs[1].ms[s] / vs[3].ms[s]);
-    std::sort(ratio.begin(), ratio.end());
+    const double copy = 2.0 * n * sizeof(T) / inproc::median(vs[0].ms) / 1e6;
+    const double v21 = bytes / inproc::median(vs[1].ms) / 1e6, v21b = bytes / inproc::median(vs[2].ms) / 1e6;
+    const double lean = bytes / inproc::median(vs[3].ms) / 1e6;
+    double ratio[3];
+    inproc::sample_ratio(vs[3], vs[1], ratio);
     std::string why_v21, why_b, why_lean;
-    const bool ok = check_out<T, kRms>(b, vs[1], vs[1], &why_v21) && check_out<T, kRms>(b, vs[2], vs[1], &why_b) &&
-                    check_out<T, kRms>(b, vs[3], vs[1], &why_lean);
+    bool ok = check_out<T, kRms>(b, outs[1], outs[1], &why_v21);
+    ok = check_out<T, kRms>(b, outs[2], outs[1], &why_b) && ok;
+    ok = check_out<T, kRms>(b, outs[3], outs[1], &why_lean) && ok;
     const std::string why = "v21 " + why_v21 + "; lean " + why_lean;
     all_ok = all_ok && ok;
     std::printf("| %d | %lld | %.0f | %.0f (%.0f%%) | %.3f | %.0f (%.0f%%) | %.3f | %.3f (%.3f, %.3f) | %s %s |\n",
                 cols, static_cast<long long>(b.rows), copy, v21, 100 * v21 / copy, v21b / v21, lean, 100 * lean / copy,
-                lean / v21, ratio[kSamples / 2], ratio[kSamples / 4], ratio[3 * kSamples / 4], ok ? "ok" : "FAILED",
-                why.c_str());
-    for (Variant<T>& v : vs) {
-      CK(cudaFree(v.out.y));
-      CK(cudaFree(v.out.mean));
-      CK(cudaFree(v.out.rstd));
+                lean / v21, ratio[0], ratio[1], ratio[2], ok ? "ok" : "FAILED", why.c_str());
+    for (Out<T>& o : outs) {
+      CK(cudaFree(o.y));
+      CK(cudaFree(o.mean));
+      CK(cudaFree(o.rstd));
     }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
     CK(cudaFree(b.x));
     CK(cudaFree(b.scale));
     CK(cudaFree(b.bias));

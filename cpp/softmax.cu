@@ -44,7 +44,10 @@
 // or the launch fails, a row of rt <= 1024 (C <= 1024 e) takes one 1024-thread CTA, longer rows the
 // stream class. Buffers whose addresses differ modulo 16 (never from XLA) take the stream class with
 // scalar accesses.
-// Forward v21 (the default) = v20, but the 8-pack block rows of v9 (launch_fwd_wide) read x by __ldg and
+// Forward v23 (the default) = v21, but 16-bit sub-warp rows of 128 < C <= 2048 hold 8 packs per thread instead of
+// 4 (half the threads per row): bf16 C = 256 / 512 / 1024 / 2048 +2 / +4 / +6 / +8% against v21 inside one
+// process (benchmarks/softmax_fwd_ab.cu; f32 no gain, RESULTS.md "v23").
+// Forward v21 = v20, but the 8-pack block rows of v9 (launch_fwd_wide) read x by __ldg and
 // store y plainly too. Forward v20 = v14, but the sub-warp and block rows read x by __ldg and store y
 // plainly instead of the streaming (evict-first) hints (softmax_fwd_regs.cuh kCachedIo).
 // Forward v14 = v9, but 16-bit rows of 32768 < C whose rows in flight fit 56% of L2 take
@@ -377,7 +380,7 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // 8-pack rows too.
 // The backward is the same in all of them.
 enum class FwdVersion {
-  kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21
+  kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23
 };
 
 FwdVersion fwd_version() {
@@ -386,8 +389,9 @@ FwdVersion fwd_version() {
                  {{"v2", FwdVersion::kV2}, {"v3-prefetch", FwdVersion::kV3Prefetch}, {"v3", FwdVersion::kV3},
                   {"v5-s1", FwdVersion::kV5S1}, {"v5-reg", FwdVersion::kV5Reg}, {"v7-512", FwdVersion::kV7Wide},
                   {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5},
-                  {"v9", FwdVersion::kV9}, {"v14", FwdVersion::kV14}, {"v20", FwdVersion::kV20}},
-                 FwdVersion::kV21);
+                  {"v9", FwdVersion::kV9}, {"v14", FwdVersion::kV14}, {"v20", FwdVersion::kV20},
+                  {"v21", FwdVersion::kV21}},
+                 FwdVersion::kV23);
   return version;
 }
 
@@ -655,6 +659,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
+  const bool packs8 = version == FwdVersion::kV23;
+  if (packs8) version = FwdVersion::kV21;  // elsewhere v21
   const bool wide_cached = version == FwdVersion::kV21;
   const bool cached_io = wide_cached || version == FwdVersion::kV20;
   if (cached_io) version = FwdVersion::kV14;  // elsewhere v14
@@ -685,6 +691,18 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
     const int block = tpr <= 32 ? smx::kSubWarpBlock : tpr;
     const int64_t groups = ceil_div(s.rows, block / tpr);
     *launched = true;
+    // v23: 16-bit rows of 8 packs per thread where that halves the threads of 4 (C > 128; sub-warp rows up to
+    // C = 2048, beyond which launch_fwd_wide's 8-pack block rows take them).
+    if constexpr (sizeof(T) == 2) {
+      constexpr int kPacks8 = 2 * smx::kFwdPacks;
+      const int64_t rt8 = std::max<int64_t>(smx::kMinTpr, next_pow2(ceil_div(s.cols, kPacks8 * kVec<T>)));
+      if (packs8 && rt8 < rt) {
+        const int tpr8 = static_cast<int>(rt8), block8 = tpr8 <= 32 ? smx::kSubWarpBlock : tpr8;
+        return launch_persistent<smx::softmax_fwd_regs_kernel<T, kPacks8, false, false, false, true>,
+                                 Grid::kFull>(dev, stream, ceil_div(s.rows, block8 / tpr8), block8, "softmax_fwd", x, y,
+                                              s.rows, static_cast<int>(s.cols), tpr8);
+      }
+    }
     if (prefetch) {
       return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, false, true>>(
           dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);

@@ -1,0 +1,107 @@
+// Shared pieces of the in-process A/B harnesses (norm_fwd_ab.cu, softmax_fwd_ab.cu; RESULTS.md "v23"): the
+// bench's A/B runs one process per version, and processes differ by up to ~10% at these 70-130 µs kernels, which
+// hides a kernel's few percent. Here each sample launches every variant once, in an order rotated per sample,
+// timed by CUDA events; medians after warm-up.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace inproc {
+
+inline void check(cudaError_t e, const char* what, int line) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "line %d: %s: %s\n", line, what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+#define CK(call) inproc::check((call), #call, __LINE__)
+
+__host__ __device__ inline uint32_t hash(uint32_t i, uint32_t seed) {
+  uint32_t h = i * 2654435761u ^ seed;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  return h;
+}
+
+// A full-grid copy of n16 16-byte words, U per thread (streaming hints, or plain loads and stores).
+template <int U, bool kStream>
+__global__ void copy_kernel(const uint4* __restrict__ x, uint4* __restrict__ y, int64_t n16) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} * U + threadIdx.x;
+  uint4 v[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (i + u * blockDim.x < n16) v[u] = kStream ? __ldcs(x + i + u * blockDim.x) : x[i + u * blockDim.x];
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (i + u * blockDim.x >= n16) continue;
+    if (kStream) {
+      __stcs(y + i + u * blockDim.x, v[u]);
+    } else {
+      y[i + u * blockDim.x] = v[u];
+    }
+  }
+}
+
+template <int U, bool kStream>
+void copy(const void* x, void* y, int64_t bytes) {
+  const int64_t n16 = bytes / 16;
+  copy_kernel<U, kStream><<<static_cast<unsigned>((n16 + 256 * U - 1) / (256 * U)), 256>>>(
+      static_cast<const uint4*>(x), static_cast<uint4*>(y), n16);
+}
+
+struct Variant {
+  std::string name;
+  std::function<void()> launch;
+  std::vector<float> ms;
+};
+
+// Every variant once per sample, the order rotated by one each sample; ms of the samples after `warmup`.
+inline void time_rotated(std::vector<Variant>& vs, int warmup, int samples) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (Variant& v : vs) v.ms.clear();
+  const size_t n = vs.size();
+  for (int s = 0; s < warmup + samples; ++s) {
+    for (size_t j = 0; j < n; ++j) {
+      Variant& v = vs[(j + s) % n];
+      CK(cudaEventRecord(e0));
+      v.launch();
+      CK(cudaGetLastError());
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (s >= warmup) v.ms.push_back(ms);
+    }
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+}
+
+inline double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// The per-sample ratio a / b (b's time over a's: > 1 where a is faster): median, first and third quartiles.
+inline void sample_ratio(const Variant& a, const Variant& b, double out[3]) {
+  std::vector<float> r;
+  for (size_t s = 0; s < a.ms.size(); ++s) r.push_back(b.ms[s] / a.ms[s]);
+  std::sort(r.begin(), r.end());
+  out[0] = r[r.size() / 2];
+  out[1] = r[r.size() / 4];
+  out[2] = r[3 * r.size() / 4];
+}
+
+}  // namespace inproc

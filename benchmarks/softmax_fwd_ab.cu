@@ -1,0 +1,187 @@
+// The softmax forward's register rows inside one process (issue 4's C = 128 / 512, where the bench reads ours at
+// 0.95-1.03x XLA; RESULTS.md "v23"; the method: inproc_ab.cuh): the rule (softmax_fwd_regs.cuh; softmax.cu's
+// for C <= 4096, 16-bit 2048: 4 packs per thread, tpr = the smallest power of two >= 4 that holds the row, blocks
+// of 256 for sub-warp rows, one row per block beyond, a full grid) against other geometries of the same kernel
+// (tpr <= 1024), and three copies of the same bytes (the ceiling's spread). Per variant: GB/s (x read, y
+// written), its ratio to the rule (median of the per-sample ratios); the rule twice (A/A). Every output checked
+// against float64 on sampled rows, NaN poured into the outputs first.
+//
+//   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
+//        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/softmax_fwd_ab.cu \
+//        -o /tmp/softmax_fwd_ab && /tmp/softmax_fwd_ab [f32:C | bf16:C ...]   (default f32:128 bf16:128 f32:512
+//        bf16:512)
+#include <cmath>
+
+#include "inproc_ab.cuh"
+#include "softmax_fwd_regs.cuh"
+
+namespace {
+
+namespace smx = jm::cuda::smx;
+using jm::cuda::kVec;
+
+constexpr int kSamples = 40;
+constexpr int kWarmup = 5;
+constexpr int64_t kElems = int64_t{1} << 26;
+
+template <typename T>
+__global__ void fill_x(T* x, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float u = static_cast<float>(inproc::hash(static_cast<uint32_t>(i), seed) & 0xffffff) / 1048576.0f - 8;
+    x[i] = jm::cuda::from_float<T>(u);  // uniform in [-8, 8): exps over ~7 decades
+  }
+}
+
+template <typename T>
+float to_f(T v) {
+  if constexpr (sizeof(T) == 4) {
+    return v;
+  } else {
+    return __bfloat162float(v);
+  }
+}
+
+// Max over sampled rows of max |y - softmax(x)| / max softmax(x) (float64).
+template <typename T>
+double check_rows(const T* xd, const T* yd, int64_t rows, int cols) {
+  const int64_t n = rows * cols;
+  std::vector<T> x(n), y(n);
+  CK(cudaMemcpy(x.data(), xd, n * sizeof(T), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(y.data(), yd, n * sizeof(T), cudaMemcpyDeviceToHost));
+  double worst = 0;
+  for (int64_t r = 0; r < rows; r += std::max<int64_t>(1, rows / 211)) {
+    const T* xr = x.data() + r * cols;
+    double m = -INFINITY, s = 0, top = 0;
+    for (int c = 0; c < cols; ++c) m = std::max(m, double(to_f(xr[c])));
+    for (int c = 0; c < cols; ++c) s += std::exp(double(to_f(xr[c])) - m);
+    for (int c = 0; c < cols; ++c) top = std::max(top, std::exp(double(to_f(xr[c])) - m) / s);
+    for (int c = 0; c < cols; ++c) {
+      const double want = std::exp(double(to_f(xr[c])) - m) / s, got = to_f(y[r * cols + c]);
+      worst = std::max(worst, std::isfinite(got) ? std::fabs(got - want) / top : 1e30);
+    }
+  }
+  return worst;
+}
+
+int rule_tpr(int cols, int elems_per_thread) {
+  int tpr = smx::kMinTpr;
+  while (tpr * elems_per_thread < cols) tpr *= 2;
+  return tpr;
+}
+
+struct Geometry {
+  std::string name;
+  int packs, tpr, block;
+  bool persistent;
+};
+
+template <typename T, int N>
+void launch_regs(const T* x, T* y, int64_t rows, int cols, const Geometry& g, int sms) {
+  constexpr bool kKeep = sizeof(T) == 4 && N <= smx::kFwdPacks;  // f32 exps kept where they fit 64 registers
+  const auto kernel = smx::softmax_fwd_regs_kernel<T, N, kKeep, false, false, true>;
+  int64_t grid = (rows + g.block / g.tpr - 1) / (g.block / g.tpr);
+  if (g.persistent) {
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g.block, 0));
+    grid = std::min<int64_t>(grid, int64_t{per_sm} * sms);
+  }
+  kernel<<<static_cast<unsigned>(grid), g.block>>>(x, y, rows, cols, g.tpr);
+}
+
+template <typename T>
+void launch_geometry(const T* x, T* y, int64_t rows, int cols, const Geometry& g, int sms) {
+  switch (g.packs) {
+    case 1: return launch_regs<T, 1>(x, y, rows, cols, g, sms);
+    case 2: return launch_regs<T, 2>(x, y, rows, cols, g, sms);
+    case 4: return launch_regs<T, 4>(x, y, rows, cols, g, sms);
+    default: return launch_regs<T, 8>(x, y, rows, cols, g, sms);
+  }
+}
+
+template <typename T>
+bool run_case(const char* dtype, int cols, int sms) {
+  constexpr int V = kVec<T>;
+  const int64_t rows = kElems / cols, n = rows * cols, bytes = n * int64_t{sizeof(T)};
+  const int tpr = rule_tpr(cols, smx::kFwdPacks * V);
+  const auto block_of = [](int t) { return t <= 32 ? smx::kSubWarpBlock : t; };  // block rows: one per block
+  std::vector<Geometry> gs = {{"rule", 4, tpr, block_of(tpr), false},
+                              {"rule again (A/A)", 4, tpr, block_of(tpr), false}};
+  for (int packs : {1, 2, 8}) {
+    const int t = rule_tpr(cols, packs * V);
+    if (t <= smx::kMaxBlock && t != tpr) {
+      gs.push_back({std::to_string(packs) + " packs, tpr " + std::to_string(t), packs, t, block_of(t), false});
+    }
+  }
+  if (tpr <= 32) {
+    gs.push_back({"blocks of 512", 4, tpr, 512, false});
+    gs.push_back({"blocks of 1024", 4, tpr, 1024, false});
+  }
+  gs.push_back({"persistent grid", 4, tpr, block_of(tpr), true});
+  T* x;
+  CK(cudaMalloc(&x, bytes));
+  fill_x<<<1024, 256>>>(x, n, 99u + cols);
+  CK(cudaGetLastError());
+  std::vector<T*> ys(gs.size() + 3);
+  for (T*& y : ys) {
+    CK(cudaMalloc(&y, bytes));
+    CK(cudaMemset(y, 0xff, bytes));
+  }
+  std::vector<inproc::Variant> vs;
+  for (size_t i = 0; i < gs.size(); ++i) {
+    vs.push_back({gs[i].name, [&, i] { launch_geometry<T>(x, ys[i], rows, cols, gs[i], sms); }, {}});
+  }
+  const size_t c0 = gs.size();
+  vs.push_back({"copy: 4 words per thread, streaming", [&] { inproc::copy<4, true>(x, ys[c0], bytes); }, {}});
+  vs.push_back({"copy: 4 words per thread, plain", [&] { inproc::copy<4, false>(x, ys[c0 + 1], bytes); }, {}});
+  vs.push_back({"copy: 1 word per thread, plain", [&] { inproc::copy<1, false>(x, ys[c0 + 2], bytes); }, {}});
+  inproc::time_rotated(vs, kWarmup, kSamples);
+  CK(cudaDeviceSynchronize());
+  std::printf("\n**%s, C = %d, %lld rows** (rule: tpr %d)\n\n| variant | GB/s | / rule (per sample: median, q1, q3) "
+              "| check |\n|---|---|---|---|\n",
+              dtype, cols, static_cast<long long>(rows), tpr);
+  bool ok = true;
+  for (size_t i = 0; i < vs.size(); ++i) {
+    const double gbs = 2.0 * bytes / inproc::median(vs[i].ms) / 1e6;
+    double r[3];
+    inproc::sample_ratio(vs[i], vs[0], r);
+    std::string check = "-";
+    if (i < gs.size()) {
+      const double err = check_rows(x, ys[i], rows, cols);
+      const bool good = err < (sizeof(T) == 4 ? 1e-5 : 1.0 / 64);
+      ok = ok && good;
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "%s %.1e", good ? "ok" : "FAILED", err);
+      check = buf;
+    }
+    std::printf("| %s | %.0f | %.3f (%.3f, %.3f) | %s |\n", vs[i].name.c_str(), gbs, r[0], r[1], r[2], check.c_str());
+  }
+  for (T* y : ys) CK(cudaFree(y));
+  CK(cudaFree(x));
+  return ok;
+}
+
+}  // namespace
+
+// Arguments: cases as dtype:C (f32 or bf16), default f32:128 bf16:128 f32:512 bf16:512.
+int main(int argc, char** argv) {
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  std::printf("%s, %d SMs, L2 %d MB; softmax forward, %d samples, each variant once per sample in a rotated order\n",
+              prop.name, sms, prop.l2CacheSize >> 20, kSamples);
+  std::vector<std::string> cases(argv + 1, argv + argc);
+  if (cases.empty()) cases = {"f32:128", "bf16:128", "f32:512", "bf16:512"};
+  bool ok = true;
+  for (const std::string& c : cases) {
+    const size_t colon = c.find(':');
+    const std::string dtype = c.substr(0, colon);
+    const int cols = colon == std::string::npos ? 0 : std::atoi(c.c_str() + colon + 1);
+    if (cols <= 0 || (dtype != "f32" && dtype != "bf16")) {
+      std::fprintf(stderr, "bad case %s: expected f32:C or bf16:C\n", c.c_str());
+      return 2;
+    }
+    ok = (dtype == "f32" ? run_case<float>("f32", cols, sms) : run_case<__nv_bfloat16>("bf16", cols, sms)) && ok;
+  }
+  std::printf("\n%s\n", ok ? "all outputs checked: ok" : "SOME OUTPUTS FAILED THEIR CHECK");
+  return ok ? 0 : 1;
+}
