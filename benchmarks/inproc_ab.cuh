@@ -4,6 +4,7 @@
 // timed by CUDA events; medians after warm-up.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +16,20 @@
 #include <vector>
 
 namespace inproc {
+
+constexpr int kSamples = 40;                    // timed samples per variant
+constexpr int kWarmup = 5;                      // untimed rounds first
+constexpr int64_t kElems = int64_t{1} << 26;    // elements per tensor, as the bench (4x L2 even in bf16)
+
+// A host value as float (f32 or bf16), for the float64 references.
+template <typename T>
+float to_f(T v) {
+  if constexpr (sizeof(T) == 4) {
+    return v;
+  } else {
+    return __bfloat162float(v);
+  }
+}
 
 inline void check(cudaError_t e, const char* what, int line) {
   if (e != cudaSuccess) {

@@ -29,9 +29,9 @@ using jm::cuda::kTeamBlock;
 using jm::cuda::plan_norm_rows;
 using jm::cuda::RowsPlan;
 
-constexpr int kSamples = 40;
-constexpr int kWarmup = 5;
-constexpr int64_t kElems = int64_t{1} << 26;
+using inproc::kElems;
+using inproc::kSamples;
+using inproc::kWarmup;
 constexpr float kEps = 1e-5f;
 
 // x: a per-row offset (up to ±4) plus uniform noise in [-1, 1): rows whose mean is not zero.
@@ -116,15 +116,6 @@ void launch_lean(const Bufs<T>& b, const Out<T>& o) {
   lean_rows<T, kRms, false, N>(b, o, plan);
 }
 
-template <typename T>
-float to_f(T v) {
-  if constexpr (sizeof(T) == 4) {
-    return v;
-  } else {
-    return __bfloat162float(v);
-  }
-}
-
 // y of sampled rows against float64 (error relative to the row's largest |y|; bf16 rounds at ~2^-8), rstd (and
 // LayerNorm's mean) against the reference variant's (the same f32 statistics up to summation order).
 template <typename T, bool kRms>
@@ -145,19 +136,19 @@ bool check_out(const Bufs<T>& b, const Out<T>& v, const Out<T>& ref, std::string
     const T* xr = x.data() + row * b.cols;
     double mu = 0, var = 0, ymax = 0;
     if (!kRms) {
-      for (int c = 0; c < b.cols; ++c) mu += to_f(xr[c]);
+      for (int c = 0; c < b.cols; ++c) mu += inproc::to_f(xr[c]);
       mu /= b.cols;
     }
-    for (int c = 0; c < b.cols; ++c) var += (to_f(xr[c]) - mu) * (to_f(xr[c]) - mu);
+    for (int c = 0; c < b.cols; ++c) var += (inproc::to_f(xr[c]) - mu) * (inproc::to_f(xr[c]) - mu);
     var /= b.cols;
     const double rs = 1.0 / std::sqrt(var + kEps);
     std::vector<double> want(b.cols);
     for (int c = 0; c < b.cols; ++c) {
-      want[c] = (to_f(xr[c]) - mu) * rs * sc[c] + (kRms ? 0.0 : bi[c]);
+      want[c] = (inproc::to_f(xr[c]) - mu) * rs * sc[c] + (kRms ? 0.0 : bi[c]);
       ymax = std::max(ymax, std::fabs(want[c]));
     }
     for (int c = 0; c < b.cols; ++c) {
-      const double got = to_f(y[row * b.cols + c]);
+      const double got = inproc::to_f(y[row * b.cols + c]);
       worst = std::max(worst, std::isfinite(got) ? std::fabs(got - want[c]) / ymax : 1e30);
     }
   }
