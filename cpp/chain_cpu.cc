@@ -8,26 +8,28 @@ namespace jm::cpu {
 namespace {
 
 template <class F>
-ffi::Error map(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, F f) {
+ffi::Error map(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, F f) {
   if (auto err = check_same(x, *y, "y"); err.failure()) return err;
   const int64_t n = static_cast<int64_t>(x.element_count());
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(y->untyped_data());
-    for (int64_t i = 0; i < n; ++i) yp[i] = from_float<T>(f(to_float(xp[i])));
+    parallel_for(pool, n, kPieceElems, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) yp[i] = from_float<T>(f(to_float(xp[i])));
+    });
     return ffi::Error::Success();
   });
 }
 
-ffi::Error scale_op(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float value) {
-  return map(x, y, [value](float v) { return v * value; });
+ffi::Error scale_op(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float value) {
+  return map(pool, x, y, [value](float v) { return v * value; });
 }
-ffi::Error bias_op(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float value) {
-  return map(x, y, [value](float v) { return v + value; });
+ffi::Error bias_op(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float value) {
+  return map(pool, x, y, [value](float v) { return v + value; });
 }
-ffi::Error gelu_op(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float) {
-  return map(x, y, [](float v) { return gelu(v); });
+ffi::Error gelu_op(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float) {
+  return map(pool, x, y, [](float v) { return gelu(v); });
 }
 
 }  // namespace
@@ -35,8 +37,8 @@ ffi::Error gelu_op(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float) {
 
 namespace ffi = xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmScaleCpu, jm::cpu::scale_op, jm::bind::elementwise(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmScaleCpu, jm::cpu::scale_op, jm::bind::elementwise(jm::cpu::cpu_binding()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmBiasCpu, jm::cpu::bias_op, jm::bind::elementwise(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmBiasCpu, jm::cpu::bias_op, jm::bind::elementwise(jm::cpu::cpu_binding()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluOnlyCpu, jm::cpu::gelu_op, jm::bind::elementwise(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluOnlyCpu, jm::cpu::gelu_op, jm::bind::elementwise(jm::cpu::cpu_binding()));

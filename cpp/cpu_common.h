@@ -2,13 +2,65 @@
 // (round to nearest even), so the CPU handlers need no compiler extension or CUDA header.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
 
 #include "ffi_common.h"
 
 namespace jm::cpu {
+
+// ---- Parallel work on XLA's intra-op thread pool ---------------------------------------------------------
+
+// The CPU handlers' binding: XLA's intra-op thread pool first, then the op's buffers and attributes
+// (bindings.h).
+inline auto cpu_binding() { return ffi::Ffi::Bind().Ctx<ffi::ThreadPool>(); }
+
+// Elements per piece of parallel work: about 32K (128 KB of f32), at least one row. Fixed by the shape alone,
+// so the pieces, and every result, are the same whatever the number of threads.
+inline constexpr int64_t kPieceElems = int64_t{1} << 15;
+
+// Rows per piece for rows of `cols` elements.
+inline int64_t piece_rows(int64_t cols) { return std::max<int64_t>(1, kPieceElems / std::max<int64_t>(1, cols)); }
+
+// fn(begin, end) over [0, n) in pieces of `grain` (the last one shorter), run by the pool's threads and the
+// calling thread together: each takes the next piece until none is left, and the caller then waits for the
+// pieces others took. A pool whose threads are all busy, or none (Schedule then runs the task in place),
+// cannot stall it, and a task that starts after the last piece was taken returns at once (it keeps the shared
+// counter alive; `fn` is touched only for a taken piece, all of which end before this returns).
+template <class F>
+void parallel_for(ffi::ThreadPool& pool, int64_t n, int64_t grain, const F& fn) {
+  const int64_t pieces = n <= 0 ? 0 : (n + grain - 1) / grain;
+  const int64_t helpers = std::min<int64_t>(pool.num_threads(), pieces - 1);
+  if (helpers <= 0) {
+    if (n > 0) fn(int64_t{0}, n);
+    return;
+  }
+  struct State {
+    std::atomic<int64_t> next{0};
+    int64_t done = 0;
+    std::mutex m;
+    std::condition_variable cv;
+  };
+  auto st = std::make_shared<State>();
+  const F* body = &fn;
+  auto work = [st, body, pieces, n, grain] {
+    for (int64_t i; (i = st->next.fetch_add(1)) < pieces;) {
+      (*body)(i * grain, std::min(n, (i + 1) * grain));
+      std::lock_guard<std::mutex> lock(st->m);
+      if (++st->done == pieces) st->cv.notify_all();
+    }
+  };
+  for (int64_t h = 0; h < helpers; ++h) pool.Schedule(decltype(work)(work));  // a copy: Schedule takes F&&
+  work();
+  std::unique_lock<std::mutex> lock(st->m);
+  st->cv.wait(lock, [&] { return st->done == pieces; });
+}
 
 struct bf16 {
   uint16_t bits;
@@ -92,6 +144,16 @@ using elem_t = typename Elem<Tag::value>::type;
 // Parameter value of column c for row r (absent -> fallback).
 inline float param_at(const ParamView& p, int64_t r, int64_t c, int64_t cols, float fallback) {
   return p.data ? p.data[(r / p.rows_per_group) * cols + c] : fallback;
+}
+
+// A wanted parameter gradient of no rows: zeros (nothing else writes it).
+inline void zero_grad(const GradView& g, int64_t cols) {
+  if (g.data) std::fill(g.data, g.data + g.groups * cols, 0.0f);
+}
+
+// The parameter row of row r, or nullptr where the parameter is absent.
+inline const float* param_row(const ParamView& p, int64_t r, int64_t cols) {
+  return p.data ? p.data + (r / p.rows_per_group) * cols : nullptr;
 }
 
 }  // namespace jm::cpu

@@ -1,5 +1,5 @@
 // Fused scale -> bias -> GELU on the CPU: one pass over x; per-column parameter gradients summed in
-// double over each row group.
+// double over each row group, in row order.
 #include <vector>
 
 #include "cpu_common.h"
@@ -15,36 +15,52 @@ struct Affine {
   float scale_value, bias_value;
 };
 
+// Rows [r0, r1).
 template <typename T>
-void gelu_fwd_rows(const T* x, T* y, Affine a, RowShape s) {
-  for (int64_t r = 0; r < s.rows; ++r) {
+void gelu_fwd_rows(const T* x, T* y, Affine a, RowShape s, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* sc = param_row(a.scale, r, s.cols);
+    const float* bi = param_row(a.bias, r, s.cols);
+    const T* xr = x + r * s.cols;
+    T* yr = y + r * s.cols;
     for (int64_t c = 0; c < s.cols; ++c) {
-      const int64_t i = r * s.cols + c;
-      const float u = to_float(x[i]) * param_at(a.scale, r, c, s.cols, a.scale_value) +
-                      param_at(a.bias, r, c, s.cols, a.bias_value);
-      y[i] = from_float<T>(gelu(u));
+      const float u = to_float(xr[c]) * (sc ? sc[c] : a.scale_value) + (bi ? bi[c] : a.bias_value);
+      yr[c] = from_float<T>(gelu(u));
     }
   }
 }
 
+// dx of rows [r0, r1) x columns [c0, c1); with a parameter gradient wanted, rows [0, rows) (the caller splits the
+// columns): its sums per row group over these columns in double, in row order (so the result never depends on
+// the threads), written at each group's last row.
 template <typename T>
-void gelu_bwd_rows(const T* x, const T* dy, T* dx, Affine a, GradView dscale, GradView dbias,
-                   RowShape s) {
-  std::vector<double> ds(dscale.data ? dscale.groups * s.cols : 0, 0.0);
-  std::vector<double> db(dbias.data ? dbias.groups * s.cols : 0, 0.0);
-  for (int64_t r = 0; r < s.rows; ++r) {
-    for (int64_t c = 0; c < s.cols; ++c) {
-      const int64_t i = r * s.cols + c;
-      const float xv = to_float(x[i]);
-      const float sc = param_at(a.scale, r, c, s.cols, a.scale_value);
-      const float g = to_float(dy[i]) * gelu_grad(xv * sc + param_at(a.bias, r, c, s.cols, a.bias_value));
-      dx[i] = from_float<T>(g * sc);
-      if (dscale.data) ds[(r / dscale.rows_per_group) * s.cols + c] += double(g) * xv;
-      if (dbias.data) db[(r / dbias.rows_per_group) * s.cols + c] += g;
+void gelu_bwd_block(const T* x, const T* dy, T* dx, Affine a, GradView dscale, GradView dbias, RowShape s,
+                    int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  const int64_t w = c1 - c0;
+  std::vector<double> ds(dscale.data ? w : 0), db(dbias.data ? w : 0);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* sc = param_row(a.scale, r, s.cols);
+    const float* bi = param_row(a.bias, r, s.cols);
+    const int64_t o = r * s.cols;
+    for (int64_t c = c0; c < c1; ++c) {
+      const float xv = to_float(x[o + c]);
+      const float scv = sc ? sc[c] : a.scale_value;
+      const float g = to_float(dy[o + c]) * gelu_grad(xv * scv + (bi ? bi[c] : a.bias_value));
+      dx[o + c] = from_float<T>(g * scv);
+      if (dscale.data) ds[c - c0] += double(g) * xv;
+      if (dbias.data) db[c - c0] += g;
+    }
+    if (dscale.data && ((r + 1) % dscale.rows_per_group == 0 || r + 1 == s.rows)) {
+      float* out = dscale.data + (r / dscale.rows_per_group) * s.cols + c0;
+      for (int64_t c = 0; c < w; ++c) out[c] = static_cast<float>(ds[c]);
+      std::fill(ds.begin(), ds.end(), 0.0);
+    }
+    if (dbias.data && ((r + 1) % dbias.rows_per_group == 0 || r + 1 == s.rows)) {
+      float* out = dbias.data + (r / dbias.rows_per_group) * s.cols + c0;
+      for (int64_t c = 0; c < w; ++c) out[c] = static_cast<float>(db[c]);
+      std::fill(db.begin(), db.end(), 0.0);
     }
   }
-  for (size_t i = 0; i < ds.size(); ++i) dscale.data[i] = static_cast<float>(ds[i]);
-  for (size_t i = 0; i < db.size(); ++i) dbias.data[i] = static_cast<float>(db[i]);
 }
 
 ffi::Error affine_views(const ffi::AnyBuffer& scale, const ffi::AnyBuffer& bias, float scale_value,
@@ -55,7 +71,7 @@ ffi::Error affine_views(const ffi::AnyBuffer& scale, const ffi::AnyBuffer& bias,
   return param_view(bias, s, "bias", &a->bias);
 }
 
-ffi::Error gelu_fwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
+ffi::Error gelu_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
                     ffi::Result<ffi::AnyBuffer> y, float scale_value, float bias_value) {
   RowShape s;
   Affine a;
@@ -64,13 +80,16 @@ ffi::Error gelu_fwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
   if (auto err = affine_views(scale, bias, scale_value, bias_value, s, &a); err.failure()) return err;
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
-    gelu_fwd_rows(static_cast<const T*>(x.untyped_data()), static_cast<T*>(y->untyped_data()), a, s);
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    T* yp = static_cast<T*>(y->untyped_data());
+    parallel_for(pool, s.rows, piece_rows(s.cols),
+                 [&](int64_t r0, int64_t r1) { gelu_fwd_rows(xp, yp, a, s, r0, r1); });
     return ffi::Error::Success();
   });
 }
 
-ffi::Error gelu_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias, ffi::AnyBuffer dy,
-                    ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale,
+ffi::Error gelu_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
+                    ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale,
                     ffi::Result<ffi::AnyBuffer> dbias,
                     ffi::Result<ffi::AnyBuffer> /*workspace: CUDA only, left untouched here*/,
                     float scale_value, float bias_value) {
@@ -85,8 +104,21 @@ ffi::Error gelu_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
   if (auto err = grad_view(*dbias, s, "dbias", &dbv); err.failure()) return err;
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
-    gelu_bwd_rows(static_cast<const T*>(x.untyped_data()), static_cast<const T*>(dy.untyped_data()),
-                  static_cast<T*>(dx->untyped_data()), a, dsv, dbv, s);
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    const T* dyp = static_cast<const T*>(dy.untyped_data());
+    T* dxp = static_cast<T*>(dx->untyped_data());
+    if (s.rows == 0) {
+      zero_grad(dsv, s.cols);
+      zero_grad(dbv, s.cols);
+    } else if (dsv.data || dbv.data) {  // columns split: each a sum over every row
+      parallel_for(pool, s.cols, piece_rows(s.rows), [&](int64_t c0, int64_t c1) {
+        gelu_bwd_block(xp, dyp, dxp, a, dsv, dbv, s, 0, s.rows, c0, c1);
+      });
+    } else {
+      parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) {
+        gelu_bwd_block(xp, dyp, dxp, a, dsv, dbv, s, r0, r1, 0, s.cols);
+      });
+    }
     return ffi::Error::Success();
   });
 }
@@ -96,6 +128,6 @@ ffi::Error gelu_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
 
 namespace ffi = xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluFwdCpu, jm::cpu::gelu_fwd, jm::bind::gelu_fwd(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluFwdCpu, jm::cpu::gelu_fwd, jm::bind::gelu_fwd(jm::cpu::cpu_binding()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluBwdCpu, jm::cpu::gelu_bwd, jm::bind::gelu_bwd(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluBwdCpu, jm::cpu::gelu_bwd, jm::bind::gelu_bwd(jm::cpu::cpu_binding()));

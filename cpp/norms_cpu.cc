@@ -18,10 +18,11 @@ float row_pivot(const T* xr, int64_t cols) {
   return kRms || cols == 0 ? 0.0f : to_float(xr[0]);
 }
 
+// Rows [r0, r1).
 template <typename T, bool kRms>
 void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, T* y, float* mean, float* rstd,
-                   float epsilon, RowShape s) {
-  for (int64_t r = 0; r < s.rows; ++r) {
+                   float epsilon, RowShape s, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * s.cols;
     const float pivot = row_pivot<T, kRms>(xr, s.cols);
     double mu = 0.0;
@@ -38,44 +39,72 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, T* y, float* mea
     const float rs = static_cast<float>(1.0 / std::sqrt(ss / double(s.cols) + double(epsilon)));
     if (!kRms) mean[r] = m;
     rstd[r] = rs;
+    const float* sc = param_row(scale, r, s.cols);
+    const float* bi = param_row(bias, r, s.cols);
+    T* yr = y + r * s.cols;
     for (int64_t c = 0; c < s.cols; ++c) {
       const float xhat = (to_float(xr[c]) - pivot - m) * rs;
-      const float v = xhat * param_at(scale, r, c, s.cols, 1.0f) + param_at(bias, r, c, s.cols, 0.0f);
-      y[r * s.cols + c] = from_float<T>(v);
+      yr[c] = from_float<T>(xhat * (sc ? sc[c] : 1.0f) + (bi ? bi[c] : 0.0f));
     }
   }
 }
 
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale; the mean(g) term only for LayerNorm.
+// dx of rows [r0, r1): rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale; the mean(g) term only for
+// LayerNorm.
 template <typename T, bool kRms>
-void norm_bwd_rows(const T* x, ParamView scale, const float* mean, const float* rstd, const T* dy,
-                   T* dx, GradView dscale, GradView dbias, RowShape s) {
-  std::vector<double> dscale_acc(dscale.data ? dscale.groups * s.cols : 0, 0.0);
-  std::vector<double> dbias_acc(dbias.data ? dbias.groups * s.cols : 0, 0.0);
+void norm_bwd_dx_rows(const T* x, ParamView scale, const float* mean, const float* rstd, const T* dy, T* dx,
+                      RowShape s, int64_t r0, int64_t r1) {
   std::vector<float> xhat(static_cast<size_t>(s.cols)), g(static_cast<size_t>(s.cols));
-  for (int64_t r = 0; r < s.rows; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * s.cols;
     const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
+    const float* sc = param_row(scale, r, s.cols);
     double sum_g = 0.0, sum_gx = 0.0;
     for (int64_t c = 0; c < s.cols; ++c) {
       xhat[c] = (to_float(x[o + c]) - pivot - m) * rs;
-      const float d = to_float(dy[o + c]);
-      g[c] = d * param_at(scale, r, c, s.cols, 1.0f);
+      g[c] = to_float(dy[o + c]) * (sc ? sc[c] : 1.0f);
       sum_g += g[c];
       sum_gx += double(g[c]) * xhat[c];
-      if (dscale.data) dscale_acc[(r / dscale.rows_per_group) * s.cols + c] += double(d) * xhat[c];
-      if (dbias.data) dbias_acc[(r / dbias.rows_per_group) * s.cols + c] += d;
     }
     const float mg = kRms ? 0.0f : static_cast<float>(sum_g / double(s.cols));
     const float mgx = static_cast<float>(sum_gx / double(s.cols));
     for (int64_t c = 0; c < s.cols; ++c) dx[o + c] = from_float<T>(rs * (g[c] - mg - xhat[c] * mgx));
   }
-  for (size_t i = 0; i < dscale_acc.size(); ++i) dscale.data[i] = static_cast<float>(dscale_acc[i]);
-  for (size_t i = 0; i < dbias_acc.size(); ++i) dbias.data[i] = static_cast<float>(dbias_acc[i]);
+}
+
+// dscale = Σ dy * xhat and dbias = Σ dy per row group, of columns [c0, c1): summed in double in row order,
+// column by column (the columns split the work, so the order, and the result, never depend on the threads).
+template <typename T, bool kRms>
+void norm_bwd_param_cols(const T* x, const float* mean, const float* rstd, const T* dy, GradView dscale,
+                         GradView dbias, RowShape s, int64_t c0, int64_t c1) {
+  const int64_t w = c1 - c0;
+  std::vector<double> ds(dscale.data ? w : 0), db(dbias.data ? w : 0);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const int64_t o = r * s.cols;
+    const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
+    for (int64_t c = c0; c < c1; ++c) {
+      const float d = to_float(dy[o + c]);
+      if (dscale.data) ds[c - c0] += double(d) * ((to_float(x[o + c]) - pivot - m) * rs);
+      if (dbias.data) db[c - c0] += d;
+    }
+    // The last row of a group: its sums are complete.
+    const bool ends_s = dscale.data && ((r + 1) % dscale.rows_per_group == 0 || r + 1 == s.rows);
+    const bool ends_b = dbias.data && ((r + 1) % dbias.rows_per_group == 0 || r + 1 == s.rows);
+    if (ends_s) {
+      float* out = dscale.data + (r / dscale.rows_per_group) * s.cols + c0;
+      for (int64_t c = 0; c < w; ++c) out[c] = static_cast<float>(ds[c]);
+      std::fill(ds.begin(), ds.end(), 0.0);
+    }
+    if (ends_b) {
+      float* out = dbias.data + (r / dbias.rows_per_group) * s.cols + c0;
+      for (int64_t c = 0; c < w; ++c) out[c] = static_cast<float>(db[c]);
+      std::fill(db.begin(), db.end(), 0.0);
+    }
+  }
 }
 
 template <bool kRms>
-ffi::Error norm_fwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, const ffi::AnyBuffer* bias,
+ffi::Error norm_fwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, const ffi::AnyBuffer* bias,
                     ffi::AnyBuffer y, const ffi::AnyBuffer* mean, ffi::AnyBuffer rstd, float epsilon) {
   RowShape s;
   ParamView sv, bv;
@@ -91,16 +120,19 @@ ffi::Error norm_fwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, const ffi::AnyBuffer
   }
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
-    norm_fwd_rows<T, kRms>(static_cast<const T*>(x.untyped_data()), sv, bv,
-                           static_cast<T*>(y.untyped_data()),
-                           mean ? static_cast<float*>(mean->untyped_data()) : nullptr,
-                           static_cast<float*>(rstd.untyped_data()), epsilon, s);
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    T* yp = static_cast<T*>(y.untyped_data());
+    float* mp = mean ? static_cast<float*>(mean->untyped_data()) : nullptr;
+    float* rp = static_cast<float*>(rstd.untyped_data());
+    parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) {
+      norm_fwd_rows<T, kRms>(xp, sv, bv, yp, mp, rp, epsilon, s, r0, r1);
+    });
     return ffi::Error::Success();
   });
 }
 
 template <bool kRms>
-ffi::Error norm_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, const ffi::AnyBuffer* mean,
+ffi::Error norm_bwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, const ffi::AnyBuffer* mean,
                     ffi::AnyBuffer rstd, ffi::AnyBuffer dy, ffi::AnyBuffer dx, ffi::AnyBuffer dscale,
                     const ffi::AnyBuffer* dbias) {
   RowShape s;
@@ -120,39 +152,50 @@ ffi::Error norm_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, const ffi::AnyBuffer
   }
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
-    norm_bwd_rows<T, kRms>(static_cast<const T*>(x.untyped_data()), sv,
-                           mean ? static_cast<const float*>(mean->untyped_data()) : nullptr,
-                           static_cast<const float*>(rstd.untyped_data()),
-                           static_cast<const T*>(dy.untyped_data()), static_cast<T*>(dx.untyped_data()),
-                           dsv, dbv, s);
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    const float* mp = mean ? static_cast<const float*>(mean->untyped_data()) : nullptr;
+    const float* rp = static_cast<const float*>(rstd.untyped_data());
+    const T* dyp = static_cast<const T*>(dy.untyped_data());
+    T* dxp = static_cast<T*>(dx.untyped_data());
+    parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) {
+      norm_bwd_dx_rows<T, kRms>(xp, sv, mp, rp, dyp, dxp, s, r0, r1);
+    });
+    if (s.rows == 0) {
+      zero_grad(dsv, s.cols);
+      zero_grad(dbv, s.cols);
+    } else if (dsv.data || dbv.data) {
+      parallel_for(pool, s.cols, piece_rows(s.rows), [&](int64_t c0, int64_t c1) {
+        norm_bwd_param_cols<T, kRms>(xp, mp, rp, dyp, dsv, dbv, s, c0, c1);
+      });
+    }
     return ffi::Error::Success();
   });
 }
 
-ffi::Error layer_norm_fwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
+ffi::Error layer_norm_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
                           ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> mean,
                           ffi::Result<ffi::AnyBuffer> rstd, float epsilon) {
-  return norm_fwd<false>(x, scale, &bias, *y, &*mean, *rstd, epsilon);
+  return norm_fwd<false>(pool, x, scale, &bias, *y, &*mean, *rstd, epsilon);
 }
 
-ffi::Error rms_norm_fwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::Result<ffi::AnyBuffer> y,
+ffi::Error rms_norm_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::Result<ffi::AnyBuffer> y,
                         ffi::Result<ffi::AnyBuffer> rstd, float epsilon) {
-  return norm_fwd<true>(x, scale, nullptr, *y, nullptr, *rstd, epsilon);
+  return norm_fwd<true>(pool, x, scale, nullptr, *y, nullptr, *rstd, epsilon);
 }
 
 // The backward handlers take the CUDA kernels' partials workspace (handlers.h) to keep one signature;
-// the CPU accumulates its parameter gradients in double in one pass and leaves the workspace untouched.
-ffi::Error layer_norm_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer mean,
+// the CPU sums its parameter gradients in double, column by column, and leaves the workspace untouched.
+ffi::Error layer_norm_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer mean,
                           ffi::AnyBuffer rstd, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
                           ffi::Result<ffi::AnyBuffer> dscale, ffi::Result<ffi::AnyBuffer> dbias,
                           ffi::Result<ffi::AnyBuffer> /*workspace: see the note above*/) {
-  return norm_bwd<false>(x, scale, &mean, rstd, dy, *dx, *dscale, &*dbias);
+  return norm_bwd<false>(pool, x, scale, &mean, rstd, dy, *dx, *dscale, &*dbias);
 }
 
-ffi::Error rms_norm_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer rstd, ffi::AnyBuffer dy,
-                        ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale,
+ffi::Error rms_norm_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer rstd,
+                        ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale,
                         ffi::Result<ffi::AnyBuffer> /*workspace*/) {
-  return norm_bwd<true>(x, scale, nullptr, rstd, dy, *dx, *dscale, nullptr);
+  return norm_bwd<true>(pool, x, scale, nullptr, rstd, dy, *dx, *dscale, nullptr);
 }
 
 }  // namespace
@@ -160,10 +203,12 @@ ffi::Error rms_norm_bwd(ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer r
 
 namespace ffi = xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormFwdCpu, jm::cpu::layer_norm_fwd, jm::bind::layer_norm_fwd(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormFwdCpu, jm::cpu::layer_norm_fwd,
+                              jm::bind::layer_norm_fwd(jm::cpu::cpu_binding()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormBwdCpu, jm::cpu::layer_norm_bwd, jm::bind::layer_norm_bwd(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormBwdCpu, jm::cpu::layer_norm_bwd,
+                              jm::bind::layer_norm_bwd(jm::cpu::cpu_binding()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormFwdCpu, jm::cpu::rms_norm_fwd, jm::bind::rms_norm_fwd(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormFwdCpu, jm::cpu::rms_norm_fwd, jm::bind::rms_norm_fwd(jm::cpu::cpu_binding()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormBwdCpu, jm::cpu::rms_norm_bwd, jm::bind::rms_norm_bwd(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormBwdCpu, jm::cpu::rms_norm_bwd, jm::bind::rms_norm_bwd(jm::cpu::cpu_binding()));

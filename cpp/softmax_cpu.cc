@@ -12,18 +12,20 @@
 namespace jm::cpu {
 namespace {
 
+// Rows [r0, r1).
 template <typename T>
-void softmax_rows(const T* x, T* y, RowShape s) {
+void softmax_rows(const T* x, T* y, RowShape s, int64_t r0, int64_t r1) {
   std::vector<float> row(static_cast<size_t>(s.cols));
-  for (int64_t r = 0; r < s.rows; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * s.cols;
     T* yr = y + r * s.cols;
     float m = -std::numeric_limits<float>::infinity();
     bool nan = false;
     for (int64_t c = 0; c < s.cols; ++c) {
-      row[c] = to_float(xr[c]);
-      nan |= std::isnan(row[c]);
-      m = std::max(m, row[c]);
+      const float v = to_float(xr[c]);
+      row[c] = v;
+      nan |= v != v;
+      m = v > m ? v : m;
     }
     if (nan) m = std::numeric_limits<float>::quiet_NaN();  // a NaN poisons its own row only
     double sum = 0.0;
@@ -37,8 +39,8 @@ void softmax_rows(const T* x, T* y, RowShape s) {
 }
 
 template <typename T>
-void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s) {
-  for (int64_t r = 0; r < s.rows; ++r) {
+void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * s.cols;
     double dot = 0.0;
     for (int64_t c = 0; c < s.cols; ++c) dot += double(to_float(y[o + c])) * to_float(dy[o + c]);
@@ -49,7 +51,7 @@ void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s) {
   }
 }
 
-ffi::Error softmax_fwd(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, int64_t algorithm) {
+ffi::Error softmax_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, int64_t algorithm) {
   // Indices of jm.SOFTMAX_ALGORITHMS: 0 = auto, 1..7 = the seed's v1..v7 (cpp/softmax_ladder.cu on CUDA);
   // on the CPU all of them are this one exact kernel.
   constexpr int64_t kLastAlgorithm = 7;
@@ -62,20 +64,25 @@ ffi::Error softmax_fwd(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, int64_t 
   if (auto err = check_same(x, *y, "y"); err.failure()) return err;
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
-    softmax_rows(static_cast<const T*>(x.untyped_data()), static_cast<T*>(y->untyped_data()), s);
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    T* yp = static_cast<T*>(y->untyped_data());
+    parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) { softmax_rows(xp, yp, s, r0, r1); });
     return ffi::Error::Success();
   });
 }
 
-ffi::Error softmax_bwd(ffi::AnyBuffer y, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx) {
+ffi::Error softmax_bwd(ffi::ThreadPool pool, ffi::AnyBuffer y, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx) {
   RowShape s;
   if (auto err = row_shape(y, "y", &s); err.failure()) return err;
   if (auto err = check_same(y, dy, "dy"); err.failure()) return err;
   if (auto err = check_same(y, *dx, "dx"); err.failure()) return err;
   return dispatch_float(y.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
-    softmax_bwd_rows(static_cast<const T*>(y.untyped_data()), static_cast<const T*>(dy.untyped_data()),
-                     static_cast<T*>(dx->untyped_data()), s);
+    const T* yp = static_cast<const T*>(y.untyped_data());
+    const T* dyp = static_cast<const T*>(dy.untyped_data());
+    T* dxp = static_cast<T*>(dx->untyped_data());
+    parallel_for(pool, s.rows, piece_rows(s.cols),
+                 [&](int64_t r0, int64_t r1) { softmax_bwd_rows(yp, dyp, dxp, s, r0, r1); });
     return ffi::Error::Success();
   });
 }
@@ -85,6 +92,6 @@ ffi::Error softmax_bwd(ffi::AnyBuffer y, ffi::AnyBuffer dy, ffi::Result<ffi::Any
 
 namespace ffi = xla::ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxFwdCpu, jm::cpu::softmax_fwd, jm::bind::softmax_fwd(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxFwdCpu, jm::cpu::softmax_fwd, jm::bind::softmax_fwd(jm::cpu::cpu_binding()));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxBwdCpu, jm::cpu::softmax_bwd, jm::bind::softmax_bwd(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmSoftmaxBwdCpu, jm::cpu::softmax_bwd, jm::bind::softmax_bwd(jm::cpu::cpu_binding()));

@@ -260,6 +260,38 @@ def test_vmap_grad_gelu(device, rng, name, axes, dtype):
     mt.assert_close(db, np.stack([r[2] for r in refs]), GRAD_TOL[dtype], dtype=mt.F32, what="per-example dbias")
 
 
+# Per-example parameter gradients of shapes that the CPU handlers split into many pieces of work (rows for dx,
+# columns for the parameter sums, cpu_common.h parallel_for): (3, 700, 96) many row pieces, (3, 24, 3000) many
+# column pieces; checked against float64 and for bitwise repeatability (the split never depends on the threads).
+MANY_PIECES = [(3, 700, 96), (3, 24, 3000)]
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "gelu"])
+@pytest.mark.parametrize("bnc", MANY_PIECES, ids=[f"{b}x{n}x{c}" for b, n, c in MANY_PIECES])
+def test_vmap_grad_many_pieces(device, rng, op, bnc):
+    if device.platform != "cpu":
+        pytest.skip("the CPU handlers' split (the GPU kernels' partials: test_gpu.py test_backward_partials*)")
+    b_, n, c = bnc
+    x = mt.randn(rng, (b_, n, c), np.float32, scale=2.0, loc=0.2)
+    s = mt.randn(rng, (b_, c), np.float32, loc=1.0, scale=0.5)
+    b = mt.randn(rng, (b_, c), np.float32)
+    w = mt.randn(rng, (b_, n, c), np.float32)
+    fn = {"layer_norm": lambda x_, s_, b_: jm.layer_norm(x_, s_, b_),
+          "rms_norm": lambda x_, s_, b_: jm.rms_norm(x_, s_) + 0 * b_,
+          "gelu": lambda x_, s_, b_: jm.scale_bias_gelu(x_, s_, b_)}[op]
+    ref = {"layer_norm": lambda i: mt.ref_layer_norm_vjp(x[i], s[i], b[i], 1e-5, w[i]),
+           "rms_norm": lambda i: mt.ref_rms_norm_vjp(x[i], s[i], 1e-6, w[i]) + (np.zeros(c),),
+           "gelu": lambda i: mt.ref_scale_bias_gelu_vjp(x[i], s[i], b[i], w[i])}[op]
+    grads = jax.jit(jax.vmap(jax.grad(lambda x_, s_, b_, w_: jnp.sum(fn(x_, s_, b_) * w_), argnums=(0, 1, 2))))
+    args = _put_all(device, x, s, b, w)
+    got = [np.asarray(t) for t in grads(*args)]
+    refs = [ref(i) for i in range(b_)]
+    for k, what in enumerate(("dx", "per-example dscale", "per-example dbias")):
+        mt.assert_close(got[k], np.stack([r[k] for r in refs]), GRAD_TOL[mt.F32], dtype=mt.F32, what=f"{op} {what}")
+    for k, again in enumerate(grads(*args)):
+        mt.assert_bitwise_equal(got[k], np.asarray(again), f"{op} gradient {k} run twice")
+
+
 def test_vmap_grad_in_axes_1(device, rng):
     """vmap(grad) with the batch on axis 1 of x and the last axis of the cotangent."""
     x = mt.randn(rng, (N, B, C))
