@@ -141,11 +141,6 @@ struct Elem<ffi::DataType::F16> {
 template <typename Tag>
 using elem_t = typename Elem<Tag::value>::type;
 
-// Parameter value of column c for row r (absent -> fallback).
-inline float param_at(const ParamView& p, int64_t r, int64_t c, int64_t cols, float fallback) {
-  return p.data ? p.data[(r / p.rows_per_group) * cols + c] : fallback;
-}
-
 // A wanted parameter gradient of no rows: zeros (nothing else writes it).
 inline void zero_grad(const GradView& g, int64_t cols) {
   if (g.data) std::fill(g.data, g.data + g.groups * cols, 0.0f);

@@ -360,24 +360,22 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v21 by default: v14 with the register rows' cached I/O (v20: the
-// sub-warp and block rows only). v14: v9, except the 16-bit rows of launch_fwd_l2's rule.
-// v9: v5, except rows of kWideMinCols < C <= kWideMaxCols,
-// which take register rows of 8 packs per thread (launch_fwd_wide). v5: v3's register classes (no
-// prefetch) and, for long rows, the bulk-copy cluster with one row buffer per CTA (softmax_fwd_tma.cuh):
-// f32 reads it from shared memory in each pass (S = 1), 16-bit types copy it into registers once and
-// refill the buffer at once (NP = 8 or 16) unless reading the buffer plans a smaller cluster. For A/B
-// benchmarks only, the environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects "v5"
-// (the default before v9), "v5-s1" / "v5-reg" (one of v5's two for every dtype), "v3" (the two-buffer
-// bulk-copy cluster), "v3-prefetch" (that, and the register classes prefetch the next row group; two raw
-// register sets, two exps per element), "v2" (the v2 kernels everywhere), "v7-512" (v5's rule and
-// variants with 512-thread CTAs in the bulk-copy cluster; measured 0.92-1.13x of v5, mixed by shape:
-// RESULTS.md, "v7") or "v9-wide" / "v9-wide-512" (8-pack rows wherever they fit, on CTAs of up to 1024 /
-// 512 threads and clusters of them; RESULTS.md, "v9"), "v9" (v14 without its L2 two-pass rows) or "v14"
-// (v20 with streaming loads and stores in the register rows) or "v20" (v21 with streaming loads and stores
-// in the 8-pack rows). Any other value: v21, which is v14 with the register rows' x read by __ldg and y
-// stored plainly (softmax_fwd_regs.cuh kCachedIo): since v20 the sub-warp and block rows, since v21 the
-// 8-pack rows too.
+// Which forward kernels "auto" runs. v23 by default: v21 with 16-bit sub-warp rows of 8 packs per thread. v21: v14 with
+// the register rows' cached I/O (v20: the sub-warp and block rows only). v14: v9, except the 16-bit rows of
+// launch_fwd_l2's rule. v9: v5, except rows of kWideMinCols < C <= kWideMaxCols, which take register rows of 8 packs
+// per thread (launch_fwd_wide). v5: v3's register classes (no prefetch) and, for long rows, the bulk-copy cluster with
+// one row buffer per CTA (softmax_fwd_tma.cuh): f32 reads it from shared memory in each pass (S = 1), 16-bit types copy
+// it into registers once and refill the buffer at once (NP = 8 or 16) unless reading the buffer plans a smaller
+// cluster. For A/B benchmarks only, the environment variable JAX_MEMOPS_SOFTMAX_FWD (read once per process) selects
+// "v5" (the default before v9), "v5-s1" / "v5-reg" (one of v5's two for every dtype), "v3" (the two-buffer bulk-copy
+// cluster), "v3-prefetch" (that, and the register classes prefetch the next row group; two raw register sets, two exps
+// per element), "v2" (the v2 kernels everywhere), "v7-512" (v5's rule and variants with 512-thread CTAs in the
+// bulk-copy cluster; measured 0.92-1.13x of v5, mixed by shape: RESULTS.md, "v7") or "v9-wide" / "v9-wide-512" (8-pack
+// rows wherever they fit, on CTAs of up to 1024 / 512 threads and clusters of them; RESULTS.md, "v9"), "v9" (v14
+// without its L2 two-pass rows) or "v14" (v20 with streaming loads and stores in the register rows) or "v20" (v21 with
+// streaming loads and stores in the 8-pack rows) or "v21" (v14 with the register rows' x read by __ldg and y stored
+// plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too). Any
+// other value: v23.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23
