@@ -54,8 +54,9 @@ double check_rows(const T* xd, const T* yd, int64_t rows, int cols) {
   return worst;
 }
 
-int rule_tpr(int cols, int elems_per_thread) {
-  int tpr = smx::kMinTpr;
+// The smallest power of two >= min_tpr threads that holds the row (softmax.cu's rule: min_tpr = kMinTpr, 4).
+int rule_tpr(int cols, int elems_per_thread, int min_tpr = smx::kMinTpr) {
+  int tpr = min_tpr;
   while (tpr * elems_per_thread < cols) tpr *= 2;
   return tpr;
 }
@@ -101,6 +102,13 @@ bool run_case(const char* dtype, int cols, int sms) {
     const int t = rule_tpr(cols, packs * V);
     if (t <= smx::kMaxBlock && t != tpr) {
       gs.push_back({std::to_string(packs) + " packs, tpr " + std::to_string(t), packs, t, block_of(t), false});
+    }
+  }
+  // Rows of fewer threads than the rule's 4 (a warp load then spans 16 or 32 rows, 32 or 16 bytes each): 8 packs
+  // on 2 threads or 1 where they hold the row (16-bit C <= 128, f32 <= 64).
+  for (int t : {2, 1}) {
+    if (t * 8 * V >= cols) {
+      gs.push_back({"8 packs, tpr " + std::to_string(t), 8, t, block_of(t), false});
     }
   }
   if (tpr <= 32) {
