@@ -507,9 +507,9 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
 #   and (1, 2048) one row (f32 128-thread block rows / 16-bit 32-thread team rows under v3), (3, 8192) (block rows
 #   of 512 / 128 threads, 256 under v4).
 # The default (v23) runs bf16 LayerNorm rows of whole packs with one parameter row on norm_fwd_lean.cuh's kernel:
-# team rows of 6 packs (60001, 64), (8001, 768) and of 8 (1, 2048), (65, 1032) (slots left empty); block rows
-# (3, 8192), (700, 12288) every slot used, (3, 24584) not; v21 is the rule before it. Under a persistent grid too
-# (several rows per block).
+# team rows of 6 packs (60001, 64), (8001, 768), (65, 1032) and of 8 (1, 2048), (20, 1000) (slots left empty);
+# block rows (3, 8192), (700, 12288) every slot used, (3, 24584) not; v21 is the rule before it. Under a
+# persistent grid too (several rows per block).
 # Each with a NaN row and a constant row, NaN poured into the memory the outputs take; without parameters too;
 # vmap with batched (per-group, misaligned) parameters; large mean / tiny variance (x = 1e4 + 1e-2 noise,
 # epsilon 1e-12) in every class with the backward, which reads the saved mean and rstd.
