@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "ffi_common.h"
 
@@ -144,6 +145,16 @@ using elem_t = typename Elem<Tag::value>::type;
 // A wanted parameter gradient of no rows: zeros (nothing else writes it).
 inline void zero_grad(const GradView& g, int64_t cols) {
   if (g.data) std::fill(g.data, g.data + g.groups * cols, 0.0f);
+}
+
+// Row r of a column-split parameter-gradient sum (rows taken in order; `acc` the sums of columns c0 ..
+// c0 + acc.size() over the rows since r's group began): where r ends its group, the sums go to the group's row of
+// g and start again from 0.
+inline void flush_group_sums(const GradView& g, RowShape s, int64_t r, int64_t c0, std::vector<double>& acc) {
+  if (!g.data || ((r + 1) % g.rows_per_group != 0 && r + 1 != s.rows)) return;
+  float* out = g.data + (r / g.rows_per_group) * s.cols + c0;
+  for (size_t c = 0; c < acc.size(); ++c) out[c] = static_cast<float>(acc[c]);
+  std::fill(acc.begin(), acc.end(), 0.0);
 }
 
 // The parameter row of row r, or nullptr where the parameter is absent.

@@ -50,16 +50,8 @@ void gelu_bwd_block(const T* x, const T* dy, T* dx, Affine a, GradView dscale, G
       if (dscale.data) ds[c - c0] += double(g) * xv;
       if (dbias.data) db[c - c0] += g;
     }
-    if (dscale.data && ((r + 1) % dscale.rows_per_group == 0 || r + 1 == s.rows)) {
-      float* out = dscale.data + (r / dscale.rows_per_group) * s.cols + c0;
-      for (int64_t c = 0; c < w; ++c) out[c] = static_cast<float>(ds[c]);
-      std::fill(ds.begin(), ds.end(), 0.0);
-    }
-    if (dbias.data && ((r + 1) % dbias.rows_per_group == 0 || r + 1 == s.rows)) {
-      float* out = dbias.data + (r / dbias.rows_per_group) * s.cols + c0;
-      for (int64_t c = 0; c < w; ++c) out[c] = static_cast<float>(db[c]);
-      std::fill(db.begin(), db.end(), 0.0);
-    }
+    flush_group_sums(dscale, s, r, c0, ds);
+    flush_group_sums(dbias, s, r, c0, db);
   }
 }
 

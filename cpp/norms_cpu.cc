@@ -87,19 +87,8 @@ void norm_bwd_param_cols(const T* x, const float* mean, const float* rstd, const
       if (dscale.data) ds[c - c0] += double(d) * ((to_float(x[o + c]) - pivot - m) * rs);
       if (dbias.data) db[c - c0] += d;
     }
-    // The last row of a group: its sums are complete.
-    const bool ends_s = dscale.data && ((r + 1) % dscale.rows_per_group == 0 || r + 1 == s.rows);
-    const bool ends_b = dbias.data && ((r + 1) % dbias.rows_per_group == 0 || r + 1 == s.rows);
-    if (ends_s) {
-      float* out = dscale.data + (r / dscale.rows_per_group) * s.cols + c0;
-      for (int64_t c = 0; c < w; ++c) out[c] = static_cast<float>(ds[c]);
-      std::fill(ds.begin(), ds.end(), 0.0);
-    }
-    if (ends_b) {
-      float* out = dbias.data + (r / dbias.rows_per_group) * s.cols + c0;
-      for (int64_t c = 0; c < w; ++c) out[c] = static_cast<float>(db[c]);
-      std::fill(db.begin(), db.end(), 0.0);
-    }
+    flush_group_sums(dscale, s, r, c0, ds);
+    flush_group_sums(dbias, s, r, c0, db);
   }
 }
 
