@@ -39,8 +39,9 @@ from dataclasses import dataclass
 
 import jax
 from jax.experimental.custom_partitioning import custom_partitioning
+from jax.extend.core import Primitive
 from jax.interpreters import mlir
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
 from . import _primitive as prim  # circular: its names are read at call time only
 
@@ -128,6 +129,19 @@ def _per_device(call, *args):
     return call.op.per_device(*args, **dict(call.params))
 
 
+# A partitioned body (_Plan.lower_fn) is one device's program. jax 0.10 traces it with no mesh in context; jax
+# 0.11 under the caller's (jax.set_mesh), so with explicit mesh axes its values are typed on that mesh and the
+# lowering wraps ops on them in Sharding custom calls that no partitioner will see any more: XLA then fails
+# ("No registered implementation for untyped custom call to Sharding", "Unsupported reduction computation"
+# in a psum's reducer). The body therefore traces under an empty mesh, its operands retyped by `_device_local`:
+# an identity whose result has no mesh (it lowers to nothing).
+_NO_MESH = AbstractMesh((), ())
+_device_local_p = Primitive("jax_memops_device_local")
+_device_local_p.def_abstract_eval(
+    lambda x: x.update(sharding=NamedSharding(_NO_MESH, PartitionSpec(*(None,) * x.ndim))))
+mlir.register_lowering(_device_local_p, lambda ctx, x: [x])
+
+
 class _Plan:
     """Shardings of one call's operands and results on `mesh`, from the sharding of x."""
 
@@ -180,13 +194,15 @@ class _Plan:
 
     def lower_fn(self, *args):
         op, params = self.call.op, dict(self.call.params)
-        if self.cols and callable(op.columns):
-            outs = op.columns(self.cols, *args, **params)
-        else:
-            outs = _per_device(self.call, *args)
-        # A GRAD result sums rows: add the partial sums of the devices holding its other rows.
-        return tuple(jax.lax.psum(o, sum(self.lead[o.ndim - 1:], ())) if kind == prim.GRAD and o.size
-                     and any(self.lead[o.ndim - 1:]) else o for kind, o in zip(op.spec.results, outs))
+        with jax.sharding.use_abstract_mesh(_NO_MESH):
+            args = tuple(_device_local_p.bind(a) for a in args)
+            if self.cols and callable(op.columns):
+                outs = op.columns(self.cols, *args, **params)
+            else:
+                outs = _per_device(self.call, *args)
+            # A GRAD result sums rows: add the partial sums of the devices holding its other rows.
+            return tuple(jax.lax.psum(o, sum(self.lead[o.ndim - 1:], ())) if kind == prim.GRAD and o.size
+                         and any(self.lead[o.ndim - 1:]) else o for kind, o in zip(op.spec.results, outs))
 
 
 def _partition(call, mesh, arg_shapes, result_shape):

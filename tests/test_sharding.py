@@ -308,6 +308,37 @@ def test_explicit_mesh_axes(rng):
     check_layout(xs, out, "layer_norm")
 
 
+@pytest.mark.parametrize("mesh_name,spec", [ROW_CASES[1], COL_CASES[1]], ids=["rows", "last-dim"])
+@pytest.mark.parametrize("op", OPS)
+def test_partitioned_body_traced_on_explicit_mesh(op, mesh_name, spec, rng, monkeypatch):
+    """jax 0.11 traces a partitioned body under the caller's mesh context (jax 0.10 without one): with explicit
+    mesh axes, no value of one device's program may be typed on the mesh, or its lowering emits Sharding custom
+    calls that nothing partitions (XLA then rejects them). Each body this program partitions is traced again
+    here as jax 0.11 traces it (make_jaxpr with the mesh's axis env, the explicit abstract mesh in context)."""
+    plans = []
+    real = _sharding._Plan.lower_fn
+    monkeypatch.setattr(_sharding._Plan, "lower_fn", lambda self, *a: plans.append(self) or real(self, *a))
+    x, s, b, dy = inputs(rng, F32)
+    fn = OPS[op][0]
+    # A function of this test's own, so that no cached executable skips the partitioning.
+    fresh = jax.jit(lambda *a: (lambda y, vjp: (y, *vjp(a[3])))(*jax.vjp(fn, *a[:3])))
+    sharding = NamedSharding(make_mesh(mesh_name), spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the norms' gather warning
+        out = fresh(jax.device_put(x, sharding), s, b, jax.device_put(dy, sharding))
+    check_same(out, fwd_bwd(op)(x, s, b, dy), exact=False, dtype=F32)
+    assert plans, "no partitioned body was traced"
+    explicit = make_mesh(mesh_name, AxisType.Explicit).abstract_mesh
+    for plan in plans[:4]:
+        tiled = [jax.ShapeDtypeStruct(s.shard_shape(a.shape), a.dtype)
+                 for s, a in zip(plan.operands(), plan.call.avals_in)]
+        with jax.sharding.use_abstract_mesh(explicit):
+            jaxpr = jax.make_jaxpr(plan.lower_fn, axis_env=list(plan.mesh.shape.items()))(*tiled)
+        typed = [(e.primitive.name, v.aval.sharding.mesh) for e in jaxpr.jaxpr.eqns for v in e.outvars
+                 if not v.aval.sharding.mesh.empty]
+        assert not typed, f"values of one device's program typed on a mesh: {typed[:3]}"
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_single_row_split(op, rng):
     """x of rank 1 (one row) with its only dim split over 8 devices: the statistics are scalars."""
