@@ -6,7 +6,8 @@
 #                      A/Bs by PYTHONPATH (softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "")
 #   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
 #   ab_run, ab_gpu_tests, ab_check, ab_norm_bwd_verify, ab_softmax_fwd_verify, ab_sanitize, ab_norm_sanitize,
-#   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases: below
+#   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
+#   ab_smxab: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -210,4 +211,36 @@ Registers Per" "$out/$tag.txt" | cut -c1-120
       > "$out/$tag-src-$n.csv" 2> "$out/$tag-src-$n.err"
   done
   python3 benchmarks/ncu_source.py "$out/$tag"-src-*.csv --top 4 --elements 67108864 | tee "$out/$tag-source.md"
+}
+
+# ab_nvcc_harness SRC BIN: an in-process A/B harness (benchmarks/SRC) built for sm_90 into BIN; on failure the
+# log's tail, status 1.
+ab_nvcc_harness() {
+  local inc
+  inc=$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())")
+  nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -I"$inc" -Icpp "benchmarks/$1" -o "$2" \
+    > "$out/$(basename "$1" .cu)-build.log" 2>&1 || { tail -5 "$out/$(basename "$1" .cu)-build.log"; return 1; }
+}
+
+# ab_inproc: benchmarks/norm_fwd_ab.cu (the norms' forward rows against the rule before, inside one process),
+# IN_OPS (default all: ln-bf16 rms-bf16 ln-f32 rms-f32), IN_ROUNDS (default "1 2"); each round's table shown.
+ab_inproc() {
+  ab_nvcc_harness norm_fwd_ab.cu /tmp/norm_fwd_ab || return 1
+  for round in ${IN_ROUNDS:-1 2}; do
+    # shellcheck disable=SC2086
+    timeout 150 /tmp/norm_fwd_ab ${IN_OPS:-} > "$out/norm_fwd_ab_r$round.md" 2>&1
+    echo "rc=$?"
+    cat "$out/norm_fwd_ab_r$round.md"
+  done
+}
+
+# ab_smxab: benchmarks/softmax_fwd_ab.cu (the softmax forward's register rows in other geometries, and
+# copies, inside one process) over SMX_CASES (dtype:C ...; default the harness's), its table shown
+# ($out/softmax_fwd_ab$SMX_TAG.md).
+ab_smxab() {
+  ab_nvcc_harness softmax_fwd_ab.cu /tmp/softmax_fwd_ab || return 1
+  # shellcheck disable=SC2086
+  timeout 200 /tmp/softmax_fwd_ab ${SMX_CASES:-} > "$out/softmax_fwd_ab${SMX_TAG:-}.md" 2>&1
+  echo "rc=$?"
+  cat "$out/softmax_fwd_ab${SMX_TAG:-}.md"
 }

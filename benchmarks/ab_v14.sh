@@ -55,7 +55,7 @@ stage_race() { ab_cluster_race v14; }
 
 stage_big() {
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 python3 -P -m pytest -v -rfEs --timeout 250 \
-    -k "big_softmax_cluster_class" tests/test_gpu.py > "$out/pytest-big.log" 2>&1
+    -k "big_softmax_size_class" tests/test_gpu.py > "$out/pytest-big.log" 2>&1
   grep -E "PASSED|FAILED|SKIPPED|ERROR" "$out/pytest-big.log" | sed 's/ *\[.*//' | tail -4
   tail -n 1 "$out/pytest-big.log"
 }

@@ -51,29 +51,9 @@ stage_sweep() {
   grep -E "^(layer|rms)_norm" "$out/sweep-norms.log"
 }
 
-stage_inproc() {
-  local inc
-  inc=$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())")
-  nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -I"$inc" -Icpp benchmarks/norm_fwd_ab.cu \
-    -o /tmp/norm_fwd_ab > "$out/inproc-build.log" 2>&1 || { tail -5 "$out/inproc-build.log"; return; }
-  for round in ${IN_ROUNDS:-1 2}; do
-    # shellcheck disable=SC2086
-    timeout 150 /tmp/norm_fwd_ab ${IN_OPS:-} > "$out/norm_fwd_ab_r$round.md" 2>&1
-    echo "rc=$?"
-    cat "$out/norm_fwd_ab_r$round.md"
-  done
-}
+stage_inproc() { ab_inproc; }
 
-stage_smxab() {
-  local inc
-  inc=$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())")
-  nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -I"$inc" -Icpp benchmarks/softmax_fwd_ab.cu \
-    -o /tmp/softmax_fwd_ab > "$out/smxab-build.log" 2>&1 || { tail -5 "$out/smxab-build.log"; return; }
-  # shellcheck disable=SC2086
-  timeout 200 /tmp/softmax_fwd_ab ${SMX_CASES:-} > "$out/softmax_fwd_ab${SMX_TAG:-}.md" 2>&1
-  echo "rc=$?"
-  cat "$out/softmax_fwd_ab${SMX_TAG:-}.md"
-}
+stage_smxab() { ab_smxab; }
 
 stage_gap() {
   timeout 300 python3 benchmarks/dispatch_gap.py --out "$out" > "$out/gap.log" 2>&1

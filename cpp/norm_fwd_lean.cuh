@@ -1,16 +1,17 @@
-// LayerNorm / RMSNorm forward v23 (norms.cu's default for bf16 LayerNorm rows of whole packs with one scale and
-// bias row): norm_rows.cuh's register rows on the lean backward's diet, for rows of whole 16-byte packs and one
-// parameter row shared by every row. v3's geometry and bounds (team rows of tpr = 4..32 threads, block rows of
-// 64..768, a full grid of row groups; 80 registers), the packs v21 gives each class (16-bit 8; LayerNorm team rows
-// 6 where v10 takes them), without what v3 spends per pack for rows that need it: the scalar head / tail
-// (RowSpan), a test per pack in full rows (packs == NP * tpr: every slot holds a pack; elsewhere empty slots hold
-// zeros, which add nothing to Σx), the parameter plan (dense float4 loads of the one parameter row), 1 / C (taken
-// on the host). Rows are held as uint4 words (no repacking of 16-bit halves).
+// LayerNorm / RMSNorm forward v23 (norms.cu's default for bf16 rows of whole packs with one parameter row:
+// LayerNorm since v23, RMSNorm since v24): norm_rows.cuh's register rows on the lean backward's diet, for rows of
+// whole 16-byte packs and one scale (and bias) row shared by every row. v3's geometry and bounds (team rows of
+// tpr = 4..32 threads, block rows of 64..768, a full grid of row groups; 80 registers), the packs v21 gives each
+// class (16-bit 8; LayerNorm team rows 6 where v10 takes them), without what v3 spends per pack for rows that need
+// it: the scalar head / tail (RowSpan), a test per pack in full rows (packs == NP * tpr: every slot holds a pack;
+// elsewhere empty slots hold zeros, which add nothing to Σx), the parameter plan (dense float4 loads of the one
+// parameter row), 1 / C (taken on the host). Rows are held as uint4 words (no repacking of 16-bit halves).
 // Why: Nsight Compute counted 20 thread instructions per element in v3's bf16 LayerNorm against RMSNorm's 12.5,
 // 60% of the H200's issue slots at the copy's rate (RESULTS.md "v22"). Measured against v21's kernels inside one
 // process (benchmarks/norm_fwd_ab.cu, three rounds, A/A within 1%): bf16 LayerNorm +1..6% at every width of
-// issue 5 (C = 1024, 2048, 12288: +3..6% each round); bf16 RMSNorm +1..2%, f32 -1..+2% and f32 C = 12288 0.81-0.91
-// (768-thread blocks at 80 registers: one per SM) — those stay on v3 / v4 (RESULTS.md "v23").
+// issue 5 (C = 1024, 2048, 12288: +3..6% each round); bf16 RMSNorm +1..2% (v23), -1..+2% at C = 768 / 1024 and
+// +1..2% at 2048..12288 in three more rounds (v24); f32 -1..+2% and f32 C = 12288 0.81-0.91 (768-thread blocks at
+// 80 registers: one per SM): f32 stays on v4 (RESULTS.md "v23", "v24").
 // Statistics as norm_rows.cuh: exact two passes over the registers, rstd by rsqrtf, y centred on m1 + Σd / C,
 // the saved mean relative to x[row, 0] (lane 0's first pack).
 #pragma once

@@ -35,7 +35,7 @@ namespace {
 // with as many threads as v3's 8 (C = 768: 96 packs on 16 threads) run v4's kernel with 6 packs
 // (kRowPacksTeam6, 64 registers: 4 x 256 threads per SM, v3 3): 128 +13-23%, 768 +2-10%, 1536 -2..+9% in
 // 4-6 runs ("v9", "v10"). Not RMSNorm: v3 is at 93-98% of the copy there, the 6 packs 0.87-1.15x of it.
-// bf16 LayerNorm rows of whole packs with one scale and bias row run norm_fwd_lean.cuh's kernel (v23).
+// bf16 rows of whole packs with one parameter row run norm_fwd_lean.cuh's kernel (LayerNorm v23, RMSNorm v24).
 // For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them for
 // every dtype (v3: 8 packs for every 16-bit team row, the rule before v10), =v21 the rule before v23. The
 // backward is the same in all.
@@ -380,36 +380,38 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     RowsPlan plan = plan_norm_rows<T>(s.cols);
     const auto addr = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
     const bool same_split = s.cols > 0 && (addr(xp) - addr(yp)) % 16 == 0;
-    auto run = [&](auto kernel) -> ffi::Error {
-      const int64_t groups = ceil_div(s.rows, plan.rows_per_block);
-      int64_t resident = groups;  // the occupancy query only where a persistent grid is asked for
+    // `kernel` over the rows in p's geometry: one CTA per row group, or the resident CTAs where a persistent
+    // grid is asked for (the occupancy query only then).
+    const auto launch_plan = [&](auto kernel, const RowsPlan& p, auto... args) -> ffi::Error {
+      const int64_t groups = ceil_div(s.rows, p.rows_per_block);
+      int64_t resident = groups;
       if (grid_mode(Grid::kFull) == Grid::kPersistent) {
-        if (auto err = resident_blocks(kernel, plan.block, 0, what, &resident); err.failure()) return err;
+        if (auto err = resident_blocks(kernel, p.block, 0, what, &resident); err.failure()) return err;
       }
-      const int64_t grid = grid_for(groups, resident, Grid::kFull);
-      return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(plan.block), 0, stream, what, xp, scale,
-                    bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon, plan.tpr);
+      return launch(kernel, dim3(static_cast<unsigned>(grid_for(groups, resident, Grid::kFull))), dim3(p.block), 0,
+                    stream, what, args...);
     };
-    // v23 (norm_fwd_lean.cuh): bf16 LayerNorm rows of whole packs, one scale and bias row, all aligned; v3's
-    // geometry, team rows at the packs v21 gives them (6 where v10's rule takes them, else 8).
-    if constexpr (std::is_same_v<T, __nv_bfloat16> && !kRms) {
-      const bool one_row = scale.data != nullptr && scale.rows_per_group >= s.rows && bias.data != nullptr &&
-                           bias.rows_per_group >= s.rows;
+    auto run = [&](auto kernel) -> ffi::Error {
+      return launch_plan(kernel, plan, xp, scale, bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon,
+                         plan.tpr);
+    };
+    // norm_fwd_lean.cuh: bf16 rows of whole packs, one scale row (and LayerNorm's one bias row), all aligned;
+    // v3's geometry, LayerNorm team rows at the packs v21 gives them (6 where v10's rule takes them, else 8).
+    // LayerNorm since v23, RMSNorm since v24.
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const bool one_row = scale.data != nullptr && scale.rows_per_group >= s.rows &&
+                           (kRms || (bias.data != nullptr && bias.rows_per_group >= s.rows));
       if (norm_fwd_version() == NormFwd::kByDtype && plan.ok && one_row &&
           vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data})) {
         const auto lean = [&](auto kernel, const RowsPlan& p) -> ffi::Error {
-          const int64_t groups = ceil_div(s.rows, p.rows_per_block);
-          int64_t resident = groups;
-          if (grid_mode(Grid::kFull) == Grid::kPersistent) {
-            if (auto err = resident_blocks(kernel, p.block, 0, what, &resident); err.failure()) return err;
-          }
-          return launch(kernel, dim3(static_cast<unsigned>(grid_for(groups, resident, Grid::kFull))), dim3(p.block),
-                        0, stream, what, xp, scale.data, bias.data, yp, mean, rstd, s.rows, static_cast<int>(s.cols),
-                        1.0f / static_cast<float>(s.cols), epsilon, p.tpr);
+          return launch_plan(kernel, p, xp, scale.data, bias.data, yp, mean, rstd, s.rows, static_cast<int>(s.cols),
+                             1.0f / static_cast<float>(s.cols), epsilon, p.tpr);
         };
         if (plan.block_rows) return lean(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>>, plan);
-        if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
-          return lean(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6>, six);
+        if constexpr (!kRms) {
+          if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
+            return lean(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6>, six);
+          }
         }
         return lean(norm_fwd_lean_kernel<T, kRms, false, kRowPacks<T>>, plan);
       }

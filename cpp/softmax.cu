@@ -683,22 +683,24 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
     version = FwdVersion::kV5;  // elsewhere v5
   }
   const bool prefetch = version == FwdVersion::kV3Prefetch;
-  const int64_t rt = std::max<int64_t>(smx::kMinTpr, next_pow2(ceil_div(s.cols, smx::fwd_elems_per_thread<T>())));
-  if (rt <= kMaxBlock / 2) {  // sub-warp and block classes
-    const int tpr = static_cast<int>(rt);
+  // The threads of a row of `packs` 16-byte packs per thread (a power of two, at least smx::kMinTpr).
+  const auto row_threads = [&](int packs) {
+    return std::max<int64_t>(smx::kMinTpr, next_pow2(ceil_div(s.cols, int64_t{packs} * kVec<T>)));
+  };
+  const int64_t rt4 = row_threads(smx::kFwdPacks);
+  if (rt4 <= kMaxBlock / 2) {  // sub-warp and block classes
+    // v23: 16-bit rows of 8 packs per thread where that halves the threads of 4 (C > 128; sub-warp rows up to
+    // C = 2048, beyond which launch_fwd_wide's 8-pack block rows take them).
+    constexpr int kPacks8 = 2 * smx::kFwdPacks;
+    const bool use8 = sizeof(T) == 2 && packs8 && row_threads(kPacks8) < rt4;
+    const int tpr = static_cast<int>(use8 ? row_threads(kPacks8) : rt4);
     const int block = tpr <= 32 ? smx::kSubWarpBlock : tpr;
     const int64_t groups = ceil_div(s.rows, block / tpr);
     *launched = true;
-    // v23: 16-bit rows of 8 packs per thread where that halves the threads of 4 (C > 128; sub-warp rows up to
-    // C = 2048, beyond which launch_fwd_wide's 8-pack block rows take them).
     if constexpr (sizeof(T) == 2) {
-      constexpr int kPacks8 = 2 * smx::kFwdPacks;
-      const int64_t rt8 = std::max<int64_t>(smx::kMinTpr, next_pow2(ceil_div(s.cols, kPacks8 * kVec<T>)));
-      if (packs8 && rt8 < rt) {
-        const int tpr8 = static_cast<int>(rt8), block8 = tpr8 <= 32 ? smx::kSubWarpBlock : tpr8;
-        return launch_persistent<smx::softmax_fwd_regs_kernel<T, kPacks8, false, false, false, true>,
-                                 Grid::kFull>(dev, stream, ceil_div(s.rows, block8 / tpr8), block8, "softmax_fwd", x, y,
-                                              s.rows, static_cast<int>(s.cols), tpr8);
+      if (use8) {
+        return launch_persistent<smx::softmax_fwd_regs_kernel<T, kPacks8, false, false, false, true>, Grid::kFull>(
+            dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
       }
     }
     if (prefetch) {

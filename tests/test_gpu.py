@@ -127,17 +127,18 @@ def test_big_softmax_backward(big):
     dy.delete()
 
 
-# The long-row classes of "auto" past element 2**31, bf16 (4 GiB per tensor): 16385 rows of 131072 (the
-# forward runs the bulk-copy cluster through registers: v5's 16-bit plan, sm_90, int64 row offsets of its
-# bulk copies and stores; the backward the register cluster, a row over 8 CTAs of 512 threads, its sums
-# merged by messages) and 42731 rows of 50257 (the forward's two-pass kernel with L2 as the row buffer,
-# v14; misaligned rows: scalar heads and tails).
-CLUSTER_CASES = [131072, 50257]
+# Size classes of "auto" past element 2**31, bf16 (4 GiB per tensor): 16385 rows of 131072 (the forward
+# runs the bulk-copy cluster through registers: v5's 16-bit plan, sm_90, int64 row offsets of its bulk
+# copies and stores; the backward the register cluster, a row over 8 CTAs of 512 threads, its sums merged
+# by messages), 42731 rows of 50257 (the forward's two-pass kernel with L2 as the row buffer, v14;
+# misaligned rows: scalar heads and tails) and 2147484 rows of 1000 (the forward's sub-warp rows of 8 packs
+# per thread, v23: 16 threads a row, the last one's packs partly beyond it).
+SIZE_CLASS_CASES = [131072, 50257, 1000]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cols", CLUSTER_CASES)
-def test_big_softmax_cluster_class(gpu, cols):
+@pytest.mark.parametrize("cols", SIZE_CLASS_CASES)
+def test_big_softmax_size_class(gpu, cols):
     n = 2**31 // cols + 1
     check_rows = np.array([0, 1, n - 2, n - 1])
     key = jax.device_put(jax.random.key(11), gpu)
