@@ -13,7 +13,9 @@
 #            (JAX_PLATFORMS=cpu: the CPU handlers and their thread pool under the device's jaxlib).
 #   sweep    the bench's sweep for the bf16 norms' forward (RMSNorm on v24's rows), one process; result lines.
 #   smxab    ab_smxab (benchmarks/softmax_fwd_ab.cu) over SMX_CASES (default bf16:128 bf16:256 f32:128): can
-#            16-bit C = 128 rows on 2 threads of 8 packs beat the rule's 4 of 4 packs?
+#            16-bit C = 128 rows on 2 threads of 8 packs, or in XLA's layout (R rows per thread), beat the rule?
+#   xla      benchmarks/xla_kernels.py over XLA_CASES (op:dtype:C; default the 16-bit softmax at C = 128 and 256,
+#            f32 at 128, bf16 LayerNorm at 1024): the fusions and kernels XLA compiles for the bench's references.
 #   inproc   ab_inproc (benchmarks/norm_fwd_ab.cu), IN_OPS (default rms-bf16), IN_ROUNDS (default "1 2 3").
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
@@ -61,6 +63,17 @@ stage_sweep() {
 stage_smxab() { SMX_CASES=${SMX_CASES:-bf16:128 bf16:256 f32:128} ab_smxab; }
 
 stage_inproc() { IN_OPS=${IN_OPS:-rms-bf16} IN_ROUNDS=${IN_ROUNDS:-1 2 3} ab_inproc; }
+
+stage_xla() {
+  local case op dtype cols
+  for case in ${XLA_CASES:-softmax:bfloat16:128 softmax:bfloat16:256 softmax:float32:128 layer_norm:bfloat16:1024}; do
+    IFS=: read -r op dtype cols <<< "$case"
+    timeout 60 python3 benchmarks/xla_kernels.py --op "$op" --dtype "$dtype" --cols "$cols" \
+      --out "/tmp/xla-$op-$dtype-$cols" > "$out/xla_${op}_${dtype}_$cols.md" 2>&1
+    echo "== $case rc=$?"
+    grep -E "^\||fusion\(|custom-call\(" "$out/xla_${op}_${dtype}_$cols.md" | cut -c1-400 | head -20
+  done
+}
 
 ab_init "$@"
 ab_run ab-v24

@@ -2,7 +2,8 @@
 // 0.95-1.03x XLA; RESULTS.md "v23"; the method: inproc_ab.cuh): the rule (softmax_fwd_regs.cuh; softmax.cu's
 // for C <= 4096, 16-bit 2048: 4 packs per thread, tpr = the smallest power of two >= 4 that holds the row, blocks
 // of 256 for sub-warp rows, one row per block beyond, a full grid) against other geometries of the same kernel
-// (tpr <= 1024), and three copies of the same bytes (the ceiling's spread). Per variant: GB/s (x read, y
+// (tpr <= 1024), XLA's layout of short rows (softmax_fwd_tiled_kernel below; RESULTS.md "v24") and three copies
+// of the same bytes (the ceiling's spread). Per variant: GB/s (x read, y
 // written), its ratio to the rule (median of the per-sample ratios); the rule twice (A/A). Every output checked
 // against float64 on sampled rows, NaN poured into the outputs first.
 //
@@ -14,6 +15,66 @@
 
 #include "inproc_ab.cuh"
 #include "softmax_fwd_regs.cuh"
+
+namespace jm::cuda::smx {
+
+// XLA's layout of short rows (benchmarks/xla_kernels.py: its Triton softmax takes tiles of 16 rows x 128 on 4
+// warps at C = 128, bf16 and f32): the tpr threads of a row hold one 16-byte pack each (tpr = the row's packs),
+// so one warp load covers 32 / tpr whole rows, 512 contiguous bytes, where the register rows' covers 32 / tpr
+// rows in pieces of tpr packs (64 bytes for 16-bit C = 128). A thread holds R rows (slot r: the warp's rows
+// r * 32 / tpr + its team), reduced by R interleaved butterflies. Rows of whole packs, tpr a power of two <= 32.
+// Measured (RESULTS.md "v24"): 0.80-0.86 of the rule at bf16 C = 128 / 256, 0.91 at f32 128 (R = 2, 4; R = 8
+// 0.63-0.68): the contiguous warp loads are not what the rule lacks.
+template <typename T, int R>
+__global__ void __launch_bounds__(256) softmax_fwd_tiled_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                                               int64_t rows, int cols, int tpr) {
+  constexpr int V = kVec<T>;
+  using P = Pack<T, V>;
+  const int lane = threadIdx.x & 31, teams = 32 / tpr, team = lane / tpr, tl = lane % tpr;
+  const int64_t per_warp = int64_t{teams} * R, warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  for (int64_t w0 = (blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32) * per_warp; w0 < rows;
+       w0 += warps * per_warp) {
+    P raw[R];
+    bool valid[R];
+    float m[R], s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = w0 + r * teams + team;
+      valid[r] = row < rows && tl * V < cols;
+      if (valid[r]) raw[r] = load_nc<V>(x + row * cols, tl);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      m[r] = butterfly<MaxNanOp>(valid[r] ? pack_max_nan(raw[r], -INFINITY) : -INFINITY, tpr);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float v[V];
+      unpack_fresh(raw[r], v);
+      const float ref = safe_max(m[r]);
+      s[r] = 0.0f;
+      if (valid[r]) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) s[r] += ex2_ftz((v[j] - ref) * kLog2e);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[r] = butterfly<AddOp>(s[r], tpr);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (!valid[r]) continue;
+      float v[V];
+      unpack_fresh(raw[r], v);
+      const float inv = 1.0f / s[r];
+      P out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(ex2_ftz((v[j] - m[r]) * kLog2e) * inv);
+      store_raw<V>(y + (w0 + r * teams + team) * cols, tl, out);
+    }
+  }
+}
+
+}  // namespace jm::cuda::smx
 
 namespace {
 
@@ -65,7 +126,15 @@ struct Geometry {
   std::string name;
   int packs, tpr, block;
   bool persistent;
+  int tiled_rows = 0;  // > 0: softmax_fwd_tiled_kernel, this many rows per thread (packs 1, tpr the row's packs)
 };
+
+template <typename T, int R>
+void launch_tiled(const T* x, T* y, int64_t rows, int cols, int tpr) {
+  const int64_t per_block = int64_t{256 / 32} * (32 / tpr) * R;
+  smx::softmax_fwd_tiled_kernel<T, R><<<static_cast<unsigned>((rows + per_block - 1) / per_block), 256>>>(
+      x, y, rows, cols, tpr);
+}
 
 template <typename T, int N>
 void launch_regs(const T* x, T* y, int64_t rows, int cols, const Geometry& g, int sms) {
@@ -82,6 +151,12 @@ void launch_regs(const T* x, T* y, int64_t rows, int cols, const Geometry& g, in
 
 template <typename T>
 void launch_geometry(const T* x, T* y, int64_t rows, int cols, const Geometry& g, int sms) {
+  switch (g.tiled_rows) {
+    case 0: break;
+    case 2: return launch_tiled<T, 2>(x, y, rows, cols, g.tpr);
+    case 4: return launch_tiled<T, 4>(x, y, rows, cols, g.tpr);
+    default: return launch_tiled<T, 8>(x, y, rows, cols, g.tpr);
+  }
   switch (g.packs) {
     case 1: return launch_regs<T, 1>(x, y, rows, cols, g, sms);
     case 2: return launch_regs<T, 2>(x, y, rows, cols, g, sms);
@@ -109,6 +184,12 @@ bool run_case(const char* dtype, int cols, int sms) {
   for (int t : {2, 1}) {
     if (t * 8 * V >= cols) {
       gs.push_back({"8 packs, tpr " + std::to_string(t), 8, t, block_of(t), false});
+    }
+  }
+  // XLA's layout: rows of 32 packs at most (whole packs), R rows per thread.
+  if (cols % V == 0 && cols / V <= 32 && (cols / V & (cols / V - 1)) == 0) {
+    for (int r : {2, 4, 8}) {
+      gs.push_back({"tiled, " + std::to_string(r) + " rows per thread", 1, cols / V, 256, false, r});
     }
   }
   if (tpr <= 32) {
