@@ -16,6 +16,10 @@
 #            16-bit C = 128 rows on 2 threads of 8 packs, or in XLA's layout (R rows per thread), beat the rule?
 #   xla      benchmarks/xla_kernels.py over XLA_CASES (op:dtype:C; default the 16-bit softmax at C = 128 and 256,
 #            f32 at 128, bf16 LayerNorm at 1024): the fusions and kernels XLA compiles for the bench's references.
+#   ncu      Nsight Compute over one call each of ours and XLA's softmax forward at bf16 C = 128, 256 and f32 128,
+#            and the bench's copy: kernel durations in one process, where the bench reads ours at 0.95x XLA.
+#   smxv     v24's bounded 16-bit sub-warp rows: the softmax forward's GPU tests (every version with v23, the size
+#            classes, special values, poisoned outputs), then the bench's bf16 forward at C = 64 and 128.
 #   inproc   ab_inproc (benchmarks/norm_fwd_ab.cu), IN_OPS (default rms-bf16), IN_ROUNDS (default "1 2 3").
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
@@ -73,6 +77,19 @@ stage_xla() {
     echo "== $case rc=$?"
     grep -E "^\||fusion\(|custom-call\(" "$out/xla_${op}_${dtype}_$cols.md" | cut -c1-400 | head -20
   done
+}
+
+stage_ncu() {
+  ab_ncu_cases ncu-short "regex:." softmax:fwd:bfloat16:128 softmax:fwd:bfloat16:256 softmax:fwd:float32:128 copy
+  grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Memory Throughput" "$out/ncu-short.txt" | cut -c1-120
+}
+
+stage_smxv() {
+  ab_gpu_tests smxv-tests 170 "gpu_fwd_versions or (gpu and (auto_size_classes_forward or stale_and_poisoned)) or \
+(gpu and softmax and auto and (special_values or nan_row or masked_neg_inf or huge_logits))" 160
+  timeout 40 python3 -P -m jax_memops.cli bench --ops softmax --dirs fwd --parts sweep --dtypes bfloat16 \
+    --cols 64 128 --out "$out/sweep-smx" > "$out/sweep-smx.log" 2>&1
+  grep -E "^softmax" "$out/sweep-smx.log"
 }
 
 ab_init "$@"

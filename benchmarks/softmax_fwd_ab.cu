@@ -127,6 +127,7 @@ struct Geometry {
   int packs, tpr, block;
   bool persistent;
   int tiled_rows = 0;  // > 0: softmax_fwd_tiled_kernel, this many rows per thread (packs 1, tpr the row's packs)
+  int min_blocks = 1;  // > 1: the register kernel bounded to that many blocks of 256 per SM (sub-warp rows)
 };
 
 template <typename T, int R>
@@ -136,10 +137,10 @@ void launch_tiled(const T* x, T* y, int64_t rows, int cols, int tpr) {
       x, y, rows, cols, tpr);
 }
 
-template <typename T, int N>
+template <typename T, int N, int kMinBlocks = 1>
 void launch_regs(const T* x, T* y, int64_t rows, int cols, const Geometry& g, int sms) {
   constexpr bool kKeep = sizeof(T) == 4 && N <= smx::kFwdPacks;  // f32 exps kept where they fit 64 registers
-  const auto kernel = smx::softmax_fwd_regs_kernel<T, N, kKeep, false, false, true>;
+  const auto kernel = smx::softmax_fwd_regs_kernel<T, N, kKeep, false, false, true, kMinBlocks>;
   int64_t grid = (rows + g.block / g.tpr - 1) / (g.block / g.tpr);
   if (g.persistent) {
     int per_sm = 0;
@@ -156,6 +157,13 @@ void launch_geometry(const T* x, T* y, int64_t rows, int cols, const Geometry& g
     case 2: return launch_tiled<T, 2>(x, y, rows, cols, g.tpr);
     case 4: return launch_tiled<T, 4>(x, y, rows, cols, g.tpr);
     default: return launch_tiled<T, 8>(x, y, rows, cols, g.tpr);
+  }
+  if (g.min_blocks > 1) {  // 4 packs (sub-warp rows, blocks of 256)
+    switch (g.min_blocks) {
+      case 5: return launch_regs<T, 4, 5>(x, y, rows, cols, g, sms);
+      case 6: return launch_regs<T, 4, 6>(x, y, rows, cols, g, sms);
+      default: return launch_regs<T, 4, 8>(x, y, rows, cols, g, sms);
+    }
   }
   switch (g.packs) {
     case 1: return launch_regs<T, 1>(x, y, rows, cols, g, sms);
@@ -184,6 +192,14 @@ bool run_case(const char* dtype, int cols, int sms) {
   for (int t : {2, 1}) {
     if (t * 8 * V >= cols) {
       gs.push_back({"8 packs, tpr " + std::to_string(t), 8, t, block_of(t), false});
+    }
+  }
+  // The rule with fewer registers, more blocks resident (Nsight Compute: the rule's 4 blocks of 256 per SM, 50%
+  // theoretical occupancy, where XLA's Triton kernel runs at 100%): >= 5, 6, 8 blocks of 256 per SM (softmax.cu
+  // takes 6 for 16-bit 4-pack rows since v24; the "rule" here stays v23's 64 registers).
+  if (tpr <= 32) {
+    for (int b : {5, 6, 8}) {
+      gs.push_back({"rule, >= " + std::to_string(b) + " blocks per SM", 4, tpr, 256, false, 0, b});
     }
   }
   // XLA's layout: rows of 32 packs at most (whole packs), R rows per thread.

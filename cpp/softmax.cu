@@ -360,7 +360,9 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v23 by default: v21 with 16-bit sub-warp rows of 8 packs per thread. v21: v14 with
+// Which forward kernels "auto" runs. v24 by default: v23 with the 16-bit sub-warp rows of 4 packs (C <= 128) bounded
+// to 40 registers, 6 blocks of 256 per SM (softmax_fwd_regs.cuh kMinBlocks). v23: v21 with 16-bit sub-warp rows of
+// 8 packs per thread where that halves the threads. v21: v14 with
 // the register rows' cached I/O (v20: the sub-warp and block rows only). v14: v9, except the 16-bit rows of
 // launch_fwd_l2's rule. v9: v5, except rows of kWideMinCols < C <= kWideMaxCols, which take register rows of 8 packs
 // per thread (launch_fwd_wide). v5: v3's register classes (no prefetch) and, for long rows, the bulk-copy cluster with
@@ -374,11 +376,11 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // rows wherever they fit, on CTAs of up to 1024 / 512 threads and clusters of them; RESULTS.md, "v9"), "v9" (v14
 // without its L2 two-pass rows) or "v14" (v20 with streaming loads and stores in the register rows) or "v20" (v21 with
 // streaming loads and stores in the 8-pack rows) or "v21" (v14 with the register rows' x read by __ldg and y stored
-// plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too). Any
-// other value: v23.
+// plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
+// "v23". Any other value: v24.
 // The backward is the same in all of them.
 enum class FwdVersion {
-  kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23
+  kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24
 };
 
 FwdVersion fwd_version() {
@@ -388,8 +390,8 @@ FwdVersion fwd_version() {
                   {"v5-s1", FwdVersion::kV5S1}, {"v5-reg", FwdVersion::kV5Reg}, {"v7-512", FwdVersion::kV7Wide},
                   {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5},
                   {"v9", FwdVersion::kV9}, {"v14", FwdVersion::kV14}, {"v20", FwdVersion::kV20},
-                  {"v21", FwdVersion::kV21}},
-                 FwdVersion::kV23);
+                  {"v21", FwdVersion::kV21}, {"v23", FwdVersion::kV23}},
+                 FwdVersion::kV24);
   return version;
 }
 
@@ -657,6 +659,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
+  const bool bounded = version == FwdVersion::kV24;
+  if (bounded) version = FwdVersion::kV23;  // elsewhere v23
   const bool packs8 = version == FwdVersion::kV23;
   if (packs8) version = FwdVersion::kV21;  // elsewhere v21
   const bool wide_cached = version == FwdVersion::kV21;
@@ -709,12 +713,18 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
     }
     // A full grid (v6; the prefetching A/B variant stays persistent: its next-row loads need a next row).
     constexpr bool kKeep = sizeof(T) == 4;
-    const auto regs = [&](auto cached) {
-      return launch_persistent<smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, kKeep, false, false, cached()>,
-                               Grid::kFull>(dev, stream, groups, block, "softmax_fwd", x, y, s.rows,
-                                            static_cast<int>(s.cols), tpr);
+    const auto regs = [&](auto cached, auto min_blocks) {
+      return launch_persistent<
+          smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, kKeep, false, false, cached(), min_blocks()>, Grid::kFull>(
+          dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
     };
-    return cached_io ? regs(std::true_type{}) : regs(std::false_type{});
+    using One = std::integral_constant<int, 1>;
+    // v24: 16-bit sub-warp rows at >= 6 blocks of 256 per SM (40 registers, no spill; the 64 of kMaxBlock's bound
+    // leave 4): bf16 C = 128 +1.4..2.3% in one process (RESULTS.md "v24"). f32 rows spill below 64 registers.
+    if constexpr (sizeof(T) == 2) {
+      if (bounded && cached_io && tpr <= 32) return regs(std::true_type{}, std::integral_constant<int, 6>{});
+    }
+    return cached_io ? regs(std::true_type{}, One{}) : regs(std::false_type{}, One{});
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
