@@ -102,10 +102,10 @@ inline float from_float<float>(float v) {
 
 template <>
 inline bf16 from_float<bf16>(float v) {
-  uint32_t u = float_bits(v);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x40)};  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return bf16{uint16_t(u >> 16)};
+  const uint32_t u = float_bits(v);
+  const uint32_t nan = (u >> 16) | 0x40;                         // quiet NaN
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest, ties to even
+  return bf16{uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded)};  // a select: loops stay vectorizable
 }
 
 template <>
@@ -157,9 +157,54 @@ inline void flush_group_sums(const GradView& g, RowShape s, int64_t r, int64_t c
   std::fill(acc.begin(), acc.end(), 0.0);
 }
 
+// max v[0 .. n) (-inf for n = 0), and whether some v[i] is NaN. Integer maxima, which GCC vectorizes (a float
+// max reduction it vectorizes only under -ffinite-math-only): of the bits mapped so that integer order is float
+// order (negative floats' magnitude bits flipped), and of the magnitude bits, above +inf's only for a NaN.
+inline float max_of(const float* v, int64_t n, bool* any_nan) {
+  const auto key = [](uint32_t b) { return static_cast<int32_t>(b ^ ((0u - (b >> 31)) >> 1)); };
+  int32_t top = key(float_bits(-INFINITY)), mag = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t b = float_bits(v[i]);
+    const int32_t k = key(b), a = static_cast<int32_t>(b & 0x7fffffffu);
+    top = k > top ? k : top;
+    mag = a > mag ? a : mag;
+  }
+  *any_nan = mag > 0x7f800000;
+  return bits_float(static_cast<uint32_t>(key(static_cast<uint32_t>(top))));
+}
+
+// Σ v[0 .. n) in double, in 8 interleaved partial sums (fixed by n alone: the same result every run) so that the
+// additions overlap: one running double sum waits an add's latency per element.
+inline double sum_in_double(const float* v, int64_t n) {
+  constexpr int kLanes = 8;
+  double part[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) part[l] += v[i + l];
+  }
+  for (; i < n; ++i) part[i % kLanes] += v[i];
+  double sum = 0.0;
+  for (double p : part) sum += p;
+  return sum;
+}
+
 // The parameter row of row r, or nullptr where the parameter is absent.
 inline const float* param_row(const ParamView& p, int64_t r, int64_t cols) {
   return p.data ? p.data + (r / p.rows_per_group) * cols : nullptr;
 }
+
+// The parameter row of row r, or where the parameter is absent a row of its number: element loops read a row
+// either way (no branch per element, which keeps them from vectorizing).
+class ParamRows {
+ public:
+  ParamRows(const ParamView& p, float value, int64_t cols)
+      : p_(p), cols_(cols), constant_(p.data ? 0 : static_cast<size_t>(cols), value) {}
+  const float* row(int64_t r) const { return p_.data ? param_row(p_, r, cols_) : constant_.data(); }
+
+ private:
+  ParamView p_;
+  int64_t cols_;
+  std::vector<float> constant_;
+};
 
 }  // namespace jm::cpu

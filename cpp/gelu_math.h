@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "host_math.h"
+
 #if defined(__CUDACC__)
 #define JM_HD __host__ __device__ __forceinline__
 #else
@@ -42,12 +44,24 @@ __device__ __forceinline__ float rcp_approx_ftz(float d) {
 
 constexpr float kLog2E = 1.4426950408889634f;
 
-// exp(a) for a <= 0 and n / d for d in [1, 2]: fast intrinsics on the device, the libm versions on the host.
+// a * b + c: one fused instruction on the device; on the host a product and a sum (without hardware FMA in the
+// build's baseline, fmaf is a libm call that keeps the loop around it scalar and costs tens of cycles).
+JM_HD float mul_add(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return fmaf(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+// exp(a) for a <= 0 and n / d for d in [1, 2]: fast intrinsics on the device; on the host host_math.h's
+// polynomials (within 2 ulp; vectorizable, where libm's calls are not) and IEEE division (host_math.h also holds
+// `pick`, the host's branch-free select).
 JM_HD float exp_nonpositive(float a) {
 #if defined(__CUDA_ARCH__)
   return ex2_approx_ftz(a * kLog2E);
 #else
-  return std::exp(a);
+  return host::exp_nonpositive(a);
 #endif
 }
 // 2^a for a <= 0.
@@ -55,7 +69,7 @@ JM_HD float exp2_nonpositive(float a) {
 #if defined(__CUDA_ARCH__)
   return ex2_approx_ftz(a);
 #else
-  return std::exp2(a);
+  return host::exp2_nonpositive(a);
 #endif
 }
 JM_HD float div_by_1_to_2(float n, float d) {
@@ -64,20 +78,6 @@ JM_HD float div_by_1_to_2(float n, float d) {
 #else
   return n / d;
 #endif
-}
-
-// c ? a : b on the host, without a branch: GCC branches on such a select, and with signs that change at random
-// (GELU's inputs) it mispredicts half the time: half the CPU f32 forward's time (RESULTS.md "The CPU handlers").
-// (The device selects in one instruction; its code keeps the plain ternaries, the cubin unchanged.)
-inline float pick(bool c, float a, float b) {
-  uint32_t ua, ub, r;
-  std::memcpy(&ua, &a, sizeof ua);
-  std::memcpy(&ub, &b, sizeof ub);
-  const uint32_t m = 0u - static_cast<uint32_t>(c);
-  r = (ua & m) | (ub & ~m);
-  float out;
-  std::memcpy(&out, &r, sizeof out);
-  return out;
 }
 
 constexpr float kGeluTwoK = 1.5957691216057308f;  // 2 * sqrt(2/pi)
@@ -112,8 +112,8 @@ JM_HD float gelu(float u) {
 // discarded; the former branch per element cost ~5 control instructions of ~30 in the bf16 backward.
 JM_HD float gelu_grad(float u) {
   const float w = u * u;
-  const float n = u * fmaf(kGeluNegCubicL2, w, kGeluNegL2);
-  const float dz = fmaf(3.0f * kGeluTwoK * kGeluCubic, w, kGeluTwoK);
+  const float n = u * mul_add(kGeluNegCubicL2, w, kGeluNegL2);
+  const float dz = mul_add(3.0f * kGeluTwoK * kGeluCubic, w, kGeluTwoK);
   const float e = exp2_nonpositive(-fabsf(n));
   const float inv = div_by_1_to_2(1.0f, 1.0f + e);
   const float ei = e * inv;
@@ -121,7 +121,7 @@ JM_HD float gelu_grad(float u) {
   const float g = fmaf(u * dz, ei * inv, n <= 0.0f ? inv : ei);
   return fabsf(u) > 1.0e4f ? (u > 0.0f ? 1.0f : 0.0f) : g;  // beyond float resolution
 #else
-  const float g = fmaf(u * dz, ei * inv, pick(n <= 0.0f, inv, ei));
+  const float g = mul_add(u * dz, ei * inv, pick(n <= 0.0f, inv, ei));
   return pick(fabsf(u) > 1.0e4f, pick(u > 0.0f, 1.0f, 0.0f), g);
 #endif
 }

@@ -1,5 +1,5 @@
-// Softmax on the CPU: exact three-pass row softmax with double accumulation (the reference every GPU
-// algorithm is held to). Every algorithm name is served by this one kernel.
+// Softmax on the CPU: three-pass row softmax, the exps within 2 ulp (host_math.h) and summed in double. Every
+// algorithm name is served by this one kernel.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -8,6 +8,7 @@
 #include "cpu_common.h"
 #include "bindings.h"
 #include "handlers.h"
+#include "host_math.h"
 
 namespace jm::cpu {
 namespace {
@@ -19,21 +20,12 @@ void softmax_rows(const T* x, T* y, RowShape s, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * s.cols;
     T* yr = y + r * s.cols;
-    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < s.cols; ++c) row[c] = to_float(xr[c]);
     bool nan = false;
-    for (int64_t c = 0; c < s.cols; ++c) {
-      const float v = to_float(xr[c]);
-      row[c] = v;
-      nan |= v != v;
-      m = v > m ? v : m;
-    }
+    float m = max_of(row.data(), s.cols, &nan);
     if (nan) m = std::numeric_limits<float>::quiet_NaN();  // a NaN poisons its own row only
-    double sum = 0.0;
-    for (int64_t c = 0; c < s.cols; ++c) {
-      row[c] = std::exp(row[c] - m);
-      sum += row[c];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t c = 0; c < s.cols; ++c) row[c] = host::exp_nonpositive(row[c] - m);  // vectorized
+    const float inv = static_cast<float>(1.0 / sum_in_double(row.data(), s.cols));
     for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(row[c] * inv);
   }
 }
@@ -53,7 +45,7 @@ void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s, int64_t r0, in
 
 ffi::Error softmax_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, int64_t algorithm) {
   // Indices of jm.SOFTMAX_ALGORITHMS: 0 = auto, 1..7 = the seed's v1..v7 (cpp/softmax_ladder.cu on CUDA);
-  // on the CPU all of them are this one exact kernel.
+  // on the CPU all of them are this one kernel.
   constexpr int64_t kLastAlgorithm = 7;
   if (algorithm < 0 || algorithm > kLastAlgorithm) {
     return ffi::Error::InvalidArgument("softmax: unknown algorithm index " + std::to_string(algorithm) +

@@ -33,7 +33,7 @@ def softmax_vjp_jit(x, g, axis=-1, algorithm="auto"):
 
 
 def _skip_cpu_duplicate(device, algorithm, size=float("inf")):
-    """On the CPU every algorithm name runs the one exact kernel, so repeating a check under the other
+    """On the CPU every algorithm name runs the one CPU kernel, so repeating a check under the other
     names only costs time where the input is large (> 2**18 elements) or the check is not about the
     forward kernel (size left out: axes, gradients). Those repeats are skipped; every name still runs
     on the CPU in the smaller forward checks, and on a GPU every check runs for every algorithm."""
@@ -176,6 +176,22 @@ def test_huge_logits(device, rng, c, dtype, algorithm):
     out = softmax_jit(jax.device_put(x, device), algorithm=algorithm)
     mt.assert_finite(out)
     mt.assert_close(out, mt.ref_softmax(x), FWD_TOL[dtype], dtype=dtype)
+
+
+def test_cpu_exp_accuracy_f32():
+    """Rows (0, a): y = (1, e^a) / (1 + e^a) for a over [-110, 0], where every exp of the kernel lies, against
+    float64 within 4 float ulp: the CPU's exps are polynomials (cpp/host_math.h). Results below the smallest
+    normal float may be 0: XLA runs CPU kernels with subnormals flushed (its own exp gives 0 there too). (The
+    GPU's ex2.approx of a pre-scaled argument is held to FWD_TOL by the other tests.)"""
+    a = np.concatenate([np.linspace(-110.0, 0.0, 40001), -np.logspace(-8, 0, 2001), [-0.0, -np.inf]])
+    x = np.stack([np.zeros_like(a), a], axis=1).astype(np.float32)
+    y = np.asarray(jax.jit(jm.softmax)(jax.device_put(x, jax.devices("cpu")[0])), np.float64)
+    e = np.exp(x[:, 1].astype(np.float64))
+    ref = np.stack([1.0 / (1.0 + e), e / (1.0 + e)], axis=1)
+    tiny = float(np.finfo(np.float32).tiny)
+    ulp = np.spacing(ref.astype(np.float32)).astype(np.float64)
+    bad = (np.abs(y - ref) > np.where(ref < tiny, tiny, 4 * ulp)).any(axis=1)
+    assert not bad.any(), f"a = {x[bad, 1][:5]}: y = {y[bad][:5]}, float64 {ref[bad][:5]}"
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

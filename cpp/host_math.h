@@ -1,0 +1,88 @@
+// Branch-free float helpers of the CPU kernels, in plain arithmetic that GCC vectorizes: `pick`, a select, and
+// e^a and 2^a for a <= 0 (libm's expf / exp2f are calls, which kept every loop around them scalar: the CPU
+// softmax and GELU forwards spent most of their time there; RESULTS.md "v24"). The exps take the CPU kernels'
+// arguments only: a <= 0, -inf (gives 0) or NaN (gives NaN).
+//   2^a: a = n + f, n = round(a), |f| <= 1/2; 2^f by a degree-7 polynomial; 2^n from exponent bits.
+//   e^a: n = round(a log2 e), r = a - n ln 2 (Cody-Waite: ln 2 in two parts, n ln2_hi exact), |r| <= 0.35;
+//        e^r by its degree-7 Taylor polynomial.
+// The polynomials' truncation error is below 6e-9 relative (|r|^8 / 8!); with the rounding of Horner's steps the
+// results are within 2 float ulp of the exact values (test_softmax.py: test_cpu_exp_accuracy_f32). 2^n is two
+// normal powers of two, so subnormal results round once — but XLA runs the CPU handlers with subnormals flushed
+// to zero (as its own exp), so below e^-87.3 / 2^-126 they come out 0 there.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace jm {
+
+// c ? a : b on the host, without a branch: GCC branches on such a select, and with signs that change at random
+// (GELU's inputs) it mispredicts half the time: half the CPU f32 forward's time (RESULTS.md "The CPU handlers").
+// (The device selects in one instruction; its code keeps the plain ternaries, the cubin unchanged.)
+inline float pick(bool c, float a, float b) {
+  uint32_t ua, ub, r;
+  std::memcpy(&ua, &a, sizeof ua);
+  std::memcpy(&ub, &b, sizeof ub);
+  const uint32_t m = 0u - static_cast<uint32_t>(c);
+  r = (ua & m) | (ub & ~m);
+  float out;
+  std::memcpy(&out, &r, sizeof out);
+  return out;
+}
+
+namespace host {
+
+// 2^n for an integer n in [-152, 0] given as the low bits of `biased` (round(x) + 0x4B400000, the bit pattern of
+// x + 1.5 * 2^23): two normal factors 2^(n / 2) and 2^(n - n / 2), so a subnormal result rounds only once.
+// (A NaN's bits give some factors; the polynomial is NaN then, and so is the result.)
+inline void pow2_parts(float biased, float* s1, float* s2) {
+  uint32_t bits;
+  std::memcpy(&bits, &biased, sizeof bits);
+  const int32_t n = static_cast<int32_t>(bits - 0x4B400000u);
+  const int32_t h = n / 2;
+  const uint32_t a = static_cast<uint32_t>(h + 127) << 23, b = static_cast<uint32_t>(n - h + 127) << 23;
+  std::memcpy(s1, &a, sizeof a);
+  std::memcpy(s2, &b, sizeof b);
+}
+
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: x + this rounds x to an integer (|x| < 2^22)
+
+// 2^a for a <= 0 (NaN stays NaN: the comparison is false; below -152 the result rounds to 0 anyway).
+inline float exp2_nonpositive(float a) {
+  a = pick(a < -152.0f, -152.0f, a);  // a select GCC keeps (a ternary became a branch: the loop stayed scalar)
+  const float biased = a + kRoundMagic;
+  const float f = a - (biased - kRoundMagic);  // exact
+  float p = 1.5252733804059841e-5f;            // (ln 2)^k / k!, k = 7 .. 0
+  p = p * f + 1.5403530393381609e-4f;
+  p = p * f + 1.3333558146428443e-3f;
+  p = p * f + 9.6181291076284772e-3f;
+  p = p * f + 5.5504108664821580e-2f;
+  p = p * f + 2.4022650695910071e-1f;
+  p = p * f + 6.9314718055994531e-1f;
+  p = p * f + 1.0f;
+  float s1, s2;
+  pow2_parts(biased, &s1, &s2);
+  return p * s1 * s2;
+}
+
+// e^a for a <= 0 (NaN stays NaN; below -105 the result rounds to 0 anyway).
+inline float exp_nonpositive(float a) {
+  a = pick(a < -105.0f, -105.0f, a);
+  const float biased = a * 1.4426950408889634f + kRoundMagic;
+  const float n = biased - kRoundMagic;
+  const float r = (a - n * 0.693145751953125f) - n * 1.4286068203094172e-6f;  // ln 2 = hi + lo, hi 16 bits
+  float p = 1.9841269841269841e-4f;  // 1 / k!, k = 7 .. 0
+  p = p * r + 1.3888888888888889e-3f;
+  p = p * r + 8.3333333333333333e-3f;
+  p = p * r + 4.1666666666666667e-2f;
+  p = p * r + 1.6666666666666667e-1f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  float s1, s2;
+  pow2_parts(biased, &s1, &s2);
+  return p * s1 * s2;
+}
+
+}  // namespace host
+}  // namespace jm
