@@ -173,19 +173,25 @@ inline float max_of(const float* v, int64_t n, bool* any_nan) {
   return bits_float(static_cast<uint32_t>(key(static_cast<uint32_t>(top))));
 }
 
-// Σ v[0 .. n) in double, in 8 interleaved partial sums (fixed by n alone: the same result every run) so that the
-// additions overlap: one running double sum waits an add's latency per element.
-inline double sum_in_double(const float* v, int64_t n) {
+// Σ term(i) for i in [0, n) in double, in 8 interleaved partial sums (fixed by n alone: the same result every run)
+// so that the additions overlap and vectorize: one running double sum waits an add's latency per element.
+template <class F>
+inline double sum_in_lanes(int64_t n, F term) {
   constexpr int kLanes = 8;
   double part[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) part[l] += v[i + l];
+    for (int l = 0; l < kLanes; ++l) part[l] += term(i + l);
   }
-  for (; i < n; ++i) part[i % kLanes] += v[i];
+  for (; i < n; ++i) part[i % kLanes] += term(i);
   double sum = 0.0;
   for (double p : part) sum += p;
   return sum;
+}
+
+// Σ v[0 .. n) in double (sum_in_lanes).
+inline double sum_in_double(const float* v, int64_t n) {
+  return sum_in_lanes(n, [v](int64_t i) { return double(v[i]); });
 }
 
 // The parameter row of row r, or nullptr where the parameter is absent.

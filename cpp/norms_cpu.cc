@@ -1,4 +1,4 @@
-// LayerNorm and RMSNorm on the CPU: exact two-pass statistics in double over each row, one template for
+// LayerNorm and RMSNorm on the CPU: two-pass statistics in double over each row, one template for
 // both norms (kRms drops the mean and the bias).
 #include <cmath>
 #include <vector>
@@ -18,34 +18,30 @@ float row_pivot(const T* xr, int64_t cols) {
   return kRms || cols == 0 ? 0.0f : to_float(xr[0]);
 }
 
-// Rows [r0, r1).
+// Rows [r0, r1). The loops vectorize: the row's d = x - pivot kept as floats, the sums in lanes (sum_in_lanes),
+// absent parameters as rows of 1 and 0 (ParamRows).
 template <typename T, bool kRms>
 void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, T* y, float* mean, float* rstd,
                    float epsilon, RowShape s, int64_t r0, int64_t r1) {
+  const ParamRows scales(scale, 1.0f, s.cols), biases(bias, 0.0f, s.cols);
+  std::vector<float> d(static_cast<size_t>(s.cols));
   for (int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * s.cols;
     const float pivot = row_pivot<T, kRms>(xr, s.cols);
-    double mu = 0.0;
-    if (!kRms) {
-      for (int64_t c = 0; c < s.cols; ++c) mu += to_float(xr[c]) - pivot;
-      mu /= double(s.cols);
-    }
-    double ss = 0.0;
-    for (int64_t c = 0; c < s.cols; ++c) {
-      const double d = double(to_float(xr[c]) - pivot) - mu;
-      ss += d * d;
-    }
+    for (int64_t c = 0; c < s.cols; ++c) d[c] = to_float(xr[c]) - pivot;
+    const double mu = kRms ? 0.0 : sum_in_double(d.data(), s.cols) / double(s.cols);
+    const double ss = sum_in_lanes(s.cols, [&](int64_t c) {
+      const double e = double(d[c]) - mu;
+      return e * e;
+    });
     const float m = static_cast<float>(mu);
     const float rs = static_cast<float>(1.0 / std::sqrt(ss / double(s.cols) + double(epsilon)));
     if (!kRms) mean[r] = m;
     rstd[r] = rs;
-    const float* sc = param_row(scale, r, s.cols);
-    const float* bi = param_row(bias, r, s.cols);
+    const float* sc = scales.row(r);
+    const float* bi = biases.row(r);
     T* yr = y + r * s.cols;
-    for (int64_t c = 0; c < s.cols; ++c) {
-      const float xhat = (to_float(xr[c]) - pivot - m) * rs;
-      yr[c] = from_float<T>(xhat * (sc ? sc[c] : 1.0f) + (bi ? bi[c] : 0.0f));
-    }
+    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>((d[c] - m) * rs * sc[c] + bi[c]);
   }
 }
 
@@ -54,19 +50,18 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, T* y, float* mea
 template <typename T, bool kRms>
 void norm_bwd_dx_rows(const T* x, ParamView scale, const float* mean, const float* rstd, const T* dy, T* dx,
                       RowShape s, int64_t r0, int64_t r1) {
+  const ParamRows scales(scale, 1.0f, s.cols);
   std::vector<float> xhat(static_cast<size_t>(s.cols)), g(static_cast<size_t>(s.cols));
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * s.cols;
     const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
-    const float* sc = param_row(scale, r, s.cols);
-    double sum_g = 0.0, sum_gx = 0.0;
+    const float* sc = scales.row(r);
     for (int64_t c = 0; c < s.cols; ++c) {
       xhat[c] = (to_float(x[o + c]) - pivot - m) * rs;
-      g[c] = to_float(dy[o + c]) * (sc ? sc[c] : 1.0f);
-      sum_g += g[c];
-      sum_gx += double(g[c]) * xhat[c];
+      g[c] = to_float(dy[o + c]) * sc[c];
     }
-    const float mg = kRms ? 0.0f : static_cast<float>(sum_g / double(s.cols));
+    const double sum_gx = sum_in_lanes(s.cols, [&](int64_t c) { return double(g[c]) * xhat[c]; });
+    const float mg = kRms ? 0.0f : static_cast<float>(sum_in_double(g.data(), s.cols) / double(s.cols));
     const float mgx = static_cast<float>(sum_gx / double(s.cols));
     for (int64_t c = 0; c < s.cols; ++c) dx[o + c] = from_float<T>(rs * (g[c] - mg - xhat[c] * mgx));
   }
@@ -82,10 +77,13 @@ void norm_bwd_param_cols(const T* x, const float* mean, const float* rstd, const
   for (int64_t r = 0; r < s.rows; ++r) {
     const int64_t o = r * s.cols;
     const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
-    for (int64_t c = c0; c < c1; ++c) {
-      const float d = to_float(dy[o + c]);
-      if (dscale.data) ds[c - c0] += double(d) * ((to_float(x[o + c]) - pivot - m) * rs);
-      if (dbias.data) db[c - c0] += d;
+    if (dscale.data) {  // a loop per sum, not a test per element: both vectorize
+      for (int64_t c = c0; c < c1; ++c) {
+        ds[c - c0] += double(to_float(dy[o + c])) * ((to_float(x[o + c]) - pivot - m) * rs);
+      }
+    }
+    if (dbias.data) {
+      for (int64_t c = c0; c < c1; ++c) db[c - c0] += to_float(dy[o + c]);
     }
     flush_group_sums(dscale, s, r, c0, ds);
     flush_group_sums(dbias, s, r, c0, db);
