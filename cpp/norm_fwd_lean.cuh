@@ -55,8 +55,10 @@ __device__ __forceinline__ void quad_fresh(const uint4& u, int q, float (&out)[4
   }
 }
 
-template <typename T, bool kRms, bool kBlockRow, int NP>
-__global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
+// kTeamBlocks: team rows' blocks of kTeamBlock resident per SM at least (3: 85 registers, 80 used; 4 fits 16-bit
+// RMSNorm and LayerNorm's 6-pack rows in 64 without a spill; an A/B option of benchmarks/norm_fwd_ab.cu).
+template <typename T, bool kRms, bool kBlockRow, int NP, int kTeamBlocks = kMaxRowBlock / kTeamBlock>
+__global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockRow ? 1 : kTeamBlocks)
     norm_fwd_lean_kernel(const T* __restrict__ x, const float* __restrict__ scale, const float* __restrict__ bias,
                          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
                          int cols, float inv_cols, float epsilon, int tpr) {
