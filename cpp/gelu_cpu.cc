@@ -115,7 +115,7 @@ ffi::Error gelu_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale
       zero_grad(dsv, s.cols);
       zero_grad(dbv, s.cols);
     } else if (dsv.data || dbv.data) {  // columns split: each a sum over every row
-      parallel_for(pool, s.cols, piece_rows(s.rows), [&](int64_t c0, int64_t c1) {
+      parallel_for(pool, s.cols, piece_cols(s.rows), [&](int64_t c0, int64_t c1) {
         gelu_bwd_block(xp, dyp, dxp, a, dsv, dbv, s, 0, s.rows, c0, c1);
       });
     } else {

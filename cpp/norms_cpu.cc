@@ -151,7 +151,7 @@ ffi::Error norm_bwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scal
       zero_grad(dsv, s.cols);
       zero_grad(dbv, s.cols);
     } else if (dsv.data || dbv.data) {
-      parallel_for(pool, s.cols, piece_rows(s.rows), [&](int64_t c0, int64_t c1) {
+      parallel_for(pool, s.cols, piece_cols(s.rows), [&](int64_t c0, int64_t c1) {
         norm_bwd_param_cols<T, kRms>(xp, mp, rp, dyp, dsv, dbv, s, c0, c1);
       });
     }
