@@ -329,9 +329,9 @@ def test_partitioned_body_traced_on_explicit_mesh(op, mesh_name, spec, rng, monk
     check_same(out, fwd_bwd(op)(x, s, b, dy), exact=False, dtype=F32)
     assert plans, "no partitioned body was traced"
     explicit = make_mesh(mesh_name, AxisType.Explicit).abstract_mesh
-    for plan in plans[:4]:
-        tiled = [jax.ShapeDtypeStruct(s.shard_shape(a.shape), a.dtype)
-                 for s, a in zip(plan.operands(), plan.call.avals_in)]
+    for plan in plans[:4]:  # the forward's and the backward's bodies come first
+        tiled = [jax.ShapeDtypeStruct(sharding_in.shard_shape(aval.shape), aval.dtype)
+                 for sharding_in, aval in zip(plan.operands(), plan.call.avals_in)]
         with jax.sharding.use_abstract_mesh(explicit):
             jaxpr = jax.make_jaxpr(plan.lower_fn, axis_env=list(plan.mesh.shape.items()))(*tiled)
         typed = [(e.primitive.name, v.aval.sharding.mesh) for e in jaxpr.jaxpr.eqns for v in e.outvars
