@@ -34,9 +34,8 @@ template <typename T>
 void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * s.cols;
-    double dot = 0.0;
-    for (int64_t c = 0; c < s.cols; ++c) dot += double(to_float(y[o + c])) * to_float(dy[o + c]);
-    const float d = static_cast<float>(dot);
+    const float d = static_cast<float>(
+        sum_in_lanes(s.cols, [&](int64_t c) { return double(to_float(y[o + c])) * to_float(dy[o + c]); }));
     for (int64_t c = 0; c < s.cols; ++c) {
       dx[o + c] = from_float<T>(to_float(y[o + c]) * (to_float(dy[o + c]) - d));
     }
