@@ -12,8 +12,6 @@
 #pragma once
 
 #include <cmath>
-#include <cstdint>
-#include <cstring>
 
 #include "host_math.h"
 
