@@ -201,18 +201,13 @@ inline double sum_in_double(const float* v, int64_t n) {
   return sum_in_lanes(n, [v](int64_t i) { return double(v[i]); });
 }
 
-// The parameter row of row r, or nullptr where the parameter is absent.
-inline const float* param_row(const ParamView& p, int64_t r, int64_t cols) {
-  return p.data ? p.data + (r / p.rows_per_group) * cols : nullptr;
-}
-
 // The parameter row of row r, or where the parameter is absent a row of its number: element loops read a row
 // either way (no branch per element, which keeps them from vectorizing).
 class ParamRows {
  public:
   ParamRows(const ParamView& p, float value, int64_t cols)
       : p_(p), cols_(cols), constant_(p.data ? 0 : static_cast<size_t>(cols), value) {}
-  const float* row(int64_t r) const { return p_.data ? param_row(p_, r, cols_) : constant_.data(); }
+  const float* row(int64_t r) const { return p_.data ? p_.data + (r / p_.rows_per_group) * cols_ : constant_.data(); }
 
  private:
   ParamView p_;

@@ -720,7 +720,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
     };
     using One = std::integral_constant<int, 1>;
     // v24: 16-bit sub-warp rows at >= 6 blocks of 256 per SM (40 registers, no spill; the 64 of kMaxBlock's bound
-    // leave 4): bf16 C = 128 +1.4..2.3% in one process (RESULTS.md "v24"). f32 rows spill below 64 registers.
+    // leave 4): bf16 C = 128 +2.3 / +2.6% in two rounds in one process, C = 64 +12% (RESULTS.md "v24"). f32 rows
+    // spill below 64 registers.
     if constexpr (sizeof(T) == 2) {
       if (bounded && cached_io && tpr <= 32) return regs(std::true_type{}, std::integral_constant<int, 6>{});
     }
