@@ -94,27 +94,27 @@ void launch_v21(const Bufs<T>& b, const Out<T>& o) {
   }
 }
 
-template <typename T, bool kRms, bool kBlockRow, int N, int kTeamBlocks = jm::cuda::kMaxRowBlock / jm::cuda::kTeamBlock>
+template <typename T, bool kRms, bool kBlockRow, int N>
 void lean_rows(const Bufs<T>& b, const Out<T>& o, const RowsPlan& p) {
-  jm::cuda::norm_fwd_lean_kernel<T, kRms, kBlockRow, N, kTeamBlocks>
+  jm::cuda::norm_fwd_lean_kernel<T, kRms, kBlockRow, N>
       <<<grid_of((b.rows + p.rows_per_block - 1) / p.rows_per_block), p.block>>>(
           b.x, b.scale, kRms ? nullptr : b.bias, o.y, o.mean, o.rstd, b.rows, b.cols, 1.0f / static_cast<float>(b.cols),
           kEps, p.tpr);
 }
 
 // The lean rows in v21's geometry: f32 4 packs; 16-bit 8, LayerNorm team rows 6 where v10 takes them (bf16
-// LayerNorm: v23's default, RMSNorm: v24's, norms.cu). kTeamBlocks: the team rows' resident blocks per SM at least
-// (the kernel's default 3; 4 caps them at 64 registers: "lean, 4 blocks").
-template <typename T, bool kRms, int kTeamBlocks = jm::cuda::kMaxRowBlock / jm::cuda::kTeamBlock>
+// LayerNorm: v23's default, RMSNorm: v24's, norms.cu). The kernel's A/B options measured here (RESULTS.md "v24",
+// "v25") are on branches v25-merge and v25-pivot.
+template <typename T, bool kRms>
 void launch_lean(const Bufs<T>& b, const Out<T>& o) {
   constexpr int N = sizeof(T) == 4 ? jm::cuda::kRowPacksHalf : kRowPacks<T>;
   const RowsPlan plan = plan_norm_rows<T, N>(b.cols);
   if (plan.block_rows) return lean_rows<T, kRms, true, N>(b, o, plan);
   if constexpr (!kRms && sizeof(T) == 2) {
     const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(b.cols);
-    if (six.ok && six.tpr == plan.tpr) return lean_rows<T, kRms, false, kRowPacksTeam6, kTeamBlocks>(b, o, six);
+    if (six.ok && six.tpr == plan.tpr) return lean_rows<T, kRms, false, kRowPacksTeam6>(b, o, six);
   }
-  lean_rows<T, kRms, false, N, kTeamBlocks>(b, o, plan);
+  lean_rows<T, kRms, false, N>(b, o, plan);
 }
 
 // y of sampled rows against float64 (error relative to the row's largest |y|; bf16 rounds at ~2^-8), rstd (and
@@ -167,8 +167,8 @@ bool check_out(const Bufs<T>& b, const Out<T>& v, const Out<T>& ref, std::string
 template <typename T, bool kRms>
 bool run_op(const char* title) {
   std::printf("\n**%s**\n\n| C | rows | copy GB/s | v21 GB/s (%% copy) | v21b / v21 (A/A) | lean GB/s (%% copy) | "
-              "lean / v21 | lean / v21 per sample (q1, q3) | lean, 4 blocks / lean per sample (q1, q3) | check |\n"
-              "|---|---|---|---|---|---|---|---|---|---|\n",
+              "lean / v21 | lean / v21 per sample (q1, q3) | check |\n"
+              "|---|---|---|---|---|---|---|---|---|\n",
               title);
   bool all_ok = true;
   for (int cols : {768, 1024, 2048, 4096, 8192, 12288}) {
@@ -186,8 +186,8 @@ bool run_op(const char* title) {
     }
     CK(cudaMemcpy(b.scale, sc.data(), cols * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(b.bias, bi.data(), cols * 4, cudaMemcpyHostToDevice));
-    // Outputs: copy, v21, v21b, lean, lean at 4 blocks.
-    std::vector<Out<T>> outs(5);
+    // Outputs: copy, v21, v21b, lean.
+    std::vector<Out<T>> outs(4);
     for (Out<T>& o : outs) {
       CK(cudaMalloc(&o.y, n * sizeof(T)));
       CK(cudaMalloc(&o.mean, b.rows * 4));
@@ -201,7 +201,6 @@ bool run_op(const char* title) {
     vs.push_back({"v21", [&] { launch_v21<T, kRms>(b, outs[1]); }, {}});
     vs.push_back({"v21b", [&] { launch_v21<T, kRms>(b, outs[2]); }, {}});
     vs.push_back({"lean", [&] { launch_lean<T, kRms>(b, outs[3]); }, {}});
-    vs.push_back({"lean4", [&] { launch_lean<T, kRms, 4>(b, outs[4]); }, {}});
     inproc::time_rotated(vs, kWarmup, kSamples);
     CK(cudaDeviceSynchronize());
     // Bytes: x read, y written, rstd (and LayerNorm's mean) written (the copy: x and y).
@@ -209,20 +208,18 @@ bool run_op(const char* title) {
     const double copy = 2.0 * n * sizeof(T) / inproc::median(vs[0].ms) / 1e6;
     const double v21 = bytes / inproc::median(vs[1].ms) / 1e6, v21b = bytes / inproc::median(vs[2].ms) / 1e6;
     const double lean = bytes / inproc::median(vs[3].ms) / 1e6;
-    double ratio[3], ratio4[3];
+    double ratio[3];
     inproc::sample_ratio(vs[3], vs[1], ratio);
-    inproc::sample_ratio(vs[4], vs[3], ratio4);
-    std::string why_v21, why_b, why_lean, why_lean4;
+    std::string why_v21, why_b, why_lean;
     bool ok = check_out<T, kRms>(b, outs[1], outs[1], &why_v21);
     ok = check_out<T, kRms>(b, outs[2], outs[1], &why_b) && ok;
     ok = check_out<T, kRms>(b, outs[3], outs[1], &why_lean) && ok;
-    ok = check_out<T, kRms>(b, outs[4], outs[1], &why_lean4) && ok;
-    const std::string why = "v21 " + why_v21 + "; lean " + why_lean + "; lean4 " + why_lean4;
+    const std::string why = "v21 " + why_v21 + "; lean " + why_lean;
     all_ok = all_ok && ok;
     std::printf("| %d | %lld | %.0f | %.0f (%.0f%%) | %.3f | %.0f (%.0f%%) | %.3f | %.3f (%.3f, %.3f) "
-                "| %.3f (%.3f, %.3f) | %s %s |\n",
+                "| %s %s |\n",
                 cols, static_cast<long long>(b.rows), copy, v21, 100 * v21 / copy, v21b / v21, lean, 100 * lean / copy,
-                lean / v21, ratio[0], ratio[1], ratio[2], ratio4[0], ratio4[1], ratio4[2], ok ? "ok" : "FAILED",
+                lean / v21, ratio[0], ratio[1], ratio[2], ok ? "ok" : "FAILED",
                 why.c_str());
     for (Out<T>& o : outs) {
       CK(cudaFree(o.y));

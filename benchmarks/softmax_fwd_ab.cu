@@ -150,6 +150,15 @@ void launch_regs(const T* x, T* y, int64_t rows, int cols, const Geometry& g, in
   kernel<<<static_cast<unsigned>(grid), g.block>>>(x, y, rows, cols, g.tpr);
 }
 
+template <typename T, int N>
+void launch_bounded(const T* x, T* y, int64_t rows, int cols, const Geometry& g, int sms) {
+  switch (g.min_blocks) {
+    case 5: return launch_regs<T, N, 5>(x, y, rows, cols, g, sms);
+    case 6: return launch_regs<T, N, 6>(x, y, rows, cols, g, sms);
+    default: return launch_regs<T, N, 8>(x, y, rows, cols, g, sms);
+  }
+}
+
 template <typename T>
 void launch_geometry(const T* x, T* y, int64_t rows, int cols, const Geometry& g, int sms) {
   switch (g.tiled_rows) {
@@ -158,11 +167,11 @@ void launch_geometry(const T* x, T* y, int64_t rows, int cols, const Geometry& g
     case 4: return launch_tiled<T, 4>(x, y, rows, cols, g.tpr);
     default: return launch_tiled<T, 8>(x, y, rows, cols, g.tpr);
   }
-  if (g.min_blocks > 1) {  // 4 packs (sub-warp rows, blocks of 256)
-    switch (g.min_blocks) {
-      case 5: return launch_regs<T, 4, 5>(x, y, rows, cols, g, sms);
-      case 6: return launch_regs<T, 4, 6>(x, y, rows, cols, g, sms);
-      default: return launch_regs<T, 4, 8>(x, y, rows, cols, g, sms);
+  if (g.min_blocks > 1) {  // sub-warp rows, blocks of 256
+    switch (g.packs) {
+      case 1: return launch_bounded<T, 1>(x, y, rows, cols, g, sms);
+      case 2: return launch_bounded<T, 2>(x, y, rows, cols, g, sms);
+      default: return launch_bounded<T, 4>(x, y, rows, cols, g, sms);
     }
   }
   switch (g.packs) {
@@ -201,6 +210,23 @@ bool run_case(const char* dtype, int cols, int sms) {
     for (int b : {5, 6, 8}) {
       gs.push_back({"rule, >= " + std::to_string(b) + " blocks per SM", 4, tpr, 256, false, 0, b});
     }
+  }
+  // Fewer bytes per thread, more blocks per SM (XLA's Triton kernel at C = 128: 32 bytes per thread, 16 blocks of 128
+  // per SM, 100% occupancy): 1 or 2 packs at >= 6 / 8 blocks of 256 (bf16: 32-40 registers, no spill; the 8-pack
+  // rows spill at >= 5 and f32's 2 packs at >= 8, ptxas -v).
+  for (int packs : {1, 2}) {
+    const int t = rule_tpr(cols, packs * V);
+    if (t > 32) continue;
+    for (int b : {6, 8}) {
+      gs.push_back({std::to_string(packs) + " packs, tpr " + std::to_string(t) + ", >= " + std::to_string(b) +
+                    " blocks per SM", packs, t, 256, false, 0, b});
+    }
+  }
+  // XLA's block size, 128 threads (twice the blocks resident at the same registers; a block's slots free sooner).
+  if (tpr <= 32) {
+    gs.push_back({"rule, >= 6 blocks per SM, blocks of 128", 4, tpr, 128, false, 0, 6});
+    const int t = rule_tpr(cols, 2 * V);
+    if (t <= 32) gs.push_back({"2 packs, tpr " + std::to_string(t) + ", >= 8 blocks, of 128", 2, t, 128, false, 0, 8});
   }
   // XLA's layout: rows of 32 packs at most (whole packs), R rows per thread.
   if (cols % V == 0 && cols / V <= 32 && (cols / V & (cols / V - 1)) == 0) {

@@ -55,10 +55,11 @@ __device__ __forceinline__ void quad_fresh(const uint4& u, int q, float (&out)[4
   }
 }
 
-// kTeamBlocks: team rows' blocks of kTeamBlock resident per SM at least (3: 85 registers, 80 used; 4 fits 16-bit
-// RMSNorm and LayerNorm's 6-pack rows in 64 without a spill; an A/B option of benchmarks/norm_fwd_ab.cu).
-template <typename T, bool kRms, bool kBlockRow, int NP, int kTeamBlocks = kMaxRowBlock / kTeamBlock>
-__global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockRow ? 1 : kTeamBlocks)
+// (Team rows at >= 4 blocks per SM, 64 registers: 0.89-1.01 of 3 blocks in one process; LayerNorm's statistics by
+// one merge of (count, mean, M2) partials, or about the first pack's mean with one reduction: bf16 0.81-0.97 and
+// 0.94-0.99 of two reductions. RESULTS.md "v25".)
+template <typename T, bool kRms, bool kBlockRow, int NP>
+__global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
     norm_fwd_lean_kernel(const T* __restrict__ x, const float* __restrict__ scale, const float* __restrict__ bias,
                          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
                          int cols, float inv_cols, float epsilon, int tpr) {
