@@ -22,12 +22,20 @@
 #            45fcaee, `git archive 45fcaee cpp | tar x -C old_cpp --strip-components=1` before the call; not committed): benchmarks/softmax_fwd_ab.cu built against each, Nsight Compute over the
 #            first register-row launches of each (duration, instructions), then both run alternately, two rounds,
 #            over SMX_CASES (default bf16:128 f32:128).
-#   final    v25 as landed (RowIter by shifts, the 16-bit C <= 64 rows; the norms as v24): the GPU tests of every
+#   final    as landed (RowIter by shifts; v25's 16-bit C <= 64 rows, v26's rows that fill 2 packs; the norms as
+#            v24): the GPU tests of every
 #            non-cluster softmax kernel (size classes forward and backward, many rows, stale / poisoned outputs, the
 #            forward versions v2*, the backward versions, both grids, the L2 rule), then the > 2^31-element size
 #            classes; beside them compute-sanitizer: memcheck over sanitize.py's softmax (forward and backward),
 #            racecheck over its forward (softmax_fwd_regs) and backward rows (softmax_bwd_rows); then the bench's
 #            softmax forward sweep (f32, bf16 at C = 64 .. 1024), one process.
+#   lean     ab_smxab over SMX_CASES (default bf16:128 bf16:64 bf16:256 f32:128): softmax_fwd_lean.cuh's rows (whole
+#            packs, one row group per thread: 32 registers at >= 8 blocks of 256 per SM without a spill; on branch
+#            v25-lean, whose harness has them) against the rule and v25's rows (the 4-pack rows at >= 6 blocks, the
+#            2-pack rows of 128-thread blocks).
+#   short2   ab_smxab twice over SMX_CASES (default bf16:128 bf16:96 f32:128 f32:64): after the shifts, are the 2-pack
+#            rows (bf16 of 128-thread blocks at >= 8 per SM, f32 at >= 6 of 256) faster than the 4-pack rows at C = 128
+#            too (the lean stage's round: bf16 +2.7%, f32 +3%)?
 #   bench    the bench's bf16 forward: softmax at C = 64, 128 and the norms' sweep, one process each; result lines.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
@@ -71,6 +79,16 @@ stage_verify() {
   local log
   for log in memcheck-ln racecheck-ln memcheck-softmax racecheck-softmax; do
     echo "$log: $(grep -E 'SUMMARY|checks passed|Internal' "$out/$log.log" | tr '\n' ' ')"
+  done
+}
+
+stage_lean() { SMX_CASES=${SMX_CASES:-bf16:128 bf16:64 bf16:256 f32:128} SMX_TAG=_lean ab_smxab; }
+
+stage_short2() {
+  local round
+  for round in 1 2; do
+    SMX_CASES=${SMX_CASES:-bf16:128 bf16:96 f32:128 f32:64} SMX_TAG=_short2_r$round ab_smxab | \
+      grep -E "^\*\*|^\| (rule|rule again \(A/A\)|rule, >= 6 blocks per SM|2 packs.*|copy.*) \|"
   done
 }
 

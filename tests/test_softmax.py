@@ -455,9 +455,9 @@ def test_kernels_reject_unknown_index(device, index):
 # ----------------------------------------------------------------------------------------------
 
 # A thread holds 16 f32 / 32 bf16-f16 row elements: sub-warp rows (4..32 threads) up to C = 512 / 1024,
-# one block per row up to 8192 / 16384 — but the forward gives 16-bit rows of C <= 64 16 elements per thread (v25: 4
-# threads, blocks of 128), 16-bit rows of 129 .. 2048 64 elements per thread (v23: sub-warp rows of 4..32 threads),
-# and (v9) rows of 4097 (16-bit 2049) .. 32768
+# one block per row up to 8192 / 16384 — but the forward gives 16-bit rows of C <= 64 and 128, f32 rows of 32, 64 and
+# 128 two packs per thread (v25, v26: 16-bit on 4 or 8 threads, blocks of 128; f32 on 4..16), 16-bit rows of 129 ..
+# 2048 64 elements per thread (v23: sub-warp rows of 4..32 threads), and (v9) rows of 4097 (16-bit 2049) .. 32768
 # 8 packs per thread, one block of up to 1024 threads; beyond, the forward (v5, sm_90) takes the
 # bulk-copy cluster of k CTAs, each holding ceil(C / 4 or 8 / k) 16-byte packs once in shared memory
 # (16-bit: copied into registers of 8 or 16 packs per thread up to 16 x 4096 packs, C = 524288), k with
@@ -467,7 +467,7 @@ def test_kernels_reject_unknown_index(device, index):
 # 1000003 is the stream class; 16-bit 1000003: one buffer, past the registers' limit); the backward (and
 # the forward on other GPUs) a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512 threads: 65536 /
 # 131072; 16 of 512 before 8 of 1024), the stream class beyond. Values on both sides of each limit; C
-CLASS_COLS = [1, 2, 7, 31, 33, 64, 65, 127, 128, 129, 512, 513, 1000, 1023, 1024, 1025, 2047, 2048, 2049, 4096,
+CLASS_COLS = [1, 2, 7, 31, 32, 33, 64, 65, 127, 128, 129, 512, 513, 1000, 1023, 1024, 1025, 2047, 2048, 2049, 4096,
               4097, 8191, 8192, 8193, 12289, 16384, 16385, 32768, 50257, 65536, 65537, 131072, 131073, 262144,
               262147, 600001, 1000003]
 
@@ -591,7 +591,7 @@ def _run_fwd_script(shapes, **env_vars):
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9", "v9-wide",
-                                     "v9-wide-512", "v14", "v20", "v21", "v23", "v24"])
+                                     "v9-wide-512", "v14", "v20", "v21", "v23", "v24", "v25"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
