@@ -7,7 +7,7 @@
 #   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
 #   ab_run, ab_gpu_tests, ab_check, ab_norm_bwd_verify, ab_softmax_fwd_verify, ab_sanitize, ab_norm_sanitize,
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
-#   ab_smxab: below
+#   ab_smxab, ab_san_cpu: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -243,4 +243,22 @@ ab_smxab() {
   timeout 200 /tmp/softmax_fwd_ab ${SMX_CASES:-} > "$out/softmax_fwd_ab${SMX_TAG:-}.md" 2>&1
   echo "rc=$?"
   cat "$out/softmax_fwd_ab${SMX_TAG:-}.md"
+}
+
+# ab_san_cpu KERNELS OP TAG: compute-sanitizer memcheck and racecheck over `sanitize.py --fwd --only OP` (kernels
+# whose names contain KERNELS), beside the whole suite on the host platform alone (JAX_PLATFORMS=cpu: the CPU
+# handlers under the device's jaxlib); the suite's last line and each tool's summary ($out/<tool>-TAG.log).
+ab_san_cpu() {
+  local tool
+  for tool in memcheck racecheck; do
+    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 280 \
+      compute-sanitizer --tool "$tool" --kernel-name "kns=$1" --error-exitcode 3 \
+      python3 benchmarks/sanitize.py --fwd --only "$2" > "$out/$tool-$3.log" 2>&1 &
+  done
+  JAX_PLATFORMS=cpu timeout 300 python3 -P -m pytest -q -rfE -n 10 --timeout 280 tests > "$out/cpu-suite.log" 2>&1
+  tail -n 1 "$out/cpu-suite.log"
+  wait
+  for tool in memcheck racecheck; do
+    echo "$tool: $(grep -E 'SUMMARY|checks passed' "$out/$tool-$3.log" | tail -2 | tr '\n' ' ')"
+  done
 }

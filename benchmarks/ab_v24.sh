@@ -43,20 +43,7 @@ stage_verify() {
   tail -n 1 "$out/big.log"
 }
 
-stage_cpu() {
-  local tool
-  for tool in memcheck racecheck; do
-    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 200 \
-      compute-sanitizer --tool "$tool" --kernel-name kns=norm_fwd_lean --error-exitcode 3 \
-      python3 benchmarks/sanitize.py --fwd --only rms_norm > "$out/$tool-rms.log" 2>&1 &
-  done
-  JAX_PLATFORMS=cpu timeout 300 python3 -P -m pytest -q -rfE -n 10 --timeout 280 tests > "$out/cpu-suite.log" 2>&1
-  tail -n 1 "$out/cpu-suite.log"
-  wait
-  for tool in memcheck racecheck; do
-    echo "$tool: $(grep -E 'SUMMARY|checks passed' "$out/$tool-rms.log" | tail -2 | tr '\n' ' ')"
-  done
-}
+stage_cpu() { ab_san_cpu norm_fwd_lean rms_norm rms; }
 
 stage_sweep() {
   timeout 150 python3 -P -m jax_memops.cli bench --ops rms_norm layer_norm --dirs fwd --parts sweep \

@@ -46,20 +46,7 @@ stage_smxab() { SMX_CASES=${SMX_CASES:-bf16:128 bf16:64} ab_smxab; }
 
 stage_inproc() { IN_OPS=${IN_OPS:-ln-bf16 ln-f32} IN_ROUNDS=${IN_ROUNDS:-1 2} ab_inproc; }
 
-stage_san() {
-  local tool
-  for tool in memcheck racecheck; do
-    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 280 \
-      compute-sanitizer --tool "$tool" --kernel-name kns=softmax_fwd_regs --error-exitcode 3 \
-      python3 benchmarks/sanitize.py --fwd --only softmax > "$out/$tool-softmax.log" 2>&1 &
-  done
-  JAX_PLATFORMS=cpu timeout 300 python3 -P -m pytest -q -rfE -n 10 --timeout 280 tests > "$out/cpu-suite.log" 2>&1
-  tail -n 1 "$out/cpu-suite.log"
-  wait
-  for tool in memcheck racecheck; do
-    echo "$tool: $(grep -E 'SUMMARY|checks passed' "$out/$tool-softmax.log" | tail -2 | tr '\n' ' ')"
-  done
-}
+stage_san() { ab_san_cpu softmax_fwd_regs softmax softmax; }
 
 stage_verify() {
   local san="XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 280"

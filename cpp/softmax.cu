@@ -730,7 +730,7 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
     using One = std::integral_constant<int, 1>;
     // Rows on 2 packs per thread (tpr2 threads). v25: 16-bit rows of C <= 64 on 4 threads, blocks of 128 at >= 8 per
     // SM (32 registers, no spill): bf16 C = 64 +7.6% over v24's rows in one process. v26: also rows that fill the 2
-    // packs of up to 8 (16-bit: C = 128) or 16 threads (f32: C = 32, 64, 128; exps kept, >= 6 blocks of 256, 39
+    // packs of up to 8 (16-bit: C = 128) or 16 threads (f32: C = 32, 64, 128; exps kept, >= 6 blocks of 256, 40
     // registers), after RowIter's shifts: bf16 C = 128 +2.6..2.9%, f32 128 +3..4%, f32 64 +1..2% in three / two
     // rounds; rows that leave slots empty lose (bf16 C = 96: 0.85) (RESULTS.md "v25").
     const int64_t tpr2 = row_threads(2);

@@ -42,9 +42,10 @@ struct MaxNanOp {
 // +4, +1, -4%), bf16 -1 to +12%, RESULTS.md "v20"; since v21 the 8-pack rows' default too (f32 32768 +5 to
 // +7%, RESULTS.md "v21") — else streaming (evict-first) loads and stores, __ldcs / __stcs (v14, v20's
 // 8-pack rows and the A/B variants).
-// kMinBlocks > 1: sub-warp rows only (blocks of kSubWarpBlock), at least that many resident per SM (registers
-// capped to fit). v24's 16-bit 4-pack rows take 6 (40 registers; 64 left 4 blocks, 50% occupancy, where XLA's
-// Triton kernel runs at 100%): bf16 C = 128 +2.3 / +2.6%, C = 64 +12% in one process (RESULTS.md "v24").
+// kMinBlocks > 1: sub-warp rows only (blocks of at most kSubWarpBlock), at least that many blocks of kSubWarpBlock
+// resident per SM (registers capped to fit). v24's 16-bit 4-pack rows take 6 (40 registers; 64 left 4 blocks, 50%
+// occupancy, where XLA's Triton kernel runs at 100%): bf16 C = 128 +2.3 / +2.6%, C = 64 +12% in one process
+// (RESULTS.md "v24"); v25 / v26's 2-pack rows 8 (16-bit, launched in blocks of 128: 32 registers) or 6 (f32).
 template <typename T, int N, bool kKeepExp, bool kPrefetch, bool kCluster = false, bool kCachedIo = false,
           int kMinBlocks = 1>
 __global__ void __launch_bounds__(kMinBlocks > 1 ? kSubWarpBlock : kMaxBlock, kMinBlocks)
