@@ -360,7 +360,9 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v26 by default: v25 with the rows that 2 packs per thread fill exactly, up to 8
+// Which forward kernels "auto" runs. v27 by default (candidate, not run on a GPU): v26 with the rows that 2 packs
+// fill on 16 threads (16-bit C = 256, blocks of 128) and on 32 (f32 C = 256, 64 registers) (RESULTS.md "v25": +2..3%
+// and +3% in one process). v26: v25 with the rows that 2 packs per thread fill exactly, up to 8
 // threads (16-bit: C = 128) or 16 (f32: C = 32, 64, 128), on 2 packs (16-bit: as v25's; f32: its exps kept, >= 6
 // blocks of 256 per SM). v25: v24 with 16-bit rows of C <= 64 on 4 threads of 2 packs, blocks of
 // 128 at >= 8 per SM (32 registers). v24: v23 with the 16-bit sub-warp rows of 4 packs (C <= 128) bounded
@@ -380,11 +382,11 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // without its L2 two-pass rows) or "v14" (v20 with streaming loads and stores in the register rows) or "v20" (v21 with
 // streaming loads and stores in the 8-pack rows) or "v21" (v14 with the register rows' x read by __ldg and y stored
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
-// "v23", "v24" or "v25". Any other value: v26.
+// "v23", "v24", "v25" or "v26". Any other value: v27.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
-  kV26
+  kV26, kV27
 };
 
 FwdVersion fwd_version() {
@@ -395,8 +397,8 @@ FwdVersion fwd_version() {
                   {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5},
                   {"v9", FwdVersion::kV9}, {"v14", FwdVersion::kV14}, {"v20", FwdVersion::kV20},
                   {"v21", FwdVersion::kV21}, {"v23", FwdVersion::kV23}, {"v24", FwdVersion::kV24},
-                  {"v25", FwdVersion::kV25}},
-                 FwdVersion::kV26);
+                  {"v25", FwdVersion::kV25}, {"v26", FwdVersion::kV26}},
+                 FwdVersion::kV27);
   return version;
 }
 
@@ -664,6 +666,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
+  const bool wide2 = version == FwdVersion::kV27;
+  if (wide2) version = FwdVersion::kV26;  // elsewhere v26
   const bool fill2 = version == FwdVersion::kV26;
   if (fill2) version = FwdVersion::kV25;  // elsewhere v25
   const bool short2 = version == FwdVersion::kV25;
@@ -710,6 +714,34 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
     const int block = tpr <= 32 ? smx::kSubWarpBlock : tpr;
     const int64_t groups = ceil_div(s.rows, block / tpr);
     *launched = true;
+    // Rows on 2 packs per thread (tpr2 threads). v25: 16-bit rows of C <= 64 on 4 threads, blocks of 128 at >= 8 per
+    // SM (32 registers, no spill): bf16 C = 64 +7.6% over v24's rows in one process. v26: also rows that fill the 2
+    // packs of up to 8 (16-bit: C = 128) or 16 threads (f32: C = 32, 64, 128; exps kept, >= 6 blocks of 256, 40
+    // registers), after RowIter's shifts: bf16 C = 128 +2.6..2.9%, f32 128 +3..4%, f32 64 +1..2% in three / two
+    // rounds; rows that leave slots empty lose (bf16 C = 96: 0.85) (RESULTS.md "v25").
+    const int64_t tpr2 = row_threads(2);
+    const bool fills2 = fill2 && s.cols == 2 * tpr2 * kVec<T>;
+    if constexpr (sizeof(T) == 2) {
+      if ((short2 && tpr2 == smx::kMinTpr) || (fills2 && tpr2 <= (wide2 ? 16 : 8))) {
+        constexpr int kBlock = smx::kSubWarpBlock / 2;
+        return launch_persistent<smx::softmax_fwd_regs_kernel<T, 2, false, false, false, true, 8>, Grid::kFull>(
+            dev, stream, ceil_div(s.rows, kBlock / tpr2), kBlock, "softmax_fwd", x, y, s.rows,
+            static_cast<int>(s.cols), static_cast<int>(tpr2));
+      }
+    } else {
+      // v27: f32 rows that fill 2 packs of 32 threads unbounded (40 registers used): 1.029 / 1.038 of the rule in
+      // two rounds, >= 6 blocks 1.021 / 1.001.
+      if (wide2 && fills2 && tpr2 == 32) {
+        return launch_persistent<smx::softmax_fwd_regs_kernel<T, 2, true, false, false, true, 1>, Grid::kFull>(
+            dev, stream, ceil_div(s.rows, smx::kSubWarpBlock / tpr2), smx::kSubWarpBlock, "softmax_fwd", x, y,
+            s.rows, static_cast<int>(s.cols), static_cast<int>(tpr2));
+      }
+      if (fills2 && tpr2 <= 16) {
+        return launch_persistent<smx::softmax_fwd_regs_kernel<T, 2, true, false, false, true, 6>, Grid::kFull>(
+            dev, stream, ceil_div(s.rows, smx::kSubWarpBlock / tpr2), smx::kSubWarpBlock, "softmax_fwd", x, y,
+            s.rows, static_cast<int>(s.cols), static_cast<int>(tpr2));
+      }
+    }
     if constexpr (sizeof(T) == 2) {
       if (use8) {
         return launch_persistent<smx::softmax_fwd_regs_kernel<T, kPacks8, false, false, false, true>, Grid::kFull>(
@@ -728,27 +760,6 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
           dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
     };
     using One = std::integral_constant<int, 1>;
-    // Rows on 2 packs per thread (tpr2 threads). v25: 16-bit rows of C <= 64 on 4 threads, blocks of 128 at >= 8 per
-    // SM (32 registers, no spill): bf16 C = 64 +7.6% over v24's rows in one process. v26: also rows that fill the 2
-    // packs of up to 8 (16-bit: C = 128) or 16 threads (f32: C = 32, 64, 128; exps kept, >= 6 blocks of 256, 40
-    // registers), after RowIter's shifts: bf16 C = 128 +2.6..2.9%, f32 128 +3..4%, f32 64 +1..2% in three / two
-    // rounds; rows that leave slots empty lose (bf16 C = 96: 0.85) (RESULTS.md "v25").
-    const int64_t tpr2 = row_threads(2);
-    const bool fills2 = fill2 && s.cols == 2 * tpr2 * kVec<T>;
-    if constexpr (sizeof(T) == 2) {
-      if ((short2 && tpr2 == smx::kMinTpr) || (fills2 && tpr2 <= 8)) {
-        constexpr int kBlock = smx::kSubWarpBlock / 2;
-        return launch_persistent<smx::softmax_fwd_regs_kernel<T, 2, false, false, false, true, 8>, Grid::kFull>(
-            dev, stream, ceil_div(s.rows, kBlock / tpr2), kBlock, "softmax_fwd", x, y, s.rows,
-            static_cast<int>(s.cols), static_cast<int>(tpr2));
-      }
-    } else {
-      if (fills2 && tpr2 <= 16) {
-        return launch_persistent<smx::softmax_fwd_regs_kernel<T, 2, true, false, false, true, 6>, Grid::kFull>(
-            dev, stream, ceil_div(s.rows, smx::kSubWarpBlock / tpr2), smx::kSubWarpBlock, "softmax_fwd", x, y,
-            s.rows, static_cast<int>(s.cols), static_cast<int>(tpr2));
-      }
-    }
     // v24: 16-bit sub-warp rows at >= 6 blocks of 256 per SM (40 registers, no spill; the 64 of kMaxBlock's bound
     // leave 4): bf16 C = 128 +2.3 / +2.6% in two rounds in one process, C = 64 +12% (RESULTS.md "v24"). f32 rows
     // spill below 64 registers.

@@ -467,7 +467,7 @@ def test_kernels_reject_unknown_index(device, index):
 # 1000003 is the stream class; 16-bit 1000003: one buffer, past the registers' limit); the backward (and
 # the forward on other GPUs) a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512 threads: 65536 /
 # 131072; 16 of 512 before 8 of 1024), the stream class beyond. Values on both sides of each limit; C
-CLASS_COLS = [1, 2, 7, 31, 32, 33, 64, 65, 127, 128, 129, 512, 513, 1000, 1023, 1024, 1025, 2047, 2048, 2049, 4096,
+CLASS_COLS = [1, 2, 7, 31, 32, 33, 64, 65, 127, 128, 129, 256, 512, 513, 1000, 1023, 1024, 1025, 2047, 2048, 2049, 4096,
               4097, 8191, 8192, 8193, 12289, 16384, 16385, 32768, 50257, 65536, 65537, 131072, 131073, 262144,
               262147, 600001, 1000003]
 
@@ -591,7 +591,7 @@ def _run_fwd_script(shapes, **env_vars):
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9", "v9-wide",
-                                     "v9-wide-512", "v14", "v20", "v21", "v23", "v24", "v25"])
+                                     "v9-wide-512", "v14", "v20", "v21", "v23", "v24", "v25", "v26"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
