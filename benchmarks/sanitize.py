@@ -51,11 +51,12 @@ SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056)
 # the two-pass stream class; the forward of 16-bit 3 x 50257 runs v14's two-pass kernel (L2 as the row
 # buffer).
 SOFTMAX_CLASS_SHAPES = [(67, 100), (9, 1000), (3, 4097), (3, 50257), (2, 131072), (2, 262144), (2, 262147)]
-# The forward's rows on 2 packs per thread (v25: 16-bit C <= 64 on 4 threads, blocks of 128; v26: rows that fill the
-# 2 packs, 16-bit C = 128 and f32 C = 32, 64, 128 at >= 6 blocks of 256), several row groups, a partial last block;
-# before the class shapes, whose clusters stop racecheck's run.
+# The forward's rows on 2 packs per thread (v25: 16-bit C <= 64 on 4 threads, blocks of 128; v26, v27: rows that fill
+# the 2 packs, 16-bit C = 128, 256 and f32 C = 32, 64, 128 at >= 6 blocks of 256, 256 unbounded), several row groups,
+# a partial last block; before the class shapes, whose clusters stop racecheck's run.
 SOFTMAX_SHORT_SHAPES = [((300, 128), jnp.bfloat16), ((301, 128), jnp.float32), ((70, 64), jnp.float32),
-                        ((7, 32), jnp.float32), ((70, 48), jnp.float16)]
+                        ((7, 32), jnp.float32), ((70, 48), jnp.float16), ((150, 256), jnp.float16),
+                        ((150, 256), jnp.float32)]
 # Forward v5 (cpp/softmax_fwd_regs.cuh, softmax_fwd_tma.cuh), each in a fixed dtype: the sub-warp class
 # with more row groups than the H200's resident CTAs (misaligned rows); the bulk-copy cluster with one
 # buffer (f32 8193 under v5: k = 1, misaligned; 68 x 131072: k = 8, ~45 resident clusters, so the buffer is

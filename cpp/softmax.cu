@@ -360,9 +360,9 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v27 by default (candidate, not run on a GPU): v26 with the rows that 2 packs
-// fill on 16 threads (16-bit C = 256, blocks of 128) and on 32 (f32 C = 256, 64 registers) (RESULTS.md "v25": +2..3%
-// and +3% in one process). v26: v25 with the rows that 2 packs per thread fill exactly, up to 8
+// Which forward kernels "auto" runs. v27 by default: v26 with the rows that 2 packs fill on 16 threads (16-bit C =
+// 256, blocks of 128, before v23's 8-pack rows) and on 32 (f32 C = 256, unbounded) (RESULTS.md "v25": +2..3% and +3%
+// in one process). v26: v25 with the rows that 2 packs per thread fill exactly, up to 8
 // threads (16-bit: C = 128) or 16 (f32: C = 32, 64, 128), on 2 packs (16-bit: as v25's; f32: its exps kept, >= 6
 // blocks of 256 per SM). v25: v24 with 16-bit rows of C <= 64 on 4 threads of 2 packs, blocks of
 // 128 at >= 8 per SM (32 registers). v24: v23 with the 16-bit sub-warp rows of 4 packs (C <= 128) bounded
@@ -718,7 +718,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
     // SM (32 registers, no spill): bf16 C = 64 +7.6% over v24's rows in one process. v26: also rows that fill the 2
     // packs of up to 8 (16-bit: C = 128) or 16 threads (f32: C = 32, 64, 128; exps kept, >= 6 blocks of 256, 40
     // registers), after RowIter's shifts: bf16 C = 128 +2.6..2.9%, f32 128 +3..4%, f32 64 +1..2% in three / two
-    // rounds; rows that leave slots empty lose (bf16 C = 96: 0.85) (RESULTS.md "v25").
+    // rounds; rows that leave slots empty lose (bf16 C = 96: 0.85). v27: 16-bit rows that fill 16 threads too (C =
+    // 256: +2..3% over v23's 8-pack rows, checked before them) (RESULTS.md "v25").
     const int64_t tpr2 = row_threads(2);
     const bool fills2 = fill2 && s.cols == 2 * tpr2 * kVec<T>;
     if constexpr (sizeof(T) == 2) {

@@ -455,9 +455,10 @@ def test_kernels_reject_unknown_index(device, index):
 # ----------------------------------------------------------------------------------------------
 
 # A thread holds 16 f32 / 32 bf16-f16 row elements: sub-warp rows (4..32 threads) up to C = 512 / 1024,
-# one block per row up to 8192 / 16384 — but the forward gives 16-bit rows of C <= 64 and 128, f32 rows of 32, 64 and
-# 128 two packs per thread (v25, v26: 16-bit on 4 or 8 threads, blocks of 128; f32 on 4..16), 16-bit rows of 129 ..
-# 2048 64 elements per thread (v23: sub-warp rows of 4..32 threads), and (v9) rows of 4097 (16-bit 2049) .. 32768
+# one block per row up to 8192 / 16384 — but the forward gives 16-bit rows of C <= 64, 128 and 256, f32 rows of 32,
+# 64, 128 and 256 two packs per thread (v25..v27: 16-bit on 4..16 threads, blocks of 128; f32 on 4..32), other
+# 16-bit rows of 129 .. 2048 64 elements per thread (v23: sub-warp rows of 4..32 threads), and (v9) rows of 4097
+# (16-bit 2049) .. 32768
 # 8 packs per thread, one block of up to 1024 threads; beyond, the forward (v5, sm_90) takes the
 # bulk-copy cluster of k CTAs, each holding ceil(C / 4 or 8 / k) 16-byte packs once in shared memory
 # (16-bit: copied into registers of 8 or 16 packs per thread up to 16 x 4096 packs, C = 524288), k with
