@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ffi_common.h"
+#include "host_math.h"
 
 namespace jm::cpu {
 
@@ -90,13 +91,17 @@ inline float bits_float(uint32_t u) {
 
 inline float to_float(float v) { return v; }
 inline float to_float(bf16 v) { return bits_float(uint32_t(v.bits) << 16); }
+// The f16 conversions compute every case and pick one (no branch: loops over elements vectorize, as bf16's). Both
+// equal the branching forms before them for all 2^16 halves / 2^32 floats, with and without FTZ / DAZ (RESULTS.md
+// "The CPU handlers, v25").
 inline float to_float(f16 v) {
-  uint32_t sign = uint32_t(v.bits & 0x8000) << 16;
-  uint32_t exp = (v.bits >> 10) & 0x1f, man = v.bits & 0x3ff;
-  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (man << 13));  // inf / nan
-  if (exp != 0) return bits_float(sign | ((exp + 112) << 23) | (man << 13));
-  float sub = std::ldexp(static_cast<float>(man), -24);                   // subnormal or zero
-  return sign ? -sub : sub;
+  const uint32_t sign = uint32_t(v.bits & 0x8000u) << 16;
+  const uint32_t shifted = uint32_t(v.bits & 0x7fffu) << 13;  // exponent and mantissa in a float's places
+  const uint32_t exp = shifted & 0x0f800000u;
+  // The exponent rebased by 127 - 15 (inf / NaN: to 255, the payload kept).
+  const uint32_t normal = shifted + pick_bits(exp == 0x0f800000u, 0x70000000u, 0x38000000u);
+  const float sub = bits_float(shifted + 0x38800000u) - bits_float(0x38800000u);  // subnormal or zero: man * 2^-24
+  return bits_float(pick_bits(exp == 0, float_bits(sub), normal) | sign);
 }
 
 template <typename T>
@@ -117,17 +122,16 @@ inline bf16 from_float<bf16>(float v) {
 
 template <>
 inline f16 from_float<f16>(float v) {
-  uint32_t u = float_bits(v);
-  uint16_t sign = uint16_t((u >> 16) & 0x8000);
-  uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return f16{uint16_t(sign | 0x7e00)};     // NaN
-  if (a >= 0x477ff000u) return f16{uint16_t(sign | 0x7c00)};    // rounds to >= 65520: inf
-  if (a < 0x38800000u) {                                         // below 2^-14: subnormal half
-    float r = std::nearbyint(bits_float(a) * 16777216.0f);       // units of 2^-24, ties to even
-    return f16{uint16_t(sign | static_cast<uint16_t>(r))};
-  }
-  uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);              // round mantissa to 10 bits
-  return f16{uint16_t(sign | ((rounded - 0x38000000u) >> 13))};
+  const uint32_t u = float_bits(v);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t a = u & 0x7fffffffu;
+  const uint32_t special = pick_bits(a > 0x7f800000u, 0x7e00u, 0x7c00u);  // NaN (quiet), or inf and |v| >= 2^16
+  // Below 2^-14 a subnormal half: v + 0.5f rounds v to units of 2^-24 (ties to even) in the low mantissa bits.
+  const uint32_t sub = float_bits(bits_float(a) + 0.5f) - 0x3f000000u;
+  // Else the mantissa rounded to 10 bits (ties to even), the exponent rebased by -112; 65520 <= |v| < 2^16 carries
+  // into inf.
+  const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+  return f16{uint16_t(pick_bits(a >= 0x47800000u, special, pick_bits(a < 0x38800000u, sub, normal)) | sign)};
 }
 
 template <ffi::DataType D>

@@ -17,14 +17,19 @@
 namespace jm {
 
 // c ? a : b on the host, without a branch: GCC branches on such a select, and with signs that change at random
-// (GELU's inputs) it mispredicts half the time: half the CPU f32 forward's time (RESULTS.md "The CPU handlers").
-// (The device selects in one instruction; its code keeps the plain ternaries, the cubin unchanged.)
+// (GELU's inputs) it mispredicts half the time: half the CPU f32 forward's time (RESULTS.md "The CPU handlers");
+// nested ternaries keep a loop from vectorizing at all ("control flow in loop"). pick_bits on 32-bit words (the
+// f16 conversions of cpu_common.h), pick on floats. (The device selects in one instruction; its code keeps the
+// plain ternaries, the cubin unchanged.)
+inline uint32_t pick_bits(bool c, uint32_t a, uint32_t b) {
+  const uint32_t m = 0u - static_cast<uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
 inline float pick(bool c, float a, float b) {
-  uint32_t ua, ub, r;
+  uint32_t ua, ub;
   std::memcpy(&ua, &a, sizeof ua);
   std::memcpy(&ub, &b, sizeof ub);
-  const uint32_t m = 0u - static_cast<uint32_t>(c);
-  r = (ua & m) | (ub & ~m);
+  const uint32_t r = pick_bits(c, ua, ub);
   float out;
   std::memcpy(&out, &r, sizeof out);
   return out;
