@@ -720,28 +720,24 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
     // registers), after RowIter's shifts: bf16 C = 128 +2.6..2.9%, f32 128 +3..4%, f32 64 +1..2% in three / two
     // rounds; rows that leave slots empty lose (bf16 C = 96: 0.85). v27: 16-bit rows that fill 16 threads too (C =
     // 256: +2..3% over v23's 8-pack rows, checked before them) (RESULTS.md "v25").
+    constexpr bool kKeep = sizeof(T) == 4;  // f32 keeps its exps (one exp per element), 16-bit types the raw packs
+    using One = std::integral_constant<int, 1>;
     const int64_t tpr2 = row_threads(2);
     const bool fills2 = fill2 && s.cols == 2 * tpr2 * kVec<T>;
+    const auto packs2 = [&](auto min_blocks, int block2) {
+      return launch_persistent<smx::softmax_fwd_regs_kernel<T, 2, kKeep, false, false, true, min_blocks()>,
+                               Grid::kFull>(dev, stream, ceil_div(s.rows, block2 / tpr2), block2, "softmax_fwd", x, y,
+                                            s.rows, static_cast<int>(s.cols), static_cast<int>(tpr2));
+    };
     if constexpr (sizeof(T) == 2) {
       if ((short2 && tpr2 == smx::kMinTpr) || (fills2 && tpr2 <= (wide2 ? 16 : 8))) {
-        constexpr int kBlock = smx::kSubWarpBlock / 2;
-        return launch_persistent<smx::softmax_fwd_regs_kernel<T, 2, false, false, false, true, 8>, Grid::kFull>(
-            dev, stream, ceil_div(s.rows, kBlock / tpr2), kBlock, "softmax_fwd", x, y, s.rows,
-            static_cast<int>(s.cols), static_cast<int>(tpr2));
+        return packs2(std::integral_constant<int, 8>{}, smx::kSubWarpBlock / 2);
       }
     } else {
       // v27: f32 rows that fill 2 packs of 32 threads unbounded (40 registers used): 1.029 / 1.038 of the rule in
       // two rounds, >= 6 blocks 1.021 / 1.001.
-      if (wide2 && fills2 && tpr2 == 32) {
-        return launch_persistent<smx::softmax_fwd_regs_kernel<T, 2, true, false, false, true, 1>, Grid::kFull>(
-            dev, stream, ceil_div(s.rows, smx::kSubWarpBlock / tpr2), smx::kSubWarpBlock, "softmax_fwd", x, y,
-            s.rows, static_cast<int>(s.cols), static_cast<int>(tpr2));
-      }
-      if (fills2 && tpr2 <= 16) {
-        return launch_persistent<smx::softmax_fwd_regs_kernel<T, 2, true, false, false, true, 6>, Grid::kFull>(
-            dev, stream, ceil_div(s.rows, smx::kSubWarpBlock / tpr2), smx::kSubWarpBlock, "softmax_fwd", x, y,
-            s.rows, static_cast<int>(s.cols), static_cast<int>(tpr2));
-      }
+      if (wide2 && fills2 && tpr2 == 32) return packs2(One{}, smx::kSubWarpBlock);
+      if (fills2 && tpr2 <= 16) return packs2(std::integral_constant<int, 6>{}, smx::kSubWarpBlock);
     }
     if constexpr (sizeof(T) == 2) {
       if (use8) {
@@ -754,13 +750,11 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
           dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
     }
     // A full grid (v6; the prefetching A/B variant stays persistent: its next-row loads need a next row).
-    constexpr bool kKeep = sizeof(T) == 4;
     const auto regs = [&](auto cached, auto min_blocks) {
       return launch_persistent<
           smx::softmax_fwd_regs_kernel<T, smx::kFwdPacks, kKeep, false, false, cached(), min_blocks()>, Grid::kFull>(
           dev, stream, groups, block, "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols), tpr);
     };
-    using One = std::integral_constant<int, 1>;
     // v24: 16-bit sub-warp rows at >= 6 blocks of 256 per SM (40 registers, no spill; the 64 of kMaxBlock's bound
     // leave 4): bf16 C = 128 +2.3 / +2.6% in two rounds in one process, C = 64 +12% (RESULTS.md "v24"). f32 rows
     // spill below 64 registers.
