@@ -99,15 +99,16 @@ or special_values or nan_row or huge_logits or masked_neg_inf or stale_and_poiso
 }
 
 # ab_sanitize TAG FILTER SECONDS OP...: compute-sanitizer memcheck and racecheck side by side over
-# sanitize.py's OPs (--kernel-name FILTER, e.g. kns=_kernel), then a line each from $out/<tool>-TAG.log.
-# Waits for every background job of the caller too.
+# sanitize.py's OPs (--kernel-name FILTER, e.g. kns=_kernel; SAN_ARGS, e.g. --fwd, before --only), then a line each
+# from $out/<tool>-TAG.log. Waits for every background job of the caller too.
 ab_sanitize() {
   local tag=$1 filter=$2 secs=$3 tool
   shift 3
   for tool in memcheck racecheck; do
+    # shellcheck disable=SC2086
     XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout "$secs" \
       compute-sanitizer --tool $tool --kernel-name "$filter" --error-exitcode 3 \
-      python3 benchmarks/sanitize.py --only "$@" > "$out/$tool-$tag.log" 2>&1 &
+      python3 benchmarks/sanitize.py ${SAN_ARGS:-} --only "$@" > "$out/$tool-$tag.log" 2>&1 &
   done
   wait
   for tool in memcheck racecheck; do
@@ -245,20 +246,11 @@ ab_smxab() {
   cat "$out/softmax_fwd_ab${SMX_TAG:-}.md"
 }
 
-# ab_san_cpu KERNELS OP TAG: compute-sanitizer memcheck and racecheck over `sanitize.py --fwd --only OP` (kernels
-# whose names contain KERNELS), beside the whole suite on the host platform alone (JAX_PLATFORMS=cpu: the CPU
-# handlers under the device's jaxlib); the suite's last line and each tool's summary ($out/<tool>-TAG.log).
+# ab_san_cpu KERNELS OP TAG: ab_sanitize TAG over `sanitize.py --fwd --only OP` (kernels whose names contain
+# KERNELS, 280 s), beside the whole suite on the host platform alone (JAX_PLATFORMS=cpu: the CPU handlers under the
+# device's jaxlib, $out/cpu-suite.log; ab_sanitize's wait waits for it too); each tool's summary, the suite's last line.
 ab_san_cpu() {
-  local tool
-  for tool in memcheck racecheck; do
-    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 280 \
-      compute-sanitizer --tool "$tool" --kernel-name "kns=$1" --error-exitcode 3 \
-      python3 benchmarks/sanitize.py --fwd --only "$2" > "$out/$tool-$3.log" 2>&1 &
-  done
-  JAX_PLATFORMS=cpu timeout 300 python3 -P -m pytest -q -rfE -n 10 --timeout 280 tests > "$out/cpu-suite.log" 2>&1
+  JAX_PLATFORMS=cpu timeout 300 python3 -P -m pytest -q -rfE -n 10 --timeout 280 tests > "$out/cpu-suite.log" 2>&1 &
+  SAN_ARGS=--fwd ab_sanitize "$3" "kns=$1" 280 "$2"
   tail -n 1 "$out/cpu-suite.log"
-  wait
-  for tool in memcheck racecheck; do
-    echo "$tool: $(grep -E 'SUMMARY|checks passed' "$out/$tool-$3.log" | tail -2 | tr '\n' ' ')"
-  done
 }
