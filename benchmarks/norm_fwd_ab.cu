@@ -9,12 +9,19 @@
 //   lean      norm_fwd_lean.cuh's rows in v21's geometry and packs (v23's default for bf16 LayerNorm; bf16
 //             RMSNorm and f32 measured, not adopted).
 //
+// ln-params (bf16, RESULTS.md "v28"): what LayerNorm's parameter loads cost — the lean rows with scale and bias
+// (twice: the A/A pair), scale only, neither, RMSNorm's lean rows (scale), and v21's rows with scale only and with
+// neither (the rows bias-free LayerNorms took before v28), all in one rotation. early: the lean rows' parameters
+// staged for team rows (v28's kStaged) against v23's loads in pass 3, LayerNorm and RMSNorm.
+//
 // Every variant's output is checked: y against a float64 reference on sampled rows (relative to the row's
 // scale), mean / rstd against v21's, outputs poisoned (NaN bytes) before the first launch.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/norm_fwd_ab.cu \
-//        -o /tmp/norm_fwd_ab && /tmp/norm_fwd_ab [ln-bf16 rms-bf16 ln-f32 rms-f32]   (default: all four)
+//        -o /tmp/norm_fwd_ab && /tmp/norm_fwd_ab [ln-bf16 rms-bf16 ln-f32 rms-f32 ln-params early]
+//   (default: the first four)
+#include <algorithm>
 #include <cmath>
 
 #include "inproc_ab.cuh"
@@ -94,9 +101,9 @@ void launch_v21(const Bufs<T>& b, const Out<T>& o) {
   }
 }
 
-template <typename T, bool kRms, bool kBlockRow, int N>
+template <typename T, bool kRms, bool kBlockRow, int N, bool kS = true, bool kB = !kRms, bool kE = true>
 void lean_rows(const Bufs<T>& b, const Out<T>& o, const RowsPlan& p) {
-  jm::cuda::norm_fwd_lean_kernel<T, kRms, kBlockRow, N>
+  jm::cuda::norm_fwd_lean_kernel<T, kRms, kBlockRow, N, kS, kB, kE>
       <<<grid_of((b.rows + p.rows_per_block - 1) / p.rows_per_block), p.block>>>(
           b.x, b.scale, kRms ? nullptr : b.bias, o.y, o.mean, o.rstd, b.rows, b.cols, 1.0f / static_cast<float>(b.cols),
           kEps, p.tpr);
@@ -105,16 +112,17 @@ void lean_rows(const Bufs<T>& b, const Out<T>& o, const RowsPlan& p) {
 // The lean rows in v21's geometry: f32 4 packs; 16-bit 8, LayerNorm team rows 6 where v10 takes them (bf16
 // LayerNorm: v23's default, RMSNorm: v24's, norms.cu). The kernel's A/B options measured here (RESULTS.md "v24",
 // "v25") are on branches v25-merge and v25-pivot.
-template <typename T, bool kRms>
+// kS / kB: scale / bias present (b's pointers must match: the kernel reads what they say); kE: the kernel's kStaged.
+template <typename T, bool kRms, bool kS = true, bool kB = !kRms, bool kE = true>
 void launch_lean(const Bufs<T>& b, const Out<T>& o) {
   constexpr int N = sizeof(T) == 4 ? jm::cuda::kRowPacksHalf : kRowPacks<T>;
   const RowsPlan plan = plan_norm_rows<T, N>(b.cols);
-  if (plan.block_rows) return lean_rows<T, kRms, true, N>(b, o, plan);
+  if (plan.block_rows) return lean_rows<T, kRms, true, N, kS, kB, kE>(b, o, plan);
   if constexpr (!kRms && sizeof(T) == 2) {
     const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(b.cols);
-    if (six.ok && six.tpr == plan.tpr) return lean_rows<T, kRms, false, kRowPacksTeam6>(b, o, six);
+    if (six.ok && six.tpr == plan.tpr) return lean_rows<T, kRms, false, kRowPacksTeam6, kS, kB, kE>(b, o, six);
   }
-  lean_rows<T, kRms, false, N>(b, o, plan);
+  lean_rows<T, kRms, false, N, kS, kB, kE>(b, o, plan);
 }
 
 // y of sampled rows against float64 (error relative to the row's largest |y|; bf16 rounds at ~2^-8), rstd (and
@@ -126,8 +134,12 @@ bool check_out(const Bufs<T>& b, const Out<T>& v, const Out<T>& ref, std::string
   std::vector<float> sc(b.cols), bi(b.cols), m(b.rows), r(b.rows), mr(b.rows), rr(b.rows);
   CK(cudaMemcpy(x.data(), b.x, n * sizeof(T), cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(y.data(), v.y, n * sizeof(T), cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(sc.data(), b.scale, b.cols * 4, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(bi.data(), b.bias, b.cols * 4, cudaMemcpyDeviceToHost));
+  if (b.scale != nullptr) {  // absent parameters: scale 1, bias 0
+    CK(cudaMemcpy(sc.data(), b.scale, b.cols * 4, cudaMemcpyDeviceToHost));
+  } else {
+    std::fill(sc.begin(), sc.end(), 1.0f);
+  }
+  if (b.bias != nullptr) CK(cudaMemcpy(bi.data(), b.bias, b.cols * 4, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(m.data(), v.mean, b.rows * 4, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(r.data(), v.rstd, b.rows * 4, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(mr.data(), ref.mean, b.rows * 4, cudaMemcpyDeviceToHost));
@@ -164,16 +176,15 @@ bool check_out(const Bufs<T>& b, const Out<T>& v, const Out<T>& ref, std::string
   return worst < (sizeof(T) == 4 ? 1e-5 : 1.0 / 64) && worst_stat < 1e-4;
 }
 
-template <typename T, bool kRms>
-bool run_op(const char* title) {
-  std::printf("\n**%s**\n\n| C | rows | copy GB/s | v21 GB/s (%% copy) | v21b / v21 (A/A) | lean GB/s (%% copy) | "
-              "lean / v21 | lean / v21 per sample (q1, q3) | check |\n"
-              "|---|---|---|---|---|---|---|---|---|\n",
-              title);
-  bool all_ok = true;
-  for (int cols : {768, 1024, 2048, 4096, 8192, 12288}) {
-    Bufs<T> b{nullptr, nullptr, nullptr, kElems / cols, cols};
-    const int64_t n = b.rows * cols;
+// One case: x (2^26 elements), one scale and one bias row, and `n_outs` outputs poisoned with NaN bytes (a row
+// left unwritten fails its check).
+template <typename T>
+struct Case {
+  Bufs<T> b;
+  std::vector<Out<T>> outs;
+  int64_t n;
+
+  Case(int cols, int n_outs) : b{nullptr, nullptr, nullptr, kElems / cols, cols}, outs(n_outs), n(b.rows * cols) {
     CK(cudaMalloc(&b.x, n * sizeof(T)));
     CK(cudaMalloc(&b.scale, cols * 4));
     CK(cudaMalloc(&b.bias, cols * 4));
@@ -186,41 +197,18 @@ bool run_op(const char* title) {
     }
     CK(cudaMemcpy(b.scale, sc.data(), cols * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(b.bias, bi.data(), cols * 4, cudaMemcpyHostToDevice));
-    // Outputs: copy, v21, v21b, lean.
-    std::vector<Out<T>> outs(4);
     for (Out<T>& o : outs) {
       CK(cudaMalloc(&o.y, n * sizeof(T)));
       CK(cudaMalloc(&o.mean, b.rows * 4));
       CK(cudaMalloc(&o.rstd, b.rows * 4));
-      CK(cudaMemset(o.y, 0xff, n * sizeof(T)));  // NaN bytes: a row left unwritten fails the check
+      CK(cudaMemset(o.y, 0xff, n * sizeof(T)));
       CK(cudaMemset(o.mean, 0xff, b.rows * 4));
       CK(cudaMemset(o.rstd, 0xff, b.rows * 4));
     }
-    std::vector<inproc::Variant> vs;
-    vs.push_back({"copy", [&] { inproc::copy<4, true>(b.x, outs[0].y, n * int64_t{sizeof(T)}); }, {}});
-    vs.push_back({"v21", [&] { launch_v21<T, kRms>(b, outs[1]); }, {}});
-    vs.push_back({"v21b", [&] { launch_v21<T, kRms>(b, outs[2]); }, {}});
-    vs.push_back({"lean", [&] { launch_lean<T, kRms>(b, outs[3]); }, {}});
-    inproc::time_rotated(vs, kWarmup, kSamples);
-    CK(cudaDeviceSynchronize());
-    // Bytes: x read, y written, rstd (and LayerNorm's mean) written (the copy: x and y).
-    const double bytes = 2.0 * n * sizeof(T) + (kRms ? 4.0 : 8.0) * b.rows;
-    const double copy = 2.0 * n * sizeof(T) / inproc::median(vs[0].ms) / 1e6;
-    const double v21 = bytes / inproc::median(vs[1].ms) / 1e6, v21b = bytes / inproc::median(vs[2].ms) / 1e6;
-    const double lean = bytes / inproc::median(vs[3].ms) / 1e6;
-    double ratio[3];
-    inproc::sample_ratio(vs[3], vs[1], ratio);
-    std::string why_v21, why_b, why_lean;
-    bool ok = check_out<T, kRms>(b, outs[1], outs[1], &why_v21);
-    ok = check_out<T, kRms>(b, outs[2], outs[1], &why_b) && ok;
-    ok = check_out<T, kRms>(b, outs[3], outs[1], &why_lean) && ok;
-    const std::string why = "v21 " + why_v21 + "; lean " + why_lean;
-    all_ok = all_ok && ok;
-    std::printf("| %d | %lld | %.0f | %.0f (%.0f%%) | %.3f | %.0f (%.0f%%) | %.3f | %.3f (%.3f, %.3f) "
-                "| %s %s |\n",
-                cols, static_cast<long long>(b.rows), copy, v21, 100 * v21 / copy, v21b / v21, lean, 100 * lean / copy,
-                lean / v21, ratio[0], ratio[1], ratio[2], ok ? "ok" : "FAILED",
-                why.c_str());
+  }
+  Case(const Case&) = delete;
+  Case& operator=(const Case&) = delete;
+  ~Case() {
     for (Out<T>& o : outs) {
       CK(cudaFree(o.y));
       CK(cudaFree(o.mean));
@@ -230,12 +218,149 @@ bool run_op(const char* title) {
     CK(cudaFree(b.scale));
     CK(cudaFree(b.bias));
   }
+  // GB/s of variant i moving `bytes`.
+  double gbps(const std::vector<inproc::Variant>& vs, int i, double bytes) const {
+    return bytes / inproc::median(vs[i].ms) / 1e6;
+  }
+};
+
+constexpr int kWidths[] = {768, 1024, 2048, 4096, 8192, 12288};
+
+template <typename T, bool kRms>
+bool run_op(const char* title) {
+  std::printf("\n**%s**\n\n| C | rows | copy GB/s | v21 GB/s (%% copy) | v21b / v21 (A/A) | lean GB/s (%% copy) | "
+              "lean / v21 | lean / v21 per sample (q1, q3) | check |\n"
+              "|---|---|---|---|---|---|---|---|---|\n",
+              title);
+  bool all_ok = true;
+  for (int cols : kWidths) {
+    Case<T> c(cols, 4);  // outputs: copy, v21, v21b, lean
+    const Bufs<T>& b = c.b;
+    std::vector<inproc::Variant> vs;
+    vs.push_back({"copy", [&] { inproc::copy<4, true>(b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
+    vs.push_back({"v21", [&] { launch_v21<T, kRms>(b, c.outs[1]); }, {}});
+    vs.push_back({"v21b", [&] { launch_v21<T, kRms>(b, c.outs[2]); }, {}});
+    vs.push_back({"lean", [&] { launch_lean<T, kRms>(b, c.outs[3]); }, {}});
+    inproc::time_rotated(vs, kWarmup, kSamples);
+    CK(cudaDeviceSynchronize());
+    // Bytes: x read, y written, rstd (and LayerNorm's mean) written (the copy: x and y).
+    const double bytes = 2.0 * c.n * sizeof(T) + (kRms ? 4.0 : 8.0) * b.rows;
+    const double copy = c.gbps(vs, 0, 2.0 * c.n * sizeof(T));
+    const double v21 = c.gbps(vs, 1, bytes), v21b = c.gbps(vs, 2, bytes), lean = c.gbps(vs, 3, bytes);
+    double ratio[3];
+    inproc::sample_ratio(vs[3], vs[1], ratio);
+    std::string why_v21, why_b, why_lean;
+    bool ok = check_out<T, kRms>(b, c.outs[1], c.outs[1], &why_v21);
+    ok = check_out<T, kRms>(b, c.outs[2], c.outs[1], &why_b) && ok;
+    ok = check_out<T, kRms>(b, c.outs[3], c.outs[1], &why_lean) && ok;
+    const std::string why = "v21 " + why_v21 + "; lean " + why_lean;
+    all_ok = all_ok && ok;
+    std::printf("| %d | %lld | %.0f | %.0f (%.0f%%) | %.3f | %.0f (%.0f%%) | %.3f | %.3f (%.3f, %.3f) "
+                "| %s %s |\n",
+                cols, static_cast<long long>(b.rows), copy, v21, 100 * v21 / copy, v21b / v21, lean, 100 * lean / copy,
+                lean / v21, ratio[0], ratio[1], ratio[2], ok ? "ok" : "FAILED",
+                why.c_str());
+  }
+  return all_ok;
+}
+
+// ln-params: bf16 LayerNorm's lean rows with scale and bias, scale only, neither, and RMSNorm's (scale), one rotation.
+bool run_params() {
+  using T = __nv_bfloat16;
+  std::printf("\n**LayerNorm's parameter loads, bf16 lean rows** (ratios: the variant's time over scale + bias's)\n\n"
+              "| C | copy GB/s | scale + bias GB/s (%% copy) | A/A | scale only | neither | RMSNorm (scale) | "
+              "scale only per sample (q1, q3) | RMSNorm per sample (q1, q3) | v21 scale only, neither (before v28) | "
+              "check |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  bool all_ok = true;
+  for (int cols : kWidths) {
+    Case<T> c(cols, 8);  // outputs: copy, both, both again, scale only, neither, RMSNorm, v21 scale only, v21 neither
+    Bufs<T> only = c.b;
+    only.bias = nullptr;
+    Bufs<T> none = only;
+    none.scale = nullptr;
+    std::vector<inproc::Variant> vs;
+    vs.push_back({"copy", [&] { inproc::copy<4, true>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
+    vs.push_back({"both", [&] { launch_lean<T, false>(c.b, c.outs[1]); }, {}});
+    vs.push_back({"both again", [&] { launch_lean<T, false>(c.b, c.outs[2]); }, {}});
+    vs.push_back({"scale only", [&] { launch_lean<T, false, true, false>(only, c.outs[3]); }, {}});
+    vs.push_back({"neither", [&] { launch_lean<T, false, false, false>(none, c.outs[4]); }, {}});
+    vs.push_back({"rms", [&] { launch_lean<T, true>(c.b, c.outs[5]); }, {}});
+    vs.push_back({"v21 scale only", [&] { launch_v21<T, false>(only, c.outs[6]); }, {}});
+    vs.push_back({"v21 neither", [&] { launch_v21<T, false>(none, c.outs[7]); }, {}});
+    inproc::time_rotated(vs, kWarmup, kSamples);
+    CK(cudaDeviceSynchronize());
+    const double ln_bytes = 2.0 * c.n * sizeof(T) + 8.0 * c.b.rows;
+    const double copy = c.gbps(vs, 0, 2.0 * c.n * sizeof(T)), both = c.gbps(vs, 1, ln_bytes);
+    const auto rel = [&](int i) { return inproc::median(vs[1].ms) / inproc::median(vs[i].ms); };
+    double r_only[3], r_rms[3];
+    inproc::sample_ratio(vs[3], vs[1], r_only);
+    inproc::sample_ratio(vs[5], vs[1], r_rms);
+    std::string w[5];
+    bool ok = check_out<T, false>(c.b, c.outs[1], c.outs[1], &w[0]);
+    ok = check_out<T, false>(c.b, c.outs[2], c.outs[1], &w[1]) && ok;
+    ok = check_out<T, false>(only, c.outs[3], c.outs[1], &w[2]) && ok;
+    ok = check_out<T, false>(none, c.outs[4], c.outs[1], &w[3]) && ok;
+    ok = check_out<T, true>(c.b, c.outs[5], c.outs[5], &w[4]) && ok;
+    std::string w21[2];
+    ok = check_out<T, false>(only, c.outs[6], c.outs[1], &w21[0]) && ok;
+    ok = check_out<T, false>(none, c.outs[7], c.outs[1], &w21[1]) && ok;
+    all_ok = all_ok && ok;
+    std::printf("| %d | %.0f | %.0f (%.0f%%) | %.3f | %.3f | %.3f | %.3f | %.3f (%.3f, %.3f) | %.3f (%.3f, %.3f) | "
+                "%.3f, %.3f | %s: both %s; scale %s; neither %s; rms %s; v21 %s, %s |\n",
+                cols, copy, both, 100 * both / copy, rel(2), rel(3), rel(4), rel(5), r_only[0], r_only[1], r_only[2],
+                r_rms[0], r_rms[1], r_rms[2], rel(6), rel(7), ok ? "ok" : "FAILED", w[0].c_str(), w[2].c_str(),
+                w[3].c_str(), w[4].c_str(), w21[0].c_str(), w21[1].c_str());
+  }
+  return all_ok;
+}
+
+// early: bf16 LayerNorm's and RMSNorm's lean rows with the team rows' parameters staged in shared memory (kStaged,
+// v28) and loaded in pass 3 (v23, twice for LayerNorm: A/A), one rotation. (Its earlier forms, RESULTS.md "v28", ran
+// other load options: x not allocated in L1, the parameters evict_last in L1, the first pack's parameters loaded
+// beside x; ties.)
+bool run_early() {
+  using T = __nv_bfloat16;
+  std::printf("\n**Team rows' parameters staged, bf16 lean rows** (per sample: median (q1, q3) of v23's time over "
+              "v28's)\n\n| C | copy GB/s | LayerNorm v23 GB/s (%% copy) | A/A | LayerNorm v28 / v23 | "
+              "RMSNorm v23 GB/s (%% copy) | RMSNorm v28 / v23 | check |\n|---|---|---|---|---|---|---|---|\n");
+  bool all_ok = true;
+  for (int cols : kWidths) {
+    Case<T> c(cols, 6);  // outputs: copy, LayerNorm v23, v23 again, v28, RMSNorm v23, v28
+    std::vector<inproc::Variant> vs;
+    vs.push_back({"copy", [&] { inproc::copy<4, true>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
+    vs.push_back({"ln v23", [&] { launch_lean<T, false, true, true, false>(c.b, c.outs[1]); }, {}});
+    vs.push_back({"ln v23 again", [&] { launch_lean<T, false, true, true, false>(c.b, c.outs[2]); }, {}});
+    vs.push_back({"ln v28", [&] { launch_lean<T, false>(c.b, c.outs[3]); }, {}});
+    vs.push_back({"rms v23", [&] { launch_lean<T, true, true, false, false>(c.b, c.outs[4]); }, {}});
+    vs.push_back({"rms v28", [&] { launch_lean<T, true>(c.b, c.outs[5]); }, {}});
+    inproc::time_rotated(vs, kWarmup, kSamples);
+    CK(cudaDeviceSynchronize());
+    const double io = 2.0 * c.n * sizeof(T), copy = c.gbps(vs, 0, io);
+    const double ln = c.gbps(vs, 1, io + 8.0 * c.b.rows), rms = c.gbps(vs, 4, io + 4.0 * c.b.rows);
+    double aa[3], ln28[3], rms28[3];
+    inproc::sample_ratio(vs[2], vs[1], aa);
+    inproc::sample_ratio(vs[3], vs[1], ln28);
+    inproc::sample_ratio(vs[5], vs[4], rms28);
+    std::string why;
+    bool ok = true;
+    for (int i = 1; i < 6; ++i) {
+      std::string w;
+      ok = (i < 4 ? check_out<T, false>(c.b, c.outs[i], c.outs[1], &w)
+                  : check_out<T, true>(c.b, c.outs[i], c.outs[4], &w)) && ok;
+      why += " " + vs[i].name + ": " + w + ";";
+    }
+    all_ok = all_ok && ok;
+    std::printf("| %d | %.0f | %.0f (%.0f%%) | %.3f (%.3f, %.3f) | %.3f (%.3f, %.3f) | %.0f (%.0f%%) | "
+                "%.3f (%.3f, %.3f) | %s:%s |\n",
+                cols, copy, ln, 100 * ln / copy, aa[0], aa[1], aa[2], ln28[0], ln28[1], ln28[2], rms, 100 * rms / copy,
+                rms28[0], rms28[1], rms28[2], ok ? "ok" : "FAILED", why.c_str());
+  }
   return all_ok;
 }
 
 }  // namespace
 
-// Arguments: the ops to run, of ln-bf16 rms-bf16 ln-f32 rms-f32 (default all).
+// Arguments: the ops to run, of ln-bf16 rms-bf16 ln-f32 rms-f32 (default these four), ln-params and early.
 int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -253,6 +378,8 @@ int main(int argc, char** argv) {
   if (want("rms-bf16")) ok = run_op<__nv_bfloat16, true>("RMSNorm, bf16") && ok;
   if (want("ln-f32")) ok = run_op<float, false>("LayerNorm, f32") && ok;
   if (want("rms-f32")) ok = run_op<float, true>("RMSNorm, f32") && ok;
+  if (argc > 1 && want("ln-params")) ok = run_params() && ok;
+  if (argc > 1 && want("early")) ok = run_early() && ok;
   std::printf("\n%s\n", ok ? "all outputs checked: ok" : "SOME OUTPUTS FAILED THEIR CHECK");
   return ok ? 0 : 1;
 }

@@ -101,6 +101,7 @@ def main():
         "softmax": (lambda x, s, b: jm.softmax(x), lambda x, s, b: reference.softmax(x)),
         "layer_norm": (jm.layer_norm, reference.layer_norm),
         "layer_norm_noparams": (lambda x, s, b: jm.layer_norm(x), lambda x, s, b: reference.layer_norm(x)),
+        "layer_norm_scale": (lambda x, s, b: jm.layer_norm(x, s), lambda x, s, b: reference.layer_norm(x, s)),
         "rms_norm": (lambda x, s, b: jm.rms_norm(x, s), lambda x, s, b: reference.rms_norm(x, s)),
         "gelu_arrays": (jm.scale_bias_gelu, reference.scale_bias_gelu),
         "gelu_3_kernels": (lambda x, s, b: unfused.three_kernels(x, 1.5, 0.25),

@@ -344,15 +344,16 @@ __device__ __forceinline__ void load_param(const float* prow, int64_t pack, floa
 }
 
 // Columns col .. col + V - 1 of a parameter row (V a multiple of 4), `absent` when prow is nullptr, by
-// one of three load plans:
+// one of four load plans:
 //   kAny: float4 loads where `vec` (prow + col 16-byte aligned), else scalar loads (a misaligned row's
 //     packs), tested per call. ptxas if-converts those two small branches, so every call issues both
 //     plans' loads and the `absent` moves, most predicated off (ncu, bf16 LayerNorm C = 768: 2 scalar
 //     LDG and 1.8 MOV per element, of 30 instructions; RESULTS.md, "v7").
 //   kDense: the caller knows prow != nullptr and vec: float4 loads and nothing else.
-//   kScalar: absent or scalar loads (the rows kDense does not serve).
-// with_param_plan picks kDense or kScalar once per row, around a whole unrolled pass.
-enum class ParamLoad { kAny, kDense, kScalar };
+//   kVector: the caller knows vec: absent or float4 loads (a row with one parameter absent).
+//   kScalar: absent or scalar loads (misaligned rows).
+// with_param_plan picks kDense, kVector or kScalar once per row, around a whole unrolled pass.
+enum class ParamLoad { kAny, kDense, kVector, kScalar };
 
 template <int V, ParamLoad kPlan = ParamLoad::kAny>
 __device__ __forceinline__ void load_param_cols(const float* prow, int col, bool vec, float absent,
@@ -361,7 +362,7 @@ __device__ __forceinline__ void load_param_cols(const float* prow, int col, bool
   if (kPlan != ParamLoad::kDense && prow == nullptr) {
 #pragma unroll
     for (int j = 0; j < V; ++j) out[j] = absent;
-  } else if (kPlan == ParamLoad::kDense || (kPlan == ParamLoad::kAny && vec)) {
+  } else if (kPlan == ParamLoad::kDense || kPlan == ParamLoad::kVector || (kPlan == ParamLoad::kAny && vec)) {
 #pragma unroll
     for (int q = 0; q < V / 4; ++q) {
       const float4 f = __ldg(reinterpret_cast<const float4*>(prow + col) + q);
@@ -380,11 +381,15 @@ template <ParamLoad kPlan>
 using ParamPlan = std::integral_constant<ParamLoad, kPlan>;
 
 // Runs pass(ParamPlan<kDense>) when `dense` (every parameter row the pass reads is present and 16-byte
-// aligned at its packs), else pass(ParamPlan<kScalar>): one uniform branch per row.
+// aligned at its packs), else pass(ParamPlan<kVector>) when `vec` (those present aligned: LayerNorm without a bias
+// keeps 16-byte loads of its scale; v28 measured kScalar's element loads there at 0.73-0.75 of the time with both,
+// bf16 C >= 2048), else pass(ParamPlan<kScalar>): uniform branches per row.
 template <class F>
-__device__ __forceinline__ void with_param_plan(bool dense, F&& pass) {
+__device__ __forceinline__ void with_param_plan(bool dense, bool vec, F&& pass) {
   if (dense) {
     pass(ParamPlan<ParamLoad::kDense>{});
+  } else if (vec) {
+    pass(ParamPlan<ParamLoad::kVector>{});
   } else {
     pass(ParamPlan<ParamLoad::kScalar>{});
   }

@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     if constexpr (kBlockRow && (kRms || sizeof(T) == 2)) {
       pass3(ParamPlan<ParamLoad::kAny>{});  // kDense / kScalar spill here (8-40 bytes at the 40-register bound)
     } else {
-      with_param_plan(pa.dense, pass3);
+      with_param_plan(pa.dense, pa.vec, pass3);
     }
     for (int e = lane; e < sp.edges(); e += rt) {
       const int c = sp.edge_col(e, cols);

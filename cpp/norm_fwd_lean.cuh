@@ -58,16 +58,33 @@ __device__ __forceinline__ void quad_fresh(const uint4& u, int q, float (&out)[4
 // (Team rows at >= 4 blocks per SM, 64 registers: 0.89-1.01 of 3 blocks in one process; LayerNorm's statistics by
 // one merge of (count, mean, M2) partials, or about the first pack's mean with one reduction: bf16 0.81-0.97 and
 // 0.94-0.99 of two reductions. RESULTS.md "v25".)
-template <typename T, bool kRms, bool kBlockRow, int NP>
+// kScale / kBias: whether the scale / bias row is present (RMSNorm ignores kBias); an absent one costs no loads
+// (v28: bias-free and parameter-free LayerNorms took v3's rows, at 0.73-0.75 of the lean rows' time with both
+// parameters from C = 2048). kStaged (v28): team rows read a copy of the parameter rows that the block stages in
+// shared memory at its first row (each pack's groups of 4 columns apart, so a warp's 16-byte reads are
+// conflict-free), not the rows themselves in pass 3 (v23; JAX_MEMOPS_NORM_FWD=v23). Why: LayerNorm's parameter loads
+// cost 5-9% (scale only 1.03-1.07x, neither 1.05-1.10x the speed with both, one process), though they hit L1 (79-88%)
+// and add no DRAM or L2 traffic (Nsight Compute): they sit between a row's reductions and its stores, the loads of
+// its last step. Measured (one process, two rounds): bf16 LayerNorm C = 768 / 1024 / 2048 +3.3..5.2%, RMSNorm
+// +0.6..2%. Block rows (one row per block: nothing to share) load their parameters in pass 3 as before; their first
+// pack's parameters loaded beside x instead tied (+0..1.5% against an A/A of +1..2%). RESULTS.md "v28".
+template <typename T, bool kRms, bool kBlockRow, int NP, bool kScale = true, bool kBias = !kRms, bool kStaged = true>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
     norm_fwd_lean_kernel(const T* __restrict__ x, const float* __restrict__ scale, const float* __restrict__ bias,
                          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
                          int cols, float inv_cols, float epsilon, int tpr) {
   constexpr int V = kVec<T>;
+  constexpr bool kHasBias = !kRms && kBias;
+  constexpr int kParams = int{kScale} + int{kHasBias};
+  // Team rows (tpr <= 32) of NP packs per thread: at most NP * 32 packs per parameter row.
+  constexpr bool kStage = kStaged && !kBlockRow && kParams > 0;
+  constexpr int Q = V / 4;  // float4 per pack and parameter
+  __shared__ float4 staged[kStage ? kParams : 1][Q][kStage ? NP * 32 : 1];  // [parameter][quarter of a pack][pack]
   const RowTeam<kBlockRow> tm(tpr);
   const int packs = cols / V;
   const bool full = packs == NP * tm.rt;
   int parity = 0;
+  bool staged_yet = false;
   for (int64_t base = tm.first; base < rows; base += tm.step, parity ^= 1) {
     const int64_t row = base + tm.group;
     const bool valid = row < rows;
@@ -78,6 +95,19 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
       const int i = tm.lane + k * tm.rt;
       w[k] = make_uint4(0u, 0u, 0u, 0u);
       if (valid && (full || i < packs)) w[k] = __ldcs(xw + i);
+    }
+    if constexpr (kStage) {
+      if (!staged_yet) {  // uniform over the block: its threads run the same iterations
+        for (int t = static_cast<int>(threadIdx.x); t < packs; t += static_cast<int>(blockDim.x)) {
+#pragma unroll
+          for (int h = 0; h < Q; ++h) {
+            if constexpr (kScale) staged[0][h][t] = __ldg(reinterpret_cast<const float4*>(scale) + Q * t + h);
+            if constexpr (kHasBias) staged[kScale][h][t] = __ldg(reinterpret_cast<const float4*>(bias) + Q * t + h);
+          }
+        }
+        __syncthreads();
+        staged_yet = true;
+      }
     }
 
     // Pass 1: Σx (LayerNorm) or Σx² (RMSNorm); the zero packs add nothing.
@@ -134,14 +164,30 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
         Pack<T, V> out;
 #pragma unroll
         for (int q = 0; q < V / 4; ++q) {
-          float sc[4], b[4] = {}, v[4];
-          load_param_cols<4, ParamLoad::kDense>(scale, i * V + 4 * q, true, 1.0f, sc);
-          if constexpr (!kRms) load_param_cols<4, ParamLoad::kDense>(bias, i * V + 4 * q, true, 0.0f, b);
+          float sc[4] = {}, b[4] = {}, v[4];
+          // Columns i * V + 4q .. + 3 of parameter p (0: scale, kScale: bias), whose row is prow.
+          const auto param4 = [&](int p, const float* prow, float(&dst)[4]) {
+            if constexpr (kStage) {
+              const float4 f = staged[p][q][i];
+              dst[0] = f.x, dst[1] = f.y, dst[2] = f.z, dst[3] = f.w;
+            } else {
+              load_param_cols<4, ParamLoad::kDense>(prow, i * V + 4 * q, true, 0.0f, dst);
+            }
+          };
+          if constexpr (kScale) param4(0, scale, sc);
+          if constexpr (kHasBias) param4(kScale, bias, b);
           quad_fresh<T>(w[k], q, v);
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             const float t = kRms ? v[j] * rstd : fmaf(v[j] - m1, rstd, shift);
-            out.v[4 * q + j] = from_float<T>(kRms ? t * sc[j] : fmaf(t, sc[j], b[j]));
+            float u = t;  // the affine step as the parameters present ask: one rounding with both
+            if constexpr (kScale && kHasBias) {
+              u = fmaf(t, sc[j], b[j]);
+            } else {
+              if constexpr (kScale) u = t * sc[j];
+              if constexpr (kHasBias) u = u + b[j];
+            }
+            out.v[4 * q + j] = from_float<T>(u);
           }
         }
         store_stream<V>(y + row * cols, i, out);

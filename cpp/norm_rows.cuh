@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     const RowParamAccess pa = row_param_access<kRms>(srow, brow, sp.head);
     T* yr = y + offset;
     const float shift = -dmean * rstd;  // y = ((x - m1) * rstd + shift) * scale + bias
-    with_param_plan(pa.dense, [&](auto plan) {
+    with_param_plan(pa.dense, pa.vec, [&](auto plan) {
       constexpr ParamLoad kPlan = decltype(plan)::value;
       constexpr bool kDense = kPlan == ParamLoad::kDense;
 #pragma unroll

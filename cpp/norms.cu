@@ -35,22 +35,25 @@ namespace {
 // with as many threads as v3's 8 (C = 768: 96 packs on 16 threads) run v4's kernel with 6 packs
 // (kRowPacksTeam6, 64 registers: 4 x 256 threads per SM, v3 3): 128 +13-23%, 768 +2-10%, 1536 -2..+9% in
 // 4-6 runs ("v9", "v10"). Not RMSNorm: v3 is at 93-98% of the copy there, the 6 packs 0.87-1.15x of it.
-// bf16 rows of whole packs with one parameter row run norm_fwd_lean.cuh's kernel (LayerNorm v23, RMSNorm v24).
+// bf16 rows of whole packs with one parameter row run norm_fwd_lean.cuh's kernel (LayerNorm v23, RMSNorm v24; rows
+// without a scale or a bias too since v28, when their team rows began to read the parameters from shared memory).
 // For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them for
-// every dtype (v3: 8 packs for every 16-bit team row, the rule before v10), =v21 the rule before v23. The
-// backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21 };
+// every dtype (v3: 8 packs for every 16-bit team row, the rule before v10), =v21 the rule before v23, =v23 the lean
+// rows' parameter loads before v28 (in pass 3; with both parameters). The backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23 };
 
 NormFwd norm_fwd_version() {
-  static const NormFwd v = env_choice(
-      "JAX_MEMOPS_NORM_FWD", {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21}}, NormFwd::kByDtype);
+  static const NormFwd v =
+      env_choice("JAX_MEMOPS_NORM_FWD",
+                 {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21}, {"v23", NormFwd::kV23}},
+                 NormFwd::kByDtype);
   return v;
 }
 
 template <typename T>
 bool norm_fwd_half() {
   const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kV4 || (v == NormFwd::kByDtype && sizeof(T) == 4);
+  return v == NormFwd::kV4 || ((v == NormFwd::kByDtype || v == NormFwd::kV23) && sizeof(T) == 4);
 }
 
 // Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by
@@ -73,11 +76,11 @@ NormBwd norm_bwd_version() {
 }
 
 // norm_fwd (v1, the fallback beyond norm_rows.cuh's classes): `tpr` threads per row (see RowPlan),
-// grid-stride over rows, batched loads, the row cached in shared memory when it fits. Pass 1 sums x (x² for RMS). LayerNorm pass 2 sums d = x - m1 and d²
-// around the pass-1 mean m1 (corrected two-pass: var = (Σd² - (Σd)²/C) / C; Σd only removes m1's
-// rounding error, so there is no E[x²] - E[x]² cancellation), and y is centred on m1 + Σd/C without
-// rounding it to f32 first. The last pass writes y. The saved mean is relative to the row's first
-// element, (m1 - x[0]) + Σd/C (see ffi_common.h), so the backward's xhat is as accurate as y.
+// grid-stride over rows, batched loads, the row cached in shared memory when it fits. Pass 1 sums x (x² for
+// RMS). LayerNorm pass 2 sums d = x - m1 and d² around the pass-1 mean m1 (corrected two-pass: var = (Σd² -
+// (Σd)²/C) / C; Σd only removes m1's rounding error, so there is no E[x²] - E[x]² cancellation), and y is
+// centred on m1 + Σd/C without rounding it to f32 first. The last pass writes y. The saved mean is relative to
+// the row's first element, (m1 - x[0]) + Σd/C (see ffi_common.h), so the backward's xhat is as accurate as y.
 template <typename T, int V, bool kRms>
 __global__ void __launch_bounds__(kMaxRowThreads, 2)
     norm_fwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, T* __restrict__ y,
@@ -395,25 +398,40 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
       return launch_plan(kernel, plan, xp, scale, bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon,
                          plan.tpr);
     };
-    // norm_fwd_lean.cuh: bf16 rows of whole packs, one scale row (and LayerNorm's one bias row), all aligned;
-    // v3's geometry, LayerNorm team rows at the packs v21 gives them (6 where v10's rule takes them, else 8).
-    // LayerNorm since v23, RMSNorm since v24.
+    // norm_fwd_lean.cuh: bf16 rows of whole packs, one scale row (and LayerNorm's one bias row) or none, all
+    // aligned; v3's geometry, LayerNorm team rows at the packs v21 gives them (6 where v10's rule takes them, else
+    // 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28.
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      const bool one_row = scale.data != nullptr && scale.rows_per_group >= s.rows &&
-                           (kRms || (bias.data != nullptr && bias.rows_per_group >= s.rows));
-      if (norm_fwd_version() == NormFwd::kByDtype && plan.ok && one_row &&
-          vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data})) {
-        const auto lean = [&](auto kernel, const RowsPlan& p) -> ffi::Error {
-          return launch_plan(kernel, p, xp, scale.data, bias.data, yp, mean, rstd, s.rows, static_cast<int>(s.cols),
-                             1.0f / static_cast<float>(s.cols), epsilon, p.tpr);
-        };
-        if (plan.block_rows) return lean(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>>, plan);
-        if constexpr (!kRms) {
-          if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
-            return lean(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6>, six);
+      const auto one_row = [&](const ParamView& p) { return p.data == nullptr || p.rows_per_group >= s.rows; };
+      const NormFwd version = norm_fwd_version();
+      if ((version == NormFwd::kByDtype || version == NormFwd::kV23) && plan.ok && one_row(scale) &&
+          (kRms || one_row(bias)) && vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data})) {
+        // The instance for the parameters present (kS: scale, kB: LayerNorm's bias) and how team rows read them (kSt:
+        // staged in shared memory, v28; else loaded in pass 3, v23).
+        const auto lean = [&](auto has_scale, auto has_bias, auto staged) -> ffi::Error {
+          constexpr bool kS = decltype(has_scale)::value, kB = decltype(has_bias)::value;
+          constexpr bool kSt = decltype(staged)::value;
+          const auto go = [&](auto kernel, const RowsPlan& p) -> ffi::Error {
+            return launch_plan(kernel, p, xp, scale.data, bias.data, yp, mean, rstd, s.rows,
+                               static_cast<int>(s.cols), 1.0f / static_cast<float>(s.cols), epsilon, p.tpr);
+          };
+          if (plan.block_rows) return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB, kSt>, plan);
+          if constexpr (!kRms) {
+            if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
+              return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6, kS, kB, kSt>, six);
+            }
           }
+          return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacks<T>, kS, kB, kSt>, plan);
+        };
+        using Yes = std::true_type;
+        using No = std::false_type;
+        if (version == NormFwd::kV23 && scale.data != nullptr && (kRms || bias.data != nullptr)) {
+          return lean(Yes{}, std::bool_constant<!kRms>{}, No{});  // A/B only: v23's loads, both parameters
         }
-        return lean(norm_fwd_lean_kernel<T, kRms, false, kRowPacks<T>>, plan);
+        if constexpr (!kRms) {
+          if (bias.data != nullptr) return scale.data != nullptr ? lean(Yes{}, Yes{}, Yes{}) : lean(No{}, Yes{}, Yes{});
+        }
+        return scale.data != nullptr ? lean(Yes{}, No{}, Yes{}) : lean(No{}, No{}, Yes{});
       }
     }
     // v4 (norm_fwd_half.cuh): its 32-bit row indices need rows + a block's rows <= INT_MAX.
@@ -425,7 +443,8 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     }
     // 16-bit LayerNorm team rows of 6 packs (v4's kernel: rows + a block's rows <= INT_MAX).
     if constexpr (sizeof(T) == 2 && !kRms) {
-      if (same_split && plan.ok && !plan.block_rows && norm_fwd_version() == NormFwd::kByDtype &&
+      const NormFwd version = norm_fwd_version();
+      if (same_split && plan.ok && !plan.block_rows && (version == NormFwd::kByDtype || version == NormFwd::kV23) &&
           s.rows <= int64_t{INT_MAX} - kTeamBlock) {
         if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
           plan = six;

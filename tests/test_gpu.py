@@ -448,10 +448,12 @@ def test_norm_forward_classes(gpu, op, shape, dtype):
     mt.assert_close(y, ref, mt.FWD_TOL[dtype], dtype=dtype)  # NaN rows must match too
     if rows > 2:
         assert np.isnan(mt.f64(y[1])).all(), "a NaN in a row must make the whole row NaN"
-    # no parameters: the rows are standardized (LayerNorm) / normalized (RMSNorm)
+    # absent parameters (each instance of the bf16 lean rows: scale only, bias only, neither): the rows are
+    # standardized (LayerNorm) / normalized (RMSNorm) and scaled / shifted by what is given
     if op == "layer_norm":
-        y0 = jax.jit(lambda t: jm.layer_norm(t))(jax.device_put(x, gpu))
-        mt.assert_close(y0, mt.ref_layer_norm(x), mt.FWD_TOL[dtype], dtype=dtype, what="y without params")
+        for sp, bp, what in ((None, None, "without params"), (s, None, "scale only"), (None, b, "bias only")):
+            y0 = jax.jit(jm.layer_norm)(*(None if a is None else jax.device_put(a, gpu) for a in (x, sp, bp)))
+            mt.assert_close(y0, mt.ref_layer_norm(x, sp, bp), mt.FWD_TOL[dtype], dtype=dtype, what=f"y {what}")
     else:
         y0 = jax.jit(lambda t: jm.rms_norm(t))(jax.device_put(x, gpu))
         mt.assert_close(y0, mt.ref_rms_norm(x), mt.FWD_TOL[dtype], dtype=dtype, what="y without params")
@@ -509,9 +511,11 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
 #   of 512 / 128 threads, 256 under v4).
 # The default (v23) runs bf16 LayerNorm rows of whole packs with one parameter row on norm_fwd_lean.cuh's kernel:
 # team rows of 6 packs (60001, 64), (8001, 768), (65, 1032) and of 8 (1, 2048), (20, 1000) (slots left empty);
-# block rows (3, 8192), (700, 12288) every slot used, (3, 24584) not; v21 is the rule before it. Under a
-# persistent grid too (several rows per block).
-# Each with a NaN row and a constant row, NaN poured into the memory the outputs take; without parameters too;
+# block rows (3, 8192), (700, 12288) every slot used, (3, 24584) not; v21 is the rule before it. Since v28 its team
+# rows read the parameters from a copy staged in shared memory (v23: loaded in pass 3), and rows without a bias take
+# it too. Under a persistent grid too (several rows per block, the copy staged once).
+# Each with a NaN row and a constant row, NaN poured into the memory the outputs take; without parameters and with
+# a scale alone too (v3 / v4: 16-byte loads of the one parameter present);
 # vmap with batched (per-group, misaligned) parameters; large mean / tiny variance (x = 1e4 + 1e-2 noise,
 # epsilon 1e-12) in every class with the backward, which reads the saved mean and rstd.
 _NORM_V4_SCRIPT = r"""
@@ -526,6 +530,7 @@ shapes = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 515), (129, 516), (20, 
           (5, 12292), (5, 24583), (3, 24584), (3, 50257)]
 ln, rms = jax.jit(jm.layer_norm), jax.jit(jm.rms_norm)
 ln0, rms0 = jax.jit(lambda t: jm.layer_norm(t)), jax.jit(lambda t: jm.rms_norm(t))
+ln_s = jax.jit(lambda t, p: jm.layer_norm(t, p))  # one parameter absent: 16-byte loads of the other (v28)
 for dtype in mt.DTYPES:
     for rows, c in shapes:
         x = mt.randn(rng, (rows, c), np.float32, scale=2.0, loc=0.5)
@@ -542,6 +547,8 @@ for dtype in mt.DTYPES:
         mt.poison(gpu, (2, rows, c))
         mt.assert_close(rms(*args[:2]), mt.ref_rms_norm(x, s), tol, dtype=dtype, what="rms_norm " + what)
         mt.assert_close(ln0(*put(x)), mt.ref_layer_norm(x), tol, dtype=dtype, what="layer_norm no params " + what)
+        mt.poison(gpu, (2, rows, c))
+        mt.assert_close(ln_s(*args[:2]), mt.ref_layer_norm(x, s), tol, dtype=dtype, what="layer_norm scale only " + what)
         mt.assert_close(rms0(*put(x)), mt.ref_rms_norm(x), tol, dtype=dtype, what="rms_norm no params " + what)
 for dtype in (mt.F32, mt.BF16):
     for n, r, c in ((3, 5, 33), (2, 7, 1001), (2, 3, 4097), (4, 9, 1027)):
@@ -566,7 +573,7 @@ print("OK")
 
 
 @pytest.mark.parametrize("version,grid", [("v4", ""), ("v3", ""), ("v4", "persistent"), ("v3", "persistent"),
-                                          ("v21", ""), ("", ""), ("", "persistent")])
+                                          ("v21", ""), ("v23", ""), ("", ""), ("", "persistent")])
 def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid})
 
