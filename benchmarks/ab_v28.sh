@@ -35,6 +35,10 @@
 #            every norm forward kernel (sanitize.py --fwd: layer_norm, its scale-only and parameter-free forms,
 #            rms_norm).
 #   nbench   the bench's LayerNorm and RMSNorm forward sweep, f32 and bf16, one process.
+#   group    (branch v28-group, whose harness and kernel have its option) ab_inproc over IN_OPS=group, rounds "g1 g2":
+#            LayerNorm's block rows grouped kR = 2, 4, 8 to a block, their parameters staged in dynamic shared memory,
+#            against the default (bf16: the lean rows one per block; f32: v4's rows), bf16 C = 4096, 8192, 12288 and
+#            f32 2048, 4096.
 #   big      the > 2^31-element forwards: softmax size classes, LayerNorm, RMSNorm, the norms' team rows.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
