@@ -39,6 +39,8 @@
 #            LayerNorm's block rows grouped kR = 2, 4, 8 to a block, their parameters staged in dynamic shared memory,
 #            against the default (bf16: the lean rows one per block; f32: v4's rows), bf16 C = 4096, 8192, 12288 and
 #            f32 2048, 4096.
+#   final    the final tree: the bench's LayerNorm and RMSNorm forward (a second process) and forward + backward,
+#            f32 and bf16, one process each.
 #   big      the > 2^31-element forwards: softmax size classes, LayerNorm, RMSNorm, the norms' team rows.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
@@ -139,6 +141,13 @@ stage_nbench() {
   timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs fwd --parts sweep \
     --dtypes float32 bfloat16 --out "$out/sweep-norms" > "$out/sweep-norms.log" 2>&1
   grep -E "^(layer|rms)_norm" "$out/sweep-norms.log"
+}
+
+stage_final() {
+  stage_nbench
+  timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs fwd+bwd --parts sweep \
+    --dtypes float32 bfloat16 --out "$out/sweep-norms-fb" > "$out/sweep-norms-fb.log" 2>&1
+  grep -E "^(layer|rms)_norm" "$out/sweep-norms-fb.log"
 }
 
 stage_big() {
