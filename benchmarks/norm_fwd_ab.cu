@@ -267,7 +267,8 @@ bool run_op(const char* title) {
 // ln-params: bf16 LayerNorm's lean rows with scale and bias, scale only, neither, and RMSNorm's (scale), one rotation.
 bool run_params() {
   using T = __nv_bfloat16;
-  std::printf("\n**LayerNorm's parameter loads, bf16 lean rows** (ratios: the variant's time over scale + bias's)\n\n"
+  std::printf("\n**LayerNorm's parameter loads, bf16 lean rows** (ratios: scale + bias's time over the variant's, > 1 "
+              "where the variant is faster)\n\n"
               "| C | copy GB/s | scale + bias GB/s (%% copy) | A/A | scale only | neither | RMSNorm (scale) | "
               "scale only per sample (q1, q3) | RMSNorm per sample (q1, q3) | v21 scale only, neither (before v28) | "
               "check |\n|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -382,7 +382,7 @@ using ParamPlan = std::integral_constant<ParamLoad, kPlan>;
 
 // Runs pass(ParamPlan<kDense>) when `dense` (every parameter row the pass reads is present and 16-byte
 // aligned at its packs), else pass(ParamPlan<kVector>) when `vec` (those present aligned: LayerNorm without a bias
-// keeps 16-byte loads of its scale; v28 measured kScalar's element loads there at 0.73-0.75 of the time with both,
+// keeps 16-byte loads of its scale; v28 measured kScalar's element loads there at 0.73-0.75x the speed with both,
 // bf16 C >= 2048), else pass(ParamPlan<kScalar>): uniform branches per row.
 template <class F>
 __device__ __forceinline__ void with_param_plan(bool dense, bool vec, F&& pass) {

@@ -59,7 +59,7 @@ __device__ __forceinline__ void quad_fresh(const uint4& u, int q, float (&out)[4
 // one merge of (count, mean, M2) partials, or about the first pack's mean with one reduction: bf16 0.81-0.97 and
 // 0.94-0.99 of two reductions. RESULTS.md "v25".)
 // kScale / kBias: whether the scale / bias row is present (RMSNorm ignores kBias); an absent one costs no loads
-// (v28: bias-free and parameter-free LayerNorms took v3's rows, at 0.73-0.75 of the lean rows' time with both
+// (v28: bias-free and parameter-free LayerNorms took v3's rows, at 0.73-0.75x the lean rows' speed with both
 // parameters from C = 2048). kStaged (v28): team rows read a copy of the parameter rows that the block stages in
 // shared memory at its first row (each pack's groups of 4 columns apart, so a warp's 16-byte reads are
 // conflict-free), not the rows themselves in pass 3 (v23; JAX_MEMOPS_NORM_FWD=v23). Why: LayerNorm's parameter loads
