@@ -16,9 +16,9 @@
 
 namespace {
 
-using jm::cpu::bits_float;
+using jm::bits_float;
 using jm::cpu::f16;
-using jm::cpu::float_bits;
+using jm::float_bits;
 
 float branching_to_float(f16 v) {
   const uint32_t sign = uint32_t(v.bits & 0x8000) << 16;

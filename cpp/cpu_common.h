@@ -7,7 +7,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -77,17 +76,6 @@ struct bf16 {
 struct f16 {
   uint16_t bits;
 };
-
-inline uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float bits_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 inline float to_float(float v) { return v; }
 inline float to_float(bf16 v) { return bits_float(uint32_t(v.bits) << 16); }

@@ -16,6 +16,18 @@
 
 namespace jm {
 
+// A float's bits and back.
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 // c ? a : b on the host, without a branch: GCC branches on such a select, and with signs that change at random
 // (GELU's inputs) it mispredicts half the time: half the CPU f32 forward's time (RESULTS.md "The CPU handlers");
 // nested ternaries keep a loop from vectorizing at all ("control flow in loop"). pick_bits on 32-bit words (the
@@ -25,15 +37,7 @@ inline uint32_t pick_bits(bool c, uint32_t a, uint32_t b) {
   const uint32_t m = 0u - static_cast<uint32_t>(c);
   return (a & m) | (b & ~m);
 }
-inline float pick(bool c, float a, float b) {
-  uint32_t ua, ub;
-  std::memcpy(&ua, &a, sizeof ua);
-  std::memcpy(&ub, &b, sizeof ub);
-  const uint32_t r = pick_bits(c, ua, ub);
-  float out;
-  std::memcpy(&out, &r, sizeof out);
-  return out;
-}
+inline float pick(bool c, float a, float b) { return bits_float(pick_bits(c, float_bits(a), float_bits(b))); }
 
 namespace host {
 
@@ -41,13 +45,10 @@ namespace host {
 // x + 1.5 * 2^23): two normal factors 2^(n / 2) and 2^(n - n / 2), so a subnormal result rounds only once.
 // (A NaN's bits give some factors; the polynomial is NaN then, and so is the result.)
 inline void pow2_parts(float biased, float* s1, float* s2) {
-  uint32_t bits;
-  std::memcpy(&bits, &biased, sizeof bits);
-  const int32_t n = static_cast<int32_t>(bits - 0x4B400000u);
+  const int32_t n = static_cast<int32_t>(float_bits(biased) - 0x4B400000u);
   const int32_t h = n / 2;
-  const uint32_t a = static_cast<uint32_t>(h + 127) << 23, b = static_cast<uint32_t>(n - h + 127) << 23;
-  std::memcpy(s1, &a, sizeof a);
-  std::memcpy(s2, &b, sizeof b);
+  *s1 = bits_float(static_cast<uint32_t>(h + 127) << 23);
+  *s2 = bits_float(static_cast<uint32_t>(n - h + 127) << 23);
 }
 
 constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: x + this rounds x to an integer (|x| < 2^22)
