@@ -84,7 +84,6 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
   const int packs = cols / V;
   const bool full = packs == NP * tm.rt;
   int parity = 0;
-  bool staged_yet = false;
   for (int64_t base = tm.first; base < rows; base += tm.step, parity ^= 1) {
     const int64_t row = base + tm.group;
     const bool valid = row < rows;
@@ -97,7 +96,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
       if (valid && (full || i < packs)) w[k] = __ldcs(xw + i);
     }
     if constexpr (kStage) {
-      if (!staged_yet) {  // uniform over the block: its threads run the same iterations
+      if (base == tm.first) {  // the block's first row; uniform over the block, as the barrier needs
         for (int t = static_cast<int>(threadIdx.x); t < packs; t += static_cast<int>(blockDim.x)) {
 #pragma unroll
           for (int h = 0; h < Q; ++h) {
@@ -106,7 +105,6 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
           }
         }
         __syncthreads();
-        staged_yet = true;
       }
     }
 

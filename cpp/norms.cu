@@ -50,10 +50,15 @@ NormFwd norm_fwd_version() {
   return v;
 }
 
+// The rule by dtype: the default, and v23 (which differs from it only in how the lean team rows read parameters).
+bool norm_fwd_by_dtype() {
+  const NormFwd v = norm_fwd_version();
+  return v == NormFwd::kByDtype || v == NormFwd::kV23;
+}
+
 template <typename T>
 bool norm_fwd_half() {
-  const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kV4 || ((v == NormFwd::kByDtype || v == NormFwd::kV23) && sizeof(T) == 4);
+  return norm_fwd_version() == NormFwd::kV4 || (norm_fwd_by_dtype() && sizeof(T) == 4);
 }
 
 // Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by
@@ -403,9 +408,8 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     // 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28.
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
       const auto one_row = [&](const ParamView& p) { return p.data == nullptr || p.rows_per_group >= s.rows; };
-      const NormFwd version = norm_fwd_version();
-      if ((version == NormFwd::kByDtype || version == NormFwd::kV23) && plan.ok && one_row(scale) &&
-          (kRms || one_row(bias)) && vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data})) {
+      if (norm_fwd_by_dtype() && plan.ok && one_row(scale) && (kRms || one_row(bias)) &&
+          vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data})) {
         // The instance for the parameters present (kS: scale, kB: LayerNorm's bias) and how team rows read them (kSt:
         // staged in shared memory, v28; else loaded in pass 3, v23).
         const auto lean = [&](auto has_scale, auto has_bias, auto staged) -> ffi::Error {
@@ -415,7 +419,8 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
             return launch_plan(kernel, p, xp, scale.data, bias.data, yp, mean, rstd, s.rows,
                                static_cast<int>(s.cols), 1.0f / static_cast<float>(s.cols), epsilon, p.tpr);
           };
-          if (plan.block_rows) return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB, kSt>, plan);
+          // (kSt concerns team rows only: block rows take one instance either way.)
+          if (plan.block_rows) return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB>, plan);
           if constexpr (!kRms) {
             if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
               return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6, kS, kB, kSt>, six);
@@ -425,7 +430,7 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
         };
         using Yes = std::true_type;
         using No = std::false_type;
-        if (version == NormFwd::kV23 && scale.data != nullptr && (kRms || bias.data != nullptr)) {
+        if (norm_fwd_version() == NormFwd::kV23 && scale.data != nullptr && (kRms || bias.data != nullptr)) {
           return lean(Yes{}, std::bool_constant<!kRms>{}, No{});  // A/B only: v23's loads, both parameters
         }
         if constexpr (!kRms) {
@@ -443,9 +448,7 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     }
     // 16-bit LayerNorm team rows of 6 packs (v4's kernel: rows + a block's rows <= INT_MAX).
     if constexpr (sizeof(T) == 2 && !kRms) {
-      const NormFwd version = norm_fwd_version();
-      if (same_split && plan.ok && !plan.block_rows && (version == NormFwd::kByDtype || version == NormFwd::kV23) &&
-          s.rows <= int64_t{INT_MAX} - kTeamBlock) {
+      if (same_split && plan.ok && !plan.block_rows && norm_fwd_by_dtype() && s.rows <= int64_t{INT_MAX} - kTeamBlock) {
         if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
           plan = six;
           return run(norm_fwd_half_kernel<T, kRms, false, kRowPacksTeam6>);
