@@ -359,9 +359,160 @@ bool run_early() {
   return all_ok;
 }
 
+// packs (RESULTS.md "v29"): the copy ceiling's lesson (copy_ceiling.cu: a full-grid copy of 1 pack per thread reads
+// 4168 GB/s, 4 packs 4046, 8 packs 3953, streaming hints 1-2% less) tried on the norms: the lean rows at NP = 1, 2,
+// 3, 4 packs per thread (more threads per row: fewer bytes in flight per thread), against the default (norms.cu's
+// rule then: f32 v4's rows, bf16 the lean rows at 8 / 6 packs; twice, the A/A pair) and both copies. v29: the rule
+// adopted from it (norm_fwd_lean.cuh's lean_block_packs) against the rule before.
+template <int NP, typename T, bool kRms>
+bool lean_np(const Bufs<T>& b, const Out<T>& o, std::string* plan_name) {
+  const RowsPlan p = plan_norm_rows<T, NP>(b.cols);
+  if (!p.ok) return false;
+  *plan_name = std::to_string(NP) + (p.block_rows ? " x block " : " x team ") + std::to_string(p.tpr);
+  if (p.block_rows) {
+    lean_rows<T, kRms, true, NP>(b, o, p);
+  } else {
+    lean_rows<T, kRms, false, NP>(b, o, p);
+  }
+  return true;
+}
+
+template <typename T, bool kRms>
+bool run_packs(const char* title) {
+  constexpr int kNps[] = {1, 2, 3, 4};
+  std::printf("\n**%s: packs per thread** (per sample: median (q1, q3) of the default's time over the variant's; "
+              "%% of the 1-pack copy)\n\n| C | copy 1 / copy 4s GB/s | default GB/s (%%) | A/A | NP = 1 | 2 | 3 | 4 | "
+              "check |\n|---|---|---|---|---|---|---|---|---|\n", title);
+  bool all_ok = true;
+  for (int cols : kWidths) {
+    Case<T> c(cols, 8);  // outputs: copy 1, copy 4s, default, default again, NP = 1..4
+    std::vector<inproc::Variant> vs;
+    const auto dflt = [&](const Out<T>& o) {
+      if constexpr (sizeof(T) == 4) {
+        launch_v21<T, kRms>(c.b, o);
+      } else {
+        launch_lean<T, kRms>(c.b, o);
+      }
+    };
+    vs.push_back({"copy 1", [&] { inproc::copy<1, false>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
+    vs.push_back({"copy 4s", [&] { inproc::copy<4, true>(c.b.x, c.outs[1].y, c.n * int64_t{sizeof(T)}); }, {}});
+    vs.push_back({"default", [&] { dflt(c.outs[2]); }, {}});
+    vs.push_back({"default again", [&] { dflt(c.outs[3]); }, {}});
+    std::string names[4];
+    std::vector<int> np_at(4, -1);  // variant index of NP = kNps[i], -1 where the plan does not take the width
+    const auto add = [&](int i, auto np) {
+      std::string name;
+      if (!lean_np<decltype(np)::value, T, kRms>(c.b, c.outs[4 + i], &name)) return;  // probe (and warm) the plan
+      names[i] = name;
+      np_at[i] = static_cast<int>(vs.size());
+      vs.push_back({name, [&, i] { std::string n; lean_np<decltype(np)::value, T, kRms>(c.b, c.outs[4 + i], &n); }, {}});
+    };
+    add(0, std::integral_constant<int, kNps[0]>{});
+    add(1, std::integral_constant<int, kNps[1]>{});
+    add(2, std::integral_constant<int, kNps[2]>{});
+    add(3, std::integral_constant<int, kNps[3]>{});
+    CK(cudaDeviceSynchronize());
+    inproc::time_rotated(vs, kWarmup, kSamples);
+    CK(cudaDeviceSynchronize());
+    const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
+    const double copy1 = c.gbps(vs, 0, io), copy4 = c.gbps(vs, 1, io), d = c.gbps(vs, 2, bytes);
+    double aa[3];
+    inproc::sample_ratio(vs[3], vs[2], aa);
+    std::string cells[4], why;
+    bool ok = true;
+    for (int i = 0; i < 4; ++i) {
+      if (np_at[i] < 0) {
+        cells[i] = "-";
+        continue;
+      }
+      double r[3];
+      inproc::sample_ratio(vs[np_at[i]], vs[2], r);
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "%.3f (%.3f, %.3f) %s, %.0f%%", r[0], r[1], r[2], names[i].c_str(),
+                    100 * c.gbps(vs, np_at[i], bytes) / copy1);
+      cells[i] = buf;
+      std::string w;
+      ok = check_out<T, kRms>(c.b, c.outs[4 + i], c.outs[2], &w) && ok;
+      why += " NP " + std::to_string(kNps[i]) + ": " + w + ";";
+    }
+    for (int i = 2; i < 4; ++i) {
+      std::string w;
+      ok = check_out<T, kRms>(c.b, c.outs[i], c.outs[2], &w) && ok;
+      why += " " + vs[i].name + ": " + w + ";";
+    }
+    all_ok = all_ok && ok;
+    std::printf("| %d | %.0f / %.0f | %.0f (%.0f%%) | %.3f (%.3f, %.3f) | %s | %s | %s | %s | %s:%s |\n", cols, copy1,
+                copy4, d, 100 * d / copy1, aa[0], aa[1], aa[2], cells[0].c_str(), cells[1].c_str(), cells[2].c_str(),
+                cells[3].c_str(), ok ? "ok" : "FAILED", why.c_str());
+  }
+  return all_ok;
+}
+
+// v29 (norms.cu's rule since v29): block rows at lean_block_packs where it gives packs, else the rule before.
+template <typename T, bool kRms>
+void launch_v29(const Bufs<T>& b, const Out<T>& o) {
+  const int np = jm::cuda::lean_block_packs<T, kRms>(b.cols / jm::cuda::kVec<T>);
+  std::string name;
+  if (np == 2) {
+    if constexpr (sizeof(T) == 4 && kRms) lean_np<2, T, kRms>(b, o, &name);
+  } else if (np == 3) {
+    if constexpr (sizeof(T) == 4 || kRms) lean_np<3, T, kRms>(b, o, &name);
+  } else if (np == 4) {
+    lean_np<4, T, kRms>(b, o, &name);
+  } else if constexpr (sizeof(T) == 4) {
+    launch_v21<T, kRms>(b, o);
+  } else {
+    launch_lean<T, kRms>(b, o);
+  }
+}
+
+// v29: the rule since v29 against the rule before (v28, twice: the A/A pair), % of the 1-pack copy.
+template <typename T, bool kRms>
+bool run_v29(const char* title) {
+  std::printf("\n**%s: v29 / v28** (per sample: median (q1, q3) of v28's time over v29's; %% of the 1-pack copy)\n\n"
+              "| C | v29's packs | copy 1 GB/s | v28 GB/s (%%) | A/A | v29 GB/s (%%) | v29 / v28 | check |\n"
+              "|---|---|---|---|---|---|---|---|\n", title);
+  bool all_ok = true;
+  for (int cols : kWidths) {
+    Case<T> c(cols, 4);  // outputs: copy, v28, v28 again, v29
+    const auto v28 = [&](const Out<T>& o) {
+      if constexpr (sizeof(T) == 4) {
+        launch_v21<T, kRms>(c.b, o);
+      } else {
+        launch_lean<T, kRms>(c.b, o);
+      }
+    };
+    std::vector<inproc::Variant> vs;
+    vs.push_back({"copy 1", [&] { inproc::copy<1, false>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
+    vs.push_back({"v28", [&] { v28(c.outs[1]); }, {}});
+    vs.push_back({"v28 again", [&] { v28(c.outs[2]); }, {}});
+    vs.push_back({"v29", [&] { launch_v29<T, kRms>(c.b, c.outs[3]); }, {}});
+    inproc::time_rotated(vs, kWarmup, kSamples);
+    CK(cudaDeviceSynchronize());
+    const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
+    const double copy1 = c.gbps(vs, 0, io), old = c.gbps(vs, 1, bytes), now = c.gbps(vs, 3, bytes);
+    double aa[3], r[3];
+    inproc::sample_ratio(vs[2], vs[1], aa);
+    inproc::sample_ratio(vs[3], vs[1], r);
+    std::string why;
+    bool ok = true;
+    for (int i = 1; i < 4; ++i) {
+      std::string w;
+      ok = check_out<T, kRms>(c.b, c.outs[i], c.outs[1], &w) && ok;
+      why += " " + vs[i].name + ": " + w + ";";
+    }
+    all_ok = all_ok && ok;
+    std::printf("| %d | %d | %.0f | %.0f (%.0f%%) | %.3f (%.3f, %.3f) | %.0f (%.0f%%) | %.3f (%.3f, %.3f) | %s:%s |\n",
+                cols, jm::cuda::lean_block_packs<T, kRms>(cols / jm::cuda::kVec<T>), copy1, old, 100 * old / copy1,
+                aa[0], aa[1], aa[2], now, 100 * now / copy1, r[0], r[1], r[2], ok ? "ok" : "FAILED", why.c_str());
+  }
+  return all_ok;
+}
+
 }  // namespace
 
-// Arguments: the ops to run, of ln-bf16 rms-bf16 ln-f32 rms-f32 (default these four), ln-params and early.
+// Arguments: the ops to run, of ln-bf16 rms-bf16 ln-f32 rms-f32 (default these four), ln-params, early, packs-f32,
+// packs-bf16 and v29.
 int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -381,6 +532,20 @@ int main(int argc, char** argv) {
   if (want("rms-f32")) ok = run_op<float, true>("RMSNorm, f32") && ok;
   if (argc > 1 && want("ln-params")) ok = run_params() && ok;
   if (argc > 1 && want("early")) ok = run_early() && ok;
+  if (argc > 1 && want("packs-f32")) {
+    ok = run_packs<float, false>("LayerNorm, f32") && ok;
+    ok = run_packs<float, true>("RMSNorm, f32") && ok;
+  }
+  if (argc > 1 && want("v29")) {
+    ok = run_v29<float, false>("LayerNorm, f32") && ok;
+    ok = run_v29<float, true>("RMSNorm, f32") && ok;
+    ok = run_v29<__nv_bfloat16, false>("LayerNorm, bf16") && ok;
+    ok = run_v29<__nv_bfloat16, true>("RMSNorm, bf16") && ok;
+  }
+  if (argc > 1 && want("packs-bf16")) {
+    ok = run_packs<__nv_bfloat16, false>("LayerNorm, bf16") && ok;
+    ok = run_packs<__nv_bfloat16, true>("RMSNorm, bf16") && ok;
+  }
   std::printf("\n%s\n", ok ? "all outputs checked: ok" : "SOME OUTPUTS FAILED THEIR CHECK");
   return ok ? 0 : 1;
 }

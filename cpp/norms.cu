@@ -37,23 +37,44 @@ namespace {
 // 4-6 runs ("v9", "v10"). Not RMSNorm: v3 is at 93-98% of the copy there, the 6 packs 0.87-1.15x of it.
 // bf16 rows of whole packs with one parameter row run norm_fwd_lean.cuh's kernel (LayerNorm v23, RMSNorm v24; rows
 // without a scale or a bias too since v28, when their team rows began to read the parameters from shared memory).
+// Since v29 the lean kernel's block rows take the packs per thread lean_tuned_packs gives (f32 rows too).
 // For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them for
 // every dtype (v3: 8 packs for every 16-bit team row, the rule before v10), =v21 the rule before v23, =v23 the lean
-// rows' parameter loads before v28 (in pass 3; with both parameters). The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23 };
+// rows' parameter loads before v28 (in pass 3; with both parameters), =v28 the packs before v29. The backward is
+// the same in all.
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28 };
 
 NormFwd norm_fwd_version() {
-  static const NormFwd v =
-      env_choice("JAX_MEMOPS_NORM_FWD",
-                 {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21}, {"v23", NormFwd::kV23}},
-                 NormFwd::kByDtype);
+  static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
+                                      {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21},
+                                       {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}},
+                                      NormFwd::kByDtype);
   return v;
 }
 
-// The rule by dtype: the default, and v23 (which differs from it only in how the lean team rows read parameters).
+// The rule by dtype: the default, v23 and v28 (which differ from it only in the lean rows' parameter loads and packs).
 bool norm_fwd_by_dtype() {
   const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kByDtype || v == NormFwd::kV23;
+  return v == NormFwd::kByDtype || v == NormFwd::kV23 || v == NormFwd::kV28;
+}
+
+// v29: the lean kernel's block rows at lean_block_packs (norm_fwd_lean.cuh), by default only.
+template <typename T, bool kRms>
+int lean_tuned_packs(int64_t packs) {
+  return norm_fwd_version() == NormFwd::kByDtype ? lean_block_packs<T, kRms>(packs) : 0;
+}
+
+// f(std::integral_constant<int, np>) for the packs lean_block_packs<T, kRms> can give (2: f32 RMSNorm; 3: f32,
+// 16-bit RMSNorm; 4: all).
+template <typename T, bool kRms, typename F>
+ffi::Error with_lean_packs(int np, F&& f) {
+  if constexpr (sizeof(T) == 4 && kRms) {
+    if (np == 2) return f(std::integral_constant<int, 2>{});
+  }
+  if constexpr (sizeof(T) == 4 || kRms) {
+    if (np == 3) return f(std::integral_constant<int, 3>{});
+  }
+  return f(std::integral_constant<int, 4>{});
 }
 
 template <typename T>
@@ -405,11 +426,13 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     };
     // norm_fwd_lean.cuh: bf16 rows of whole packs, one scale row (and LayerNorm's one bias row) or none, all
     // aligned; v3's geometry, LayerNorm team rows at the packs v21 gives them (6 where v10's rule takes them, else
-    // 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28.
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    // 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28; block rows at lean_tuned_packs, and
+    // f32 rows where it gives packs, since v29.
+    if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float>) {
       const auto one_row = [&](const ParamView& p) { return p.data == nullptr || p.rows_per_group >= s.rows; };
-      if (norm_fwd_by_dtype() && plan.ok && one_row(scale) && (kRms || one_row(bias)) &&
-          vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data})) {
+      const int tuned = s.cols % kVec<T> == 0 ? lean_tuned_packs<T, kRms>(s.cols / kVec<T>) : 0;
+      if (norm_fwd_by_dtype() && (sizeof(T) == 4 ? tuned > 0 : plan.ok) && one_row(scale) &&
+          (kRms || one_row(bias)) && vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data})) {
         // The instance for the parameters present (kS: scale, kB: LayerNorm's bias) and how team rows read them (kSt:
         // staged in shared memory, v28; else loaded in pass 3, v23).
         const auto lean = [&](auto has_scale, auto has_bias, auto staged) -> ffi::Error {
@@ -420,13 +443,23 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
                                static_cast<int>(s.cols), 1.0f / static_cast<float>(s.cols), epsilon, p.tpr);
           };
           // (kSt concerns team rows only: block rows take one instance either way.)
-          if (plan.block_rows) return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB>, plan);
-          if constexpr (!kRms) {
-            if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
-              return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6, kS, kB, kSt>, six);
-            }
+          if (tuned > 0) {
+            return with_lean_packs<T, kRms>(tuned, [&](auto np) {
+              return go(norm_fwd_lean_kernel<T, kRms, true, decltype(np)::value, kS, kB>,
+                        plan_norm_rows<T, decltype(np)::value>(s.cols));
+            });
           }
-          return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacks<T>, kS, kB, kSt>, plan);
+          if constexpr (sizeof(T) == 4) {
+            return ffi::Error::Internal("f32 lean rows without tuned packs");  // the condition above excludes them
+          } else {
+            if (plan.block_rows) return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB>, plan);
+            if constexpr (!kRms) {
+              if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
+                return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6, kS, kB, kSt>, six);
+              }
+            }
+            return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacks<T>, kS, kB, kSt>, plan);
+          }
         };
         using Yes = std::true_type;
         using No = std::false_type;

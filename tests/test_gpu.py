@@ -186,6 +186,36 @@ def test_big_rms_norm_forward(big):
     y.delete()
 
 
+# f32 rows past element 2**31 (8 GiB per tensor): 2**20 + 5 rows of 2048, v29's lean block rows at 3 packs per
+# thread (192 threads a row; 64-bit row offsets), LayerNorm and RMSNorm, rows on both sides of element 2**31 checked
+# against float64 and every row against XLA's float32 formula on the device.
+@pytest.mark.slow
+def test_big_norm_forward_f32(gpu):
+    c = 2048
+    n = 2**31 // c + 5
+    key = jax.device_put(jax.random.key(29), gpu)
+    x = jax.jit(lambda k: 2.0 * jax.random.normal(k, (n, c), jnp.float32) + 0.5)(key)
+    assert x.size > 2**31
+    rng = np.random.default_rng(29)
+    s, b = mt.randn(rng, (c,), np.float32, scale=0.5, loc=1.0), mt.randn(rng, (c,), np.float32)
+    sd, bd = jax.device_put(s, gpu), jax.device_put(b, gpu)
+    beyond = 2**31 // c
+    rows = jnp.asarray([0, 1, beyond - 1, beyond, n - 1])
+    xr = np.asarray(x[rows])
+    y = jax.jit(jm.layer_norm)(x, sd, bd)
+    mt.assert_close(np.asarray(y[rows]), mt.ref_layer_norm(xr, s, b), mt.FWD_TOL[mt.F32], dtype=mt.F32, what="ln rows")
+    err, finite = _device_max_err(y, lambda t, s_, b_: mt.jnp_layer_norm(t, s_, b_), x, sd, bd)
+    assert finite and err <= 1e-4, (finite, err)
+    y.delete()
+    y = jax.jit(jm.rms_norm)(x, sd)
+    mt.assert_close(np.asarray(y[rows]), mt.ref_rms_norm(xr, s), mt.FWD_TOL[mt.F32], dtype=mt.F32, what="rms rows")
+    err, finite = _device_max_err(y, lambda t, s_: mt.jnp_rms_norm(t, s_), x, sd)
+    assert finite and err <= 1e-4, (finite, err)
+    y.delete()
+    x.delete()
+    gc.collect()
+
+
 # The same tensor as rows of 128: team rows (LayerNorm: 6 packs per thread, norm_fwd_half_kernel's 32-bit row
 # indices and 64-bit element offsets; RMSNorm: v3's), 2**24 + 96 rows, the last 96 wholly beyond element 2**31.
 @pytest.mark.slow
@@ -420,9 +450,13 @@ def test_big_layer_norm_backward(big):
 #   misaligned; (700, 12288): block rows of 384 / 192, strides; (9, 12289); (5, 24576): the longest f32
 #   block (768 threads); (5, 24580): f32 v1 fallback / block; (3, 49152): v1 / the longest 16-bit
 #   block; (3, 50257): v1 fallback for all.
-FWD_CLASS_SHAPES = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 768), (300, 1001), (257, 1024), (129, 1027),
-                    (129, 1028), (65, 2048), (65, 2055), (65, 2056), (33, 4097), (700, 12288), (9, 12289),
-                    (5, 24576), (5, 24580), (3, 49152), (3, 50257)]
+# v29's lean block rows (norm_fwd_lean.cuh's lean_block_packs; whole packs, one parameter row): f32 C = 768..8192 at
+# 3 packs ((8001, 768) every slot used, (257, 1024), (65, 2048) not), 4 ((65, 2056), (97, 4096) LayerNorm, (9, 6144),
+# (5, 8192)) and RMSNorm's 2 ((97, 4096)); (5, 764) stays on v4 (191 packs); bf16 RMSNorm at 3 ((257, 1024) to
+# (5, 8192)) and 4 ((700, 12288)), bf16 LayerNorm (97, 4096) at 4.
+FWD_CLASS_SHAPES = [(1, 1), (7, 3), (300, 33), (60001, 64), (5, 764), (8001, 768), (300, 1001), (257, 1024),
+                    (129, 1027), (129, 1028), (65, 2048), (65, 2055), (65, 2056), (97, 4096), (33, 4097), (9, 6144),
+                    (5, 8192), (700, 12288), (9, 12289), (5, 24576), (5, 24580), (3, 49152), (3, 50257)]
 
 
 @pytest.mark.parametrize("dtype", mt.DTYPES, ids=mt.DTYPE_IDS)
@@ -513,7 +547,11 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
 # team rows of 6 packs (60001, 64), (8001, 768), (65, 1032) and of 8 (1, 2048), (20, 1000) (slots left empty);
 # block rows (3, 8192), (700, 12288) every slot used, (3, 24584) not; v21 is the rule before it. Since v28 its team
 # rows read the parameters from a copy staged in shared memory (v23: loaded in pass 3), and rows without a bias take
-# it too. Under a persistent grid too (several rows per block, the copy staged once).
+# it too. Under a persistent grid too (several rows per block, the copy staged once). Since v29 (v28: the rule before)
+# the lean kernel's block rows take lean_block_packs: f32 (8001, 768), (20, 1000), (65, 1032), (1, 2048) at 3 packs,
+# (97, 4096) at 4 (LayerNorm) / 2 (RMSNorm), (3, 8192) at 4 ((129, 516): 129 packs, and (700, 12288) stay on v4); bf16
+# RMSNorm (20, 1000), (65, 1032), (1, 2048), (97, 4096), (3, 8192) at 3, (700, 12288) at 4; bf16 LayerNorm (97, 4096)
+# at 4.
 # Each with a NaN row and a constant row, NaN poured into the memory the outputs take; without parameters and with
 # a scale alone too (v3 / v4: 16-byte loads of the one parameter present);
 # vmap with batched (per-group, misaligned) parameters; large mean / tiny variance (x = 1e4 + 1e-2 noise,
@@ -526,8 +564,8 @@ gpu = jax.devices("gpu")[0]
 put = lambda *a: [jax.device_put(t, gpu) for t in a]
 rng = np.random.default_rng(19)
 shapes = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 515), (129, 516), (20, 1000), (300, 1001), (8001, 768),
-          (301, 769), (65, 1031), (65, 1032), (1, 2048), (3, 8192), (33, 4097), (700, 12288), (9, 12289), (5, 12291),
-          (5, 12292), (5, 24583), (3, 24584), (3, 50257)]
+          (301, 769), (65, 1031), (65, 1032), (1, 2048), (3, 8192), (97, 4096), (33, 4097), (700, 12288), (9, 12289),
+          (5, 12291), (5, 12292), (5, 24583), (3, 24584), (3, 50257)]
 ln, rms = jax.jit(jm.layer_norm), jax.jit(jm.rms_norm)
 ln0, rms0 = jax.jit(lambda t: jm.layer_norm(t)), jax.jit(lambda t: jm.rms_norm(t))
 ln_s = jax.jit(lambda t, p: jm.layer_norm(t, p))  # one parameter absent: 16-byte loads of the other (v28)
@@ -573,7 +611,7 @@ print("OK")
 
 
 @pytest.mark.parametrize("version,grid", [("v4", ""), ("v3", ""), ("v4", "persistent"), ("v3", "persistent"),
-                                          ("v21", ""), ("v23", ""), ("", ""), ("", "persistent")])
+                                          ("v21", ""), ("v23", ""), ("v28", ""), ("", ""), ("", "persistent")])
 def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid})
 

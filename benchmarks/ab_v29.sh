@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The v29 device calls.
+#   copy     benchmarks/copy_ceiling.cu (the driver's device-to-device copy against kernel copies, bulk copies,
+#            read-only and write-only streams, 256 MB and 2 GB, the output at offsets; single launches and ten back
+#            to back), then XLA's jitted copy (the bench's: XOR of a uint32 buffer) at the same sizes, for calibration.
+#   packs    ab_inproc over IN_OPS="packs-f32 packs-bf16" (benchmarks/norm_fwd_ab.cu), rounds "k1 k2": the lean rows at 1, 2,
+#            3, 4 packs per thread against the default (f32 v4's rows, bf16 the lean rows at 8 / 6 packs) and both copies.
+#   v29      ab_inproc over IN_OPS=v29, rounds "n1 n2": the rule adopted (lean_block_packs) against the rule before
+#            (v28, twice: A/A), f32 and bf16 LayerNorm and RMSNorm.
+#   nverify  the norms' forward GPU tests (size classes, versions with v28, row groups, large mean) beside
+#            compute-sanitizer memcheck and racecheck over every norm forward kernel (sanitize.py --fwd: layer_norm, its
+#            scale-only and parameter-free forms, rms_norm).
+#   big      the > 2^31-element norm forwards: bf16 LayerNorm / RMSNorm at C = 4096 (v29: 4 / 3 packs), the team rows,
+#            f32 rows of 2048 (v29: 3 packs).
+#   final    the bench's LayerNorm and RMSNorm forward and forward + backward, f32 and bf16, one process each.
+set -uo pipefail
+source "$(dirname "$0")/ab_lib.sh"
+
+stage_build() { ab_build || exit 1; }
+
+stage_copy() {
+  ab_nvcc_harness copy_ceiling.cu /tmp/copy_ceiling || return 1
+  timeout 200 /tmp/copy_ceiling > "$out/copy_ceiling${COPY_TAG:-}.md" 2>&1
+  echo "rc=$?"
+  cat "$out/copy_ceiling${COPY_TAG:-}.md"
+  timeout 120 python3 -P - > "$out/xla_copy${COPY_TAG:-}.md" 2>&1 <<'PY'
+import statistics, time
+import jax, jax.numpy as jnp
+for mb in (256, 2048):
+    x = jax.random.bits(jax.random.key(0), (mb << 18,), jnp.uint32)
+    f = jax.jit(lambda a: a ^ jnp.uint32(0x5A5A5A5A))
+    jax.block_until_ready(f(x)); jax.block_until_ready(f(x))
+    for iters in (1, 10):
+        ts = []
+        for _ in range(15):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                r = f(x)
+            jax.block_until_ready(r)
+            ts.append((time.perf_counter() - t0) / iters)
+        t = statistics.median(ts)
+        print(f"| XLA XOR copy {mb} MB, {iters} back to back | {t * 1e3:.4f} ms | {2 * (mb << 20) / t / 1e9:.0f} GB/s |")
+PY
+  cat "$out/xla_copy${COPY_TAG:-}.md"
+}
+
+stage_packs() { IN_OPS=${IN_OPS:-packs-f32 packs-bf16} IN_ROUNDS=${IN_ROUNDS:-k1 k2} ab_inproc; }
+
+stage_v29() { IN_OPS=${IN_OPS:-v29} IN_ROUNDS=${IN_ROUNDS:-n1 n2} ab_inproc; }
+
+stage_nverify() {
+  SAN_ARGS=--fwd ab_sanitize nfwd kns=norm_fwd 280 layer_norm layer_norm_scale layer_norm_noparams rms_norm &
+  ab_gpu_tests nverify-tests 280 "norm_forward_classes or norm_forward_versions" 270
+  wait
+  local log
+  for log in memcheck-nfwd racecheck-nfwd; do
+    echo "$log: $(grep -cE '^\[' "$out/$log.log") checks run; $(grep -E 'SUMMARY|checks passed|Internal' \
+      "$out/$log.log" | sort | uniq -c | tr '\n' ' ')"
+  done
+}
+
+stage_big() {
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 200 python3 -P -m pytest -v -rfEs --timeout 190 \
+    -k "big_layer_norm_forward or big_rms_norm_forward or big_norm_team_rows or big_norm_forward_f32" \
+    tests/test_gpu.py > "$out/big.log" 2>&1
+  grep -E "PASSED|FAILED|SKIPPED|ERROR" "$out/big.log" | sed 's/ *\[.*//' | tail -12
+  tail -n 1 "$out/big.log"
+}
+
+stage_final() {
+  timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs fwd --parts sweep \
+    --dtypes float32 bfloat16 --out "$out/sweep-norms" > "$out/sweep-norms.log" 2>&1
+  grep -E "^(layer|rms)_norm" "$out/sweep-norms.log"
+  timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs fwd+bwd --parts sweep \
+    --dtypes float32 bfloat16 --out "$out/sweep-norms-fb" > "$out/sweep-norms-fb.log" 2>&1
+  grep -E "^(layer|rms)_norm" "$out/sweep-norms-fb.log"
+}
+
+ab_init "$@"
+ab_run v29
