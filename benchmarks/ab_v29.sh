@@ -3,8 +3,9 @@
 #   copy     benchmarks/copy_ceiling.cu (the driver's device-to-device copy against kernel copies, bulk copies,
 #            read-only and write-only streams, 256 MB and 2 GB, the output at offsets; single launches and ten back
 #            to back), then XLA's jitted copy (the bench's: XOR of a uint32 buffer) at the same sizes, for calibration.
-#   packs    ab_inproc over IN_OPS="packs-f32 packs-bf16" (benchmarks/norm_fwd_ab.cu), rounds "k1 k2": the lean rows at 1, 2,
-#            3, 4 packs per thread against the default (f32 v4's rows, bf16 the lean rows at 8 / 6 packs) and both copies.
+#   packs    ab_inproc over IN_OPS="packs-f32 packs-bf16" (benchmarks/norm_fwd_ab.cu), rounds "k1 k2": the lean rows at
+#            1, 2, 3, 4 packs per thread against the default then (f32 v4's rows, bf16 the lean rows at 8 / 6 packs)
+#            and both copies.
 #   v29      ab_inproc over IN_OPS=v29, rounds "n1 n2": the rule adopted (lean_block_packs) against the rule before
 #            (v28, twice: A/A), f32 and bf16 LayerNorm and RMSNorm.
 #   nverify  the norms' forward GPU tests (size classes, versions with v28, row groups, large mean) beside
@@ -39,7 +40,8 @@ for mb in (256, 2048):
             jax.block_until_ready(r)
             ts.append((time.perf_counter() - t0) / iters)
         t = statistics.median(ts)
-        print(f"| XLA XOR copy {mb} MB, {iters} back to back | {t * 1e3:.4f} ms | {2 * (mb << 20) / t / 1e9:.0f} GB/s |")
+        gbs = 2 * (mb << 20) / t / 1e9
+        print(f"| XLA XOR copy {mb} MB, {iters} back to back | {t * 1e3:.4f} ms | {gbs:.0f} GB/s |")
 PY
   cat "$out/xla_copy${COPY_TAG:-}.md"
 }

@@ -244,11 +244,13 @@ int main() {
     const uint32_t* x = reinterpret_cast<const uint32_t*>(pool);
     uint32_t* y = reinterpret_cast<uint32_t*>(pool + large + offset);
     const int64_t n4 = bytes / 16;
-    Case c{name, 2.0 * bytes, [=] { kernel_launch(reinterpret_cast<const uint4*>(x), reinterpret_cast<uint4*>(y), n4); },
-           x, y, bytes / 4};
+    const auto go = [=] { kernel_launch(reinterpret_cast<const uint4*>(x), reinterpret_cast<uint4*>(y), n4); };
+    Case c{name, 2.0 * bytes, go, x, y, bytes / 4};
     cases.push_back(std::move(c));
   };
-  const auto grid = [](int64_t n4, int threads, int u) { return static_cast<unsigned>((n4 + threads * u - 1) / (threads * u)); };
+  const auto grid = [](int64_t n4, int threads, int u) {
+    return static_cast<unsigned>((n4 + threads * u - 1) / (threads * u));
+  };
   for (const int64_t bytes : {small, large}) {
     const std::string mb = std::to_string(bytes >> 20) + " MB: ";
     add_copy(mb + "cudaMemcpyAsync", bytes, 0, [](const uint4* x, uint4* y, int64_t n4) {

@@ -405,7 +405,10 @@ bool run_packs(const char* title) {
       if (!lean_np<decltype(np)::value, T, kRms>(c.b, c.outs[4 + i], &name)) return;  // probe (and warm) the plan
       names[i] = name;
       np_at[i] = static_cast<int>(vs.size());
-      vs.push_back({name, [&, i] { std::string n; lean_np<decltype(np)::value, T, kRms>(c.b, c.outs[4 + i], &n); }, {}});
+      vs.push_back({name, [&, i] {
+                      std::string n;
+                      lean_np<decltype(np)::value, T, kRms>(c.b, c.outs[4 + i], &n);
+                    }, {}});
     };
     add(0, std::integral_constant<int, kNps[0]>{});
     add(1, std::integral_constant<int, kNps[1]>{});

@@ -42,9 +42,9 @@ from jax_memops import reference, unfused
 # norms' long-row fused backward, (3, 16384) f32 (32 elements per thread) and (2, 24576) bf16 (48). v23's lean
 # forward rows (norm_fwd_lean.cuh: bf16 LayerNorm rows of whole packs): block rows (2, 24576) every slot used,
 # (3, 2056) not; team rows of 6 packs (300, 64) and of 8 (4, 1024), (301, 2048) (odd rows per team); beside them
-# f16 (2, 4096) and f32 (5, 1024) block rows. v29's lean block rows at lean_block_packs (f32 C = 768..8192 at 2..4
-# packs, bf16 RMSNorm at 3 / 4, bf16 LayerNorm 4096 at 4): (4, 1024), (301, 2048), (3, 2056) (slots left empty),
-# (2, 4096), (2, 8192), (2, 12288).
+# f16 (2, 4096) and f32 (5, 1024) block rows. v29's lean block rows at lean_block_packs (f32 C = 1028..8192 at 2..4
+# packs, bf16 LayerNorm at 4): f32 (301, 2048) and (3, 1028) at 3 (slots left empty), (3, 2056) at 4 / 2 (RMSNorm),
+# (2, 4096), (2, 8192); bf16 LayerNorm (3, 2056), (2, 4096).
 SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
           (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288), (3, 16384), (2, 24576),
           (2, 4096), (5, 1024), (3, 2056), (2, 8192)]

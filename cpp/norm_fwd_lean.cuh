@@ -12,7 +12,7 @@
 // issue 5 (C = 1024, 2048, 12288: +3..6% each round); bf16 RMSNorm +1..2% (v23), -1..+2% at C = 768 / 1024 and
 // +1..2% at 2048..12288 in three more rounds (v24); f32 -1..+2% and f32 C = 12288 0.81-0.91 (768-thread blocks at
 // 80 registers: one per SM): f32 stayed on v4 (RESULTS.md "v23", "v24"). Since v29 block rows take the packs per
-// thread lean_block_packs gives (below), f32 rows of C = 768..8192 among them.
+// thread lean_block_packs gives (below), f32 rows of C = 1028..8192 among them.
 // Statistics as norm_rows.cuh: exact two passes over the registers, rstd by rsqrtf, y centred on m1 + Σd / C,
 // the saved mean relative to x[row, 0] (lane 0's first pack).
 #pragma once
@@ -196,22 +196,24 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
 }
 
 // v29: the packs per thread of the lean kernel's block rows for rows of `packs` 16-byte packs where they beat the
-// rule before (bf16: the lean kernel at 8 packs, team rows at 8 / 6; f32: norm_fwd_half.cuh's rows), 0 elsewhere
-// (norms.cu). Measured inside one process (benchmarks/norm_fwd_ab.cu packs-*, two rounds, against an A/A of
-// +0..2.7%, RESULTS.md "v29"): f32 LayerNorm 3 packs +1.4..3.8% at C = 768..2048, 4 +2.1..3.2% at 4096 / 8192; f32
-// RMSNorm 3 +0.9..3.0% at 768..2048, 2 +5% at 4096, 4 +3% at 8192; bf16 RMSNorm 3 +2.7..4.5% at 1024..8192, 4 +3% at
-// 12288; bf16 LayerNorm 4 +5.4..6.4% at 4096 (8192 / 12288 tie; 2048's team rows +1.4..2%: kept). Why: fewer bytes
+// rule before (f32: norm_fwd_half.cuh's 4 packs on half the threads per SM; bf16 LayerNorm: the lean rows at 8
+// packs), 0 elsewhere (norms.cu). Measured inside one process (benchmarks/norm_fwd_ab.cu packs-*, then v29; four
+// rounds in two processes, against A/A pairs within +-2%; RESULTS.md "v29"): f32 LayerNorm 3 packs +1.6..3.8% at
+// C = 2048, 4 +1.7..3.2% at 4096 / 8192; f32 RMSNorm 2 +3.6..5.1% at 4096, 4 +2.3..3.4% at 8192 (3 at 2048: +0.4..1.4);
+// bf16 LayerNorm 4 +3.3..6.4% at 4096. Ties, left as they were: f32 C = 768 / 1024 at 3 packs, bf16 RMSNorm at 3 / 4
+// (+2.7..4.5% in one process, -0.9..+1.4% in the other), bf16 LayerNorm 8192 / 12288 at 4. Why fewer packs: fewer bytes
 // in flight per thread (a full-grid copy reads 4.2 TB/s at one 16-byte pack per thread, 4.05 at 4, 3.95-3.98 at 8:
-// benchmarks/copy_ceiling.cu) where the block's reductions stay cheap (1 pack per thread: 0.54-0.98x); f32 C = 12288
-// needs 768 threads at 4 packs, whose blocks lose (0.82x LayerNorm, 0.95x RMSNorm).
+// benchmarks/copy_ceiling.cu) where the block's reductions stay cheap (one pack per thread: 0.54-0.98x); f32
+// C = 12288 needs 768 threads at 4 packs, whose blocks lose (0.82x LayerNorm, 0.95x RMSNorm).
+template <typename T, bool kRms>
+inline constexpr bool kLeanTuned = sizeof(T) == 4 || !kRms;  // bf16 RMSNorm: none
+
 template <typename T, bool kRms>
 constexpr int lean_block_packs(int64_t packs) {
   int np = 0;
   if constexpr (sizeof(T) == 4) {
-    if (packs >= 192 && packs <= 2048) np = packs > 1024 || (!kRms && packs > 512) ? 4 : kRms && packs > 512 ? 2 : 3;
-  } else if constexpr (kRms) {
-    np = packs > 96 && packs <= 1024 ? 3 : packs > 1024 && packs <= 3072 ? 4 : 0;
-  } else {
+    if (packs > 256 && packs <= 2048) np = packs <= 512 ? 3 : packs > 1024 ? 4 : kRms ? 2 : 4;
+  } else if constexpr (!kRms) {
     np = packs > 256 && packs <= 512 ? 4 : 0;
   }
   const int64_t threads = np > 0 ? ceil_div(packs, np) : 0;

@@ -64,14 +64,14 @@ int lean_tuned_packs(int64_t packs) {
   return norm_fwd_version() == NormFwd::kByDtype ? lean_block_packs<T, kRms>(packs) : 0;
 }
 
-// f(std::integral_constant<int, np>) for the packs lean_block_packs<T, kRms> can give (2: f32 RMSNorm; 3: f32,
-// 16-bit RMSNorm; 4: all).
+// f(std::integral_constant<int, np>) for the packs lean_block_packs<T, kRms> can give (2: f32 RMSNorm; 3: f32; 4: f32,
+// bf16 LayerNorm).
 template <typename T, bool kRms, typename F>
 ffi::Error with_lean_packs(int np, F&& f) {
   if constexpr (sizeof(T) == 4 && kRms) {
     if (np == 2) return f(std::integral_constant<int, 2>{});
   }
-  if constexpr (sizeof(T) == 4 || kRms) {
+  if constexpr (sizeof(T) == 4) {
     if (np == 3) return f(std::integral_constant<int, 3>{});
   }
   return f(std::integral_constant<int, 4>{});
@@ -426,8 +426,8 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     };
     // norm_fwd_lean.cuh: bf16 rows of whole packs, one scale row (and LayerNorm's one bias row) or none, all
     // aligned; v3's geometry, LayerNorm team rows at the packs v21 gives them (6 where v10's rule takes them, else
-    // 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28; block rows at lean_tuned_packs, and
-    // f32 rows where it gives packs, since v29.
+    // 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28. Since v29, where lean_tuned_packs gives
+    // packs, block rows at them: f32 rows too (only those), bf16 LayerNorm 4096.
     if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float>) {
       const auto one_row = [&](const ParamView& p) { return p.data == nullptr || p.rows_per_group >= s.rows; };
       const int tuned = s.cols % kVec<T> == 0 ? lean_tuned_packs<T, kRms>(s.cols / kVec<T>) : 0;
@@ -437,21 +437,22 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
         // staged in shared memory, v28; else loaded in pass 3, v23).
         const auto lean = [&](auto has_scale, auto has_bias, auto staged) -> ffi::Error {
           constexpr bool kS = decltype(has_scale)::value, kB = decltype(has_bias)::value;
-          constexpr bool kSt = decltype(staged)::value;
           const auto go = [&](auto kernel, const RowsPlan& p) -> ffi::Error {
             return launch_plan(kernel, p, xp, scale.data, bias.data, yp, mean, rstd, s.rows,
                                static_cast<int>(s.cols), 1.0f / static_cast<float>(s.cols), epsilon, p.tpr);
           };
-          // (kSt concerns team rows only: block rows take one instance either way.)
-          if (tuned > 0) {
-            return with_lean_packs<T, kRms>(tuned, [&](auto np) {
-              return go(norm_fwd_lean_kernel<T, kRms, true, decltype(np)::value, kS, kB>,
-                        plan_norm_rows<T, decltype(np)::value>(s.cols));
-            });
+          if constexpr (kLeanTuned<T, kRms>) {
+            if (tuned > 0) {
+              return with_lean_packs<T, kRms>(tuned, [&](auto np) {
+                return go(norm_fwd_lean_kernel<T, kRms, true, decltype(np)::value, kS, kB>,
+                          plan_norm_rows<T, decltype(np)::value>(s.cols));
+              });
+            }
           }
           if constexpr (sizeof(T) == 4) {
             return ffi::Error::Internal("f32 lean rows without tuned packs");  // the condition above excludes them
           } else {
+            constexpr bool kSt = decltype(staged)::value;  // team rows only: block rows take one instance either way
             if (plan.block_rows) return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB>, plan);
             if constexpr (!kRms) {
               if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {

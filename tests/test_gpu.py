@@ -450,11 +450,11 @@ def test_big_layer_norm_backward(big):
 #   misaligned; (700, 12288): block rows of 384 / 192, strides; (9, 12289); (5, 24576): the longest f32
 #   block (768 threads); (5, 24580): f32 v1 fallback / block; (3, 49152): v1 / the longest 16-bit
 #   block; (3, 50257): v1 fallback for all.
-# v29's lean block rows (norm_fwd_lean.cuh's lean_block_packs; whole packs, one parameter row): f32 C = 768..8192 at
-# 3 packs ((8001, 768) every slot used, (257, 1024), (65, 2048) not), 4 ((65, 2056), (97, 4096) LayerNorm, (9, 6144),
-# (5, 8192)) and RMSNorm's 2 ((97, 4096)); (5, 764) stays on v4 (191 packs); bf16 RMSNorm at 3 ((257, 1024) to
-# (5, 8192)) and 4 ((700, 12288)), bf16 LayerNorm (97, 4096) at 4.
-FWD_CLASS_SHAPES = [(1, 1), (7, 3), (300, 33), (60001, 64), (5, 764), (8001, 768), (300, 1001), (257, 1024),
+# v29's lean block rows (norm_fwd_lean.cuh's lean_block_packs; whole packs, one parameter row): f32 C = 1028..8192 at
+# 3 packs ((129, 1028): the first, slots left empty; (65, 2048)), 4 ((65, 2056), (97, 4096) LayerNorm, (9, 6144),
+# (5, 8192): every slot used) and RMSNorm's 2 ((65, 2056), (97, 4096)); (257, 1024) stays on v4; bf16 LayerNorm at 4
+# ((65, 2056), (97, 4096)).
+FWD_CLASS_SHAPES = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 768), (300, 1001), (257, 1024),
                     (129, 1027), (129, 1028), (65, 2048), (65, 2055), (65, 2056), (97, 4096), (33, 4097), (9, 6144),
                     (5, 8192), (700, 12288), (9, 12289), (5, 24576), (5, 24580), (3, 49152), (3, 50257)]
 
@@ -548,14 +548,8 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
 # block rows (3, 8192), (700, 12288) every slot used, (3, 24584) not; v21 is the rule before it. Since v28 its team
 # rows read the parameters from a copy staged in shared memory (v23: loaded in pass 3), and rows without a bias take
 # it too. Under a persistent grid too (several rows per block, the copy staged once). Since v29 (v28: the rule before)
-# the lean kernel's block rows take lean_block_packs: f32 (8001, 768), (20, 1000), (65, 1032), (1, 2048) at 3 packs,
-# (97, 4096) at 4 (LayerNorm) / 2 (RMSNorm), (3, 8192) at 4 ((129, 516): 129 packs, and (700, 12288) stay on v4); bf16
-# RMSNorm (20, 1000), (65, 1032), (1, 2048), (97, 4096), (3, 8192) at 3, (700, 12288) at 4; bf16 LayerNorm (97, 4096)
-# at 4.
-# Each with a NaN row and a constant row, NaN poured into the memory the outputs take; without parameters and with
-# a scale alone too (v3 / v4: 16-byte loads of the one parameter present);
-# vmap with batched (per-group, misaligned) parameters; large mean / tiny variance (x = 1e4 + 1e-2 noise,
-# epsilon 1e-12) in every class with the backward, which reads the saved mean and rstd.
+# the lean kernel's block rows take lean_block_packs: f32 (65, 1032), (1, 2048) at 3 packs, (97, 4096) at 4 (LayerNorm)
+# / 2 (RMSNorm), (3, 8192) at 4 ((20, 1000), (8001, 768) and (700, 12288) stay on v4); bf16 LayerNorm (97, 4096) at 4.
 _NORM_V4_SCRIPT = r"""
 import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
 sys.path.insert(0, {tests!r})
