@@ -14,6 +14,8 @@
 #   big      the > 2^31-element norm forwards: bf16 LayerNorm / RMSNorm at C = 4096 (v29: 4 / 3 packs), the team rows,
 #            f32 rows of 2048 (v29: 3 packs).
 #   final    the bench's LayerNorm and RMSNorm forward and forward + backward, f32 and bf16, one process each.
+#   gelu     benchmarks/gelu_fwd_ab.cu: the GELU forward at 4 (the default, twice: A/A), 2 and 1 packs per thread,
+#            f32 and bf16, per-feature parameter rows and scalar attributes, beside two copies; two rounds.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -76,6 +78,16 @@ stage_final() {
   timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs fwd+bwd --parts sweep \
     --dtypes float32 bfloat16 --out "$out/sweep-norms-fb" > "$out/sweep-norms-fb.log" 2>&1
   grep -E "^(layer|rms)_norm" "$out/sweep-norms-fb.log"
+}
+
+stage_gelu() {
+  ab_nvcc_harness gelu_fwd_ab.cu /tmp/gelu_fwd_ab || return 1
+  local round
+  for round in ${GELU_ROUNDS:-g1 g2}; do
+    timeout 120 /tmp/gelu_fwd_ab > "$out/gelu_fwd_ab_r$round.md" 2>&1
+    echo "rc=$?"
+    cat "$out/gelu_fwd_ab_r$round.md"
+  done
 }
 
 ab_init "$@"
