@@ -16,6 +16,9 @@
 #   final    the bench's LayerNorm and RMSNorm forward and forward + backward, f32 and bf16, one process each.
 #   gelu     benchmarks/gelu_fwd_ab.cu: the GELU forward at 4 (the default, twice: A/A), 2 and 1 packs per thread,
 #            f32 and bf16, per-feature parameter rows and scalar attributes, beside two copies; two rounds.
+#   gverify  the GELU tests on the GPU (every parameter mode, grids, stale / poisoned outputs, the > 2^31 forward) beside
+#            compute-sanitizer memcheck and racecheck over the GELU forward (sanitize.py --fwd: arrays, attributes).
+#   gbench   the bench's GELU forward sweep and the fusion experiment, one process.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -88,6 +91,21 @@ stage_gelu() {
     echo "rc=$?"
     cat "$out/gelu_fwd_ab_r$round.md"
   done
+}
+
+stage_gverify() {
+  SAN_ARGS=--fwd ab_sanitize gelu kns=gelu_fwd 200 gelu_arrays gelu_scalars &
+  ab_gpu_tests gelu-tests 200 "gelu" 190
+  wait
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 python3 -P -m pytest -q -rfE --timeout 110 -k "big_gelu_forward" \
+    tests/test_gpu.py > "$out/big-gelu.log" 2>&1
+  tail -n 1 "$out/big-gelu.log"
+}
+
+stage_gbench() {
+  timeout 200 python3 -P -m jax_memops.cli bench --ops gelu --dirs fwd --parts sweep fusion \
+    --dtypes float32 bfloat16 --out "$out/sweep-gelu" > "$out/sweep-gelu.log" 2>&1
+  grep -E "^gelu|fused|kernels|XLA" "$out/sweep-gelu.log" | head -40
 }
 
 ab_init "$@"

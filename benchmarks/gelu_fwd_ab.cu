@@ -1,11 +1,12 @@
 // The GELU forward's batch inside one process (issue 6; RESULTS.md "v29"; the method: inproc_ab.cuh). The bench reads
 // our f32 forward at 0.98x XLA's fused chain (both near its copy); copy_ceiling.cu reads a full-grid copy at 4.2 TB/s
-// with one 16-byte pack per thread, 4.05 with four. gelu.cu's forward loads kBatch = 4 packs per thread (v3), a
-// stride of the whole grid apart. Variants of that kernel (its body, gelu.cu's gelu_fwd_kernel, with the batch a
-// template argument): 4 packs (twice: the A/A pair), 2, 1, each on its full grid (elementwise_grid), beside a copy
-// of 1 pack per thread and one of 4 with streaming hints. Per-feature scale and bias rows (ParamMode kRows) and
-// scalar attributes (kScalars), f32 and bf16, rows = 2^26 / C. Every variant's output must equal the default's
-// bitwise (the same math per element), and the default is checked against float64 on sampled elements.
+// with one 16-byte pack per thread, 4.05 with four. gelu.cu's forward loaded kBatch = 4 packs per thread (v3), a
+// stride of the whole grid apart; since v29 (from this harness) 2 for f32 with parameter arrays, 1 with attributes.
+// Variants of that kernel (its body, gelu.cu's gelu_fwd_kernel, with the batch a template argument): 4 packs (v3's;
+// twice: the A/A pair), 2, 1, each on its full grid (elementwise_grid), beside a copy of 1 pack per thread and one of
+// 4 with streaming hints. Per-feature scale and bias rows (ParamMode kRows) and scalar attributes (kScalars), f32 and
+// bf16, rows = 2^26 / C. Every variant's output must equal the 4-pack one's bitwise (the same math per element), and
+// that one is checked against float64 on sampled elements.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/gelu_fwd_ab.cu \
@@ -27,7 +28,7 @@ using inproc::kElems;
 template <typename T>
 inline constexpr int kBlocksPerSm = sizeof(T) == 2 ? 3 : 4;  // gelu.cu's kFwdBlocksPerSm
 
-// gelu.cu's gelu_fwd_kernel with its batch budget kRegs a template argument (16: the default, 4 packs).
+// gelu.cu's gelu_fwd_kernel with its batch budget kRegs a template argument (16: 4 packs, v3's).
 template <typename T, int V, ParamMode M, int kRegs>
 __global__ void __launch_bounds__(kElemBlock, kBlocksPerSm<T>)
     gelu_fwd_batch(const T* __restrict__ x, ParamView scale, ParamView bias, float scale_value, float bias_value,

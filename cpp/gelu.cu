@@ -12,11 +12,17 @@ namespace ffi = xla::ffi;
 namespace jm::cuda {
 namespace {
 
-// The forward's load batch (v3): 4 packs of 16 bytes per thread issued before any is used (v2: 2).
-// Launch bound: f32 4 blocks of 256 per SM (<= 64 registers; 64 KiB of x in flight per SM); 16-bit
-// packs unpack to 8 floats (and 8 + 8 parameters), which spill at 64 registers: 3 blocks (72 registers,
-// ptxas -v; 48 KiB).
-constexpr int kFwdBatchRegs = 16;
+// The forward's load batch, as registers per thread (kBatch: 4 per 16-byte pack): v3's 4 packs issued before any
+// is used (v2: 2) for 16-bit rows with parameter arrays and for unvectorized rows; since v29, 2 packs for f32 rows
+// with parameter arrays and 1 where both parameters are attributes (a flat run of packs). Measured inside one
+// process (benchmarks/gelu_fwd_ab.cu, two rounds, A/A within 1%; RESULTS.md "v29"): f32 with arrays 2 packs
+// +1.5..2.1% (1: -1.3..1.8%), attributes 1 pack +2.4..2.6% (f32) and +1.4..1.7% (bf16); bf16 with arrays 2 packs
+// -4..5%, 1 pack -15% (each pack's 8 + 8 parameter floats). A full-grid copy reads 4.2 TB/s at 1 pack per
+// thread, 4.05 at 4 (benchmarks/copy_ceiling.cu).
+template <typename T, int V, ParamMode M>
+inline constexpr int kFwdBatchRegs = V == 1 ? 16 : M == ParamMode::kScalars ? 4 : sizeof(T) == 4 ? 8 : 16;
+// Launch bound: f32 4 blocks of 256 per SM (<= 64 registers); 16-bit packs unpack to 8 floats (and 8 + 8
+// parameters), which spill at 64 registers: 3 blocks (72 registers, ptxas -v).
 template <typename T>
 inline constexpr int kFwdBlocksPerSm = sizeof(T) == 2 ? 3 : 4;
 
@@ -27,7 +33,8 @@ template <typename T, int V, ParamMode M>
 __global__ void __launch_bounds__(kElemBlock, kFwdBlocksPerSm<T>)
     gelu_fwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, float scale_value,
                     float bias_value, T* __restrict__ y, int64_t rows, int64_t cols) {
-  for_grid_packs<V, kFwdBatchRegs>({x}, rows * cols / V, cols, [&](int64_t q, const RowColCursor& at, const auto& p) {
+  constexpr int kRegs = kFwdBatchRegs<T, V, M>;
+  for_grid_packs<V, kRegs>({x}, rows * cols / V, cols, [&](int64_t q, const RowColCursor& at, const auto& p) {
     float v[V], s[V], b[V];
     unpack_fresh(p[0], v);  // 16-bit: converted here, not hoisted (the batch stays raw: half the registers)
     load_param_at<M>(scale, at, cols, scale_value, s);
@@ -193,9 +200,9 @@ ffi::Error GeluFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
     return with_param_mode_and_vec<T>(sv, bv, s, {xp, yp, sv.data, bv.data}, [&](auto mode, auto vec) {
       constexpr ParamMode M = decltype(mode)::value;
       constexpr int V = decltype(vec)::value;
-      return launch(gelu_fwd_kernel<T, V, M>, elementwise_grid(dev, s.size() / V, kBatch<T, V, 1, kFwdBatchRegs>),
-                    dim3(kElemBlock), 0, stream, "gelu_fwd", xp, sv, bv, scale_value, bias_value, yp, s.rows,
-                    s.cols);
+      constexpr int kPacks = kBatch<T, V, 1, kFwdBatchRegs<T, V, M>>;
+      return launch(gelu_fwd_kernel<T, V, M>, elementwise_grid(dev, s.size() / V, kPacks), dim3(kElemBlock), 0,
+                    stream, "gelu_fwd", xp, sv, bv, scale_value, bias_value, yp, s.rows, s.cols);
     });
   });
 }
