@@ -6,6 +6,7 @@
 #                      A/Bs by PYTHONPATH (softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "")
 #   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
 #   ab_run, ab_gpu_tests, ab_check, ab_norm_bwd_verify, ab_softmax_fwd_verify, ab_sanitize, ab_norm_sanitize,
+#   ab_norm_fwd_verify, ab_big_tests,
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
 #   ab_smxab, ab_san_cpu: below
 
@@ -140,6 +141,28 @@ ab_sanitize_resume() {
 
 # ab_norm_sanitize TAG FILTER [SECONDS]: ab_sanitize over the norms (default 280 s).
 ab_norm_sanitize() { ab_sanitize "$1" "$2" "${3:-280}" layer_norm rms_norm; }
+
+# ab_norm_fwd_verify: the norms' forward GPU tests (size classes, versions, row groups, large mean) beside
+# compute-sanitizer memcheck and racecheck over every norm forward kernel (sanitize.py --fwd: layer_norm, its
+# scale-only and parameter-free forms, rms_norm); the tests' last line, each tool's checks and summaries.
+ab_norm_fwd_verify() {
+  SAN_ARGS=--fwd ab_sanitize nfwd kns=norm_fwd 280 layer_norm layer_norm_scale layer_norm_noparams rms_norm &
+  ab_gpu_tests nverify-tests 280 "norm_forward_classes or norm_forward_versions" 270
+  wait
+  local log
+  for log in memcheck-nfwd racecheck-nfwd; do
+    echo "$log: $(grep -cE '^\[' "$out/$log.log") checks run; $(grep -E 'SUMMARY|checks passed|Internal' \
+      "$out/$log.log" | sort | uniq -c | tr '\n' ' ')"
+  done
+}
+
+# ab_big_tests EXPR: tests/test_gpu.py's tests -k EXPR (the > 2^31-element ones; 200 s), each outcome shown.
+ab_big_tests() {
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 200 python3 -P -m pytest -v -rfEs --timeout 190 -k "$1" \
+    tests/test_gpu.py > "$out/big.log" 2>&1
+  grep -E "PASSED|FAILED|SKIPPED|ERROR" "$out/big.log" | sed 's/ *\[.*//' | tail -12
+  tail -n 1 "$out/big.log"
+}
 
 # ab_against_old NAME BENCH-OPTIONS...: softmax_ab.py, build/old's install (/tmp/oldsite) against this
 # one, the table shown.

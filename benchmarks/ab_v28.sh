@@ -126,16 +126,7 @@ stage_smxproc() {
   done
 }
 
-stage_nverify() {
-  SAN_ARGS=--fwd ab_sanitize nfwd kns=norm_fwd 280 layer_norm layer_norm_scale layer_norm_noparams rms_norm &
-  ab_gpu_tests nverify-tests 280 "norm_forward_classes or norm_forward_versions" 270
-  wait
-  local log
-  for log in memcheck-nfwd racecheck-nfwd; do
-    echo "$log: $(grep -cE '^\[' "$out/$log.log") checks run; $(grep -E 'SUMMARY|checks passed|Internal' \
-      "$out/$log.log" | sort | uniq -c | tr '\n' ' ')"
-  done
-}
+stage_nverify() { ab_norm_fwd_verify; }
 
 stage_nbench() {
   timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs fwd --parts sweep \
@@ -151,11 +142,8 @@ stage_final() {
 }
 
 stage_big() {
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 200 python3 -P -m pytest -v -rfEs --timeout 190 \
-    -k "big_softmax_size_class or big_layer_norm_forward or big_rms_norm_forward or big_norm_team_rows" \
-    tests/test_gpu.py > "$out/big.log" 2>&1
-  grep -E "PASSED|FAILED|SKIPPED|ERROR" "$out/big.log" | sed 's/ *\[.*//' | tail -12
-  tail -n 1 "$out/big.log"
+  ab_big_tests "big_softmax_size_class or big_layer_norm_forward or \
+big_rms_norm_forward or big_norm_team_rows"
 }
 
 ab_init "$@"

@@ -55,23 +55,11 @@ stage_packs() { IN_OPS=${IN_OPS:-packs-f32 packs-bf16} IN_ROUNDS=${IN_ROUNDS:-k1
 
 stage_v29() { IN_OPS=${IN_OPS:-v29} IN_ROUNDS=${IN_ROUNDS:-n1 n2} ab_inproc; }
 
-stage_nverify() {
-  SAN_ARGS=--fwd ab_sanitize nfwd kns=norm_fwd 280 layer_norm layer_norm_scale layer_norm_noparams rms_norm &
-  ab_gpu_tests nverify-tests 280 "norm_forward_classes or norm_forward_versions" 270
-  wait
-  local log
-  for log in memcheck-nfwd racecheck-nfwd; do
-    echo "$log: $(grep -cE '^\[' "$out/$log.log") checks run; $(grep -E 'SUMMARY|checks passed|Internal' \
-      "$out/$log.log" | sort | uniq -c | tr '\n' ' ')"
-  done
-}
+stage_nverify() { ab_norm_fwd_verify; }
 
 stage_big() {
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 200 python3 -P -m pytest -v -rfEs --timeout 190 \
-    -k "big_layer_norm_forward or big_rms_norm_forward or big_norm_team_rows or big_norm_forward_f32" \
-    tests/test_gpu.py > "$out/big.log" 2>&1
-  grep -E "PASSED|FAILED|SKIPPED|ERROR" "$out/big.log" | sed 's/ *\[.*//' | tail -12
-  tail -n 1 "$out/big.log"
+  ab_big_tests "big_layer_norm_forward or big_rms_norm_forward or \
+big_norm_team_rows or big_norm_forward_f32"
 }
 
 stage_final() {

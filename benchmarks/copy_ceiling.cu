@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cuda_common.cuh"
+#include "inproc_ab.cuh"  // CK, hash, median
 
 namespace {
 
@@ -31,21 +32,9 @@ using jm::cuda::smem_addr;
 constexpr int kSamples = 15;
 constexpr int kLoop = 10;  // launches between one event pair in the "loop" timing
 
-void check(cudaError_t e, const char* what, int line) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "line %d: %s: %s\n", line, what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-#define CK(call) check((call), #call, __LINE__)
-
 __global__ void fill_random(uint32_t* x, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    x[i] = h;
+    x[i] = inproc::hash(static_cast<uint32_t>(i), seed);
   }
 }
 
@@ -169,11 +158,6 @@ __global__ void write_tiles(uint4* __restrict__ y, int64_t n4, uint32_t value) {
   for (int u = 0; u < U; ++u) {
     if (i + u * blockDim.x < n4) __stcs(y + i + u * blockDim.x, make_uint4(value, value, value, value));
   }
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Case {
@@ -334,7 +318,7 @@ int main() {
               kLoop);
   std::printf("|---|---|---|---|---|---|\n");
   for (Case& c : cases) {
-    const float s = median(c.single), l = median(c.loop);
+    const double s = inproc::median(c.single), l = inproc::median(c.loop);
     const auto [lo, hi] = std::minmax_element(c.loop.begin(), c.loop.end());
     std::printf("| %s | %.4f | %.0f | %.4f | %.0f | %.3f |\n", c.name.c_str(), s, c.bytes / (s * 1e6), l,
                 c.bytes / (l * 1e6), *hi / *lo);
