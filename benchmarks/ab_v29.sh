@@ -16,9 +16,6 @@
 #   final    the bench's LayerNorm and RMSNorm forward and forward + backward, f32 and bf16, one process each.
 #   gelu     benchmarks/gelu_fwd_ab.cu: the GELU forward at 4 (the default, twice: A/A), 2 and 1 packs per thread,
 #            f32 and bf16, per-feature parameter rows and scalar attributes, beside two copies; two rounds.
-#   gcols    benchmarks/gelu_fwd_ab.cu cols: gelu_fwd_cols.cuh's kernel (rows by columns, a pack's parameters held in
-#            registers; 8..32 rows per thread, 2 / 4 loads ahead) against the elementwise loop, parameter rows, f32 and
-#            bf16, C = 768, 1024, 4096, 12288; two rounds.
 #   gverify  the GELU tests on the GPU (every parameter mode, grids, stale / poisoned outputs, the > 2^31 forward) beside
 #            compute-sanitizer memcheck and racecheck over the GELU forward (sanitize.py --fwd: arrays, attributes).
 #   gbench   the bench's GELU forward sweep and the fusion experiment, one process.
@@ -81,16 +78,6 @@ stage_gelu() {
     timeout 120 /tmp/gelu_fwd_ab > "$out/gelu_fwd_ab_r$round.md" 2>&1
     echo "rc=$?"
     cat "$out/gelu_fwd_ab_r$round.md"
-  done
-}
-
-stage_gcols() {
-  ab_nvcc_harness gelu_fwd_ab.cu /tmp/gelu_fwd_ab || return 1
-  local round
-  for round in c1 c2; do
-    timeout 120 /tmp/gelu_fwd_ab cols > "$out/gelu_cols_r$round.md" 2>&1
-    echo "rc=$?"
-    cat "$out/gelu_cols_r$round.md"
   done
 }
 

@@ -10,14 +10,12 @@
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/gelu_fwd_ab.cu \
-//        -o /tmp/gelu_fwd_ab && /tmp/gelu_fwd_ab [cols]
-// cols: gelu_fwd_cols.cuh's kernel (rows by columns, the parameters held in registers) against the loop.
+//        -o /tmp/gelu_fwd_ab && /tmp/gelu_fwd_ab
 #include <cmath>
 #include <cstring>
 
 #include "inproc_ab.cuh"
 #include "cuda_common.cuh"
-#include "gelu_fwd_cols.cuh"
 #include "gelu_math.h"
 
 namespace {
@@ -141,69 +139,9 @@ bool run(const char* title, int64_t cols) {
   return ok;
 }
 
-// cols: gelu_fwd_cols.cuh's kernel (a column pack's parameters in registers, kRows rows per thread, kBatch loads
-// ahead) against the elementwise loop at v29's batch (f32 2 packs, 16-bit 4), parameter rows; twice the latter (A/A).
-template <typename T, int kRows, int kBatch>
-void launch_cols(const T* x, const float* s, const float* b, T* y, int64_t rows, int64_t cols) {
-  constexpr int V = jm::cuda::kVec<T>;
-  const jm::cuda::ColsGeometry g = jm::cuda::gelu_cols_geometry<kRows>(rows, cols / V);
-  jm::cuda::gelu_fwd_cols_kernel<T, V, kRows, kBatch><<<g.grid, g.block>>>(x, s, b, 1.5f, 0.25f, y, rows, cols);
-}
-
-template <typename T>
-bool run_cols(const char* title, int64_t cols) {
-  constexpr int kRegs = sizeof(T) == 4 ? 8 : 16;  // gelu.cu's batch for parameter rows since v29
-  const int64_t rows = kElems / cols, n = rows * cols;
-  T* x;
-  float *s, *b;
-  std::vector<T*> ys(7);
-  CK(cudaMalloc(&x, n * sizeof(T)));
-  CK(cudaMalloc(&s, cols * 4));
-  CK(cudaMalloc(&b, cols * 4));
-  for (T*& y : ys) {
-    CK(cudaMalloc(&y, n * sizeof(T)));
-    CK(cudaMemset(y, 0xff, n * sizeof(T)));
-  }
-  fill<<<1024, 256>>>(x, n, 4343u);
-  std::vector<float> sh(cols), bh(cols);
-  for (int64_t c = 0; c < cols; ++c) {
-    sh[c] = 0.5f + static_cast<float>((c * 37) % 101) / 100.0f;
-    bh[c] = static_cast<float>((c * 53) % 41) / 40.0f - 0.5f;
-  }
-  CK(cudaMemcpy(s, sh.data(), cols * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(b, bh.data(), cols * 4, cudaMemcpyHostToDevice));
-  const int64_t bytes = n * int64_t{sizeof(T)};
-  std::vector<inproc::Variant> vs;
-  vs.push_back({"copy 1", [&] { inproc::copy<1, false>(x, ys[6], bytes); }, {}});
-  vs.push_back({"loop", [&] { launch<T, ParamMode::kRows, kRegs>(x, s, b, ys[0], rows, cols); }, {}});
-  vs.push_back({"loop again", [&] { launch<T, ParamMode::kRows, kRegs>(x, s, b, ys[1], rows, cols); }, {}});
-  vs.push_back({"cols 16 x 2", [&] { launch_cols<T, 16, 2>(x, s, b, ys[2], rows, cols); }, {}});
-  vs.push_back({"cols 16 x 4", [&] { launch_cols<T, 16, 4>(x, s, b, ys[3], rows, cols); }, {}});
-  vs.push_back({"cols 32 x 4", [&] { launch_cols<T, 32, 4>(x, s, b, ys[4], rows, cols); }, {}});
-  vs.push_back({"cols 8 x 2", [&] { launch_cols<T, 8, 2>(x, s, b, ys[5], rows, cols); }, {}});
-  inproc::time_rotated(vs, inproc::kWarmup, inproc::kSamples);
-  CK(cudaDeviceSynchronize());
-  const auto gbs = [&](int i) { return 2.0 * bytes / inproc::median(vs[i].ms) / 1e6; };
-  std::printf("| %s | %lld | %.0f | %.0f (%.0f%%) |", title, static_cast<long long>(cols), gbs(0), gbs(1),
-              100 * gbs(1) / gbs(0));
-  for (int i = 2; i < 7; ++i) {
-    double r[3];
-    inproc::sample_ratio(vs[i], vs[1], r);
-    std::printf(" %.3f (%.3f, %.3f), %.0f%% |", r[0], r[1], r[2], 100 * gbs(i) / gbs(0));
-  }
-  std::string why;
-  const bool ok = check<T>(x, s, b, {ys[0], ys[1], ys[2], ys[3], ys[4], ys[5]}, n, cols, true, &why);
-  std::printf(" %s: %s |\n", ok ? "ok" : "FAILED", why.c_str());
-  for (T* y : ys) CK(cudaFree(y));
-  CK(cudaFree(x));
-  CK(cudaFree(s));
-  CK(cudaFree(b));
-  return ok;
-}
-
 }  // namespace
 
-int main(int argc, char** argv) {
+int main() {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs; %d samples, each variant once per sample in a rotated order\n\n", prop.name,
@@ -211,16 +149,6 @@ int main(int argc, char** argv) {
   std::printf("| case | C | copy 1 / copy 4s GB/s | 4 packs GB/s (%% of copy 1) | A/A | 2 packs / 4 | 1 pack / 4 | "
               "check |\n|---|---|---|---|---|---|---|---|\n");
   bool ok = true;
-  if (argc > 1 && std::string(argv[1]) == "cols") {
-    std::printf("| case | C | copy 1 GB/s | loop GB/s (%% of copy 1) | A/A | cols 16 x 2 / loop | cols 16 x 4 | "
-                "cols 32 x 4 | cols 8 x 2 | check |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int64_t cols : {768, 1024, 4096, 12288}) {
-      ok = run_cols<float>("f32, scale / bias rows", cols) && ok;
-      ok = run_cols<__nv_bfloat16>("bf16, scale / bias rows", cols) && ok;
-    }
-    std::printf("\n%s\n", ok ? "all outputs checked: ok" : "SOME OUTPUTS FAILED THEIR CHECK");
-    return ok ? 0 : 1;
-  }
   for (int64_t cols : {768, 4096}) {
     ok = run<float, ParamMode::kRows>("f32, scale / bias rows", cols) && ok;
     ok = run<__nv_bfloat16, ParamMode::kRows>("bf16, scale / bias rows", cols) && ok;
