@@ -16,6 +16,10 @@
 #   final    the bench's LayerNorm and RMSNorm forward and forward + backward, f32 and bf16, one process each.
 #   gelu     benchmarks/gelu_fwd_ab.cu: the GELU forward at 4 (the default, twice: A/A), 2 and 1 packs per thread,
 #            f32 and bf16, per-feature parameter rows and scalar attributes, beside two copies; two rounds.
+#   gcols    (branch v29-gelu-cols, whose harness and header have it) benchmarks/gelu_fwd_ab.cu cols: the GELU forward
+#            by columns (gelu_fwd_cols.cuh: a column pack's parameters held in registers, 8..32 rows per thread, 2 / 4
+#            loads ahead) against the elementwise loop, parameter rows, f32 and bf16, C = 768, 1024, 4096, 12288; two
+#            rounds. Refuted (RESULTS.md "v29").
 #   gverify  the GELU tests on the GPU (every parameter mode, grids, stale / poisoned outputs, the > 2^31 forward) beside
 #            compute-sanitizer memcheck and racecheck over the GELU forward (sanitize.py --fwd: arrays, attributes).
 #   gbench   the bench's GELU forward sweep and the fusion experiment, one process.
