@@ -23,6 +23,9 @@
 #   gverify  the GELU tests on the GPU (every parameter mode, grids, stale / poisoned outputs, the > 2^31 forward) beside
 #            compute-sanitizer memcheck and racecheck over the GELU forward (sanitize.py --fwd: arrays, attributes).
 #   gbench   the bench's GELU forward sweep and the fusion experiment, one process.
+#   memcpy   the bench's second ceiling (unfused.copy: the device's copy by one custom call): tests/test_unfused.py and
+#            tests/test_cli.py on the GPU, then the bench's LayerNorm / RMSNorm / GELU forward sweep with its memcpy
+#            column, one process.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -98,6 +101,13 @@ stage_gbench() {
   timeout 200 python3 -P -m jax_memops.cli bench --ops gelu --dirs fwd --parts sweep fusion \
     --dtypes float32 bfloat16 --out "$out/sweep-gelu" > "$out/sweep-gelu.log" 2>&1
   grep -E "^gelu|fused|kernels|XLA" "$out/sweep-gelu.log" | head -40
+}
+
+stage_memcpy() {
+  ab_gpu_tests memcpy-tests 150 "test_unfused or test_cli" 140
+  timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm gelu --dirs fwd --parts sweep \
+    --dtypes float32 bfloat16 --out "$out/sweep-memcpy" > "$out/sweep-memcpy.log" 2>&1
+  grep -E "^(op|layer_norm|rms_norm|gelu) " "$out/sweep-memcpy.log"
 }
 
 ab_init "$@"

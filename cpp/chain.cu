@@ -1,6 +1,7 @@
 // The fusion experiment's unfused pieces (issue 6): y = x * value, y = x + value and y = gelu(x), each
 // its own kernel behind its own FFI target (JmScaleCuda, JmBiasCuda, JmGeluOnlyCuda). Chained as three
-// custom calls they move 6 tensors where the fused scale_bias_gelu moves 2 — the seeds' 2.94x.
+// custom calls they move 6 tensors where the fused scale_bias_gelu moves 2 — the seeds' 2.94x. Beside them the
+// bench's device copy (JmCopyCuda): y = x by the driver's device-to-device copy.
 #include "bindings.h"
 #include "cuda_common.cuh"
 #include "gelu_math.h"
@@ -67,6 +68,15 @@ ffi::Error GeluOp(cudaStream_t s, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> 
   return map<Gelu>(s, x, y, value, "gelu");
 }
 
+// The device's copy ceiling for the bench (RESULTS.md "v29"): on the H200 the driver's copy reads 4.17-4.20 TB/s at
+// 256 MB, as a full-grid kernel of one 16-byte pack per thread does, where XLA's jitted copy reads 3.7-3.97.
+ffi::Error CopyOp(cudaStream_t s, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float) {
+  if (auto err = check_same(x, *y, "y"); err.failure()) return err;
+  if (x.size_bytes() == 0) return ffi::Error::Success();
+  return check_cuda(cudaMemcpyAsync(y->untyped_data(), x.untyped_data(), x.size_bytes(), cudaMemcpyDeviceToDevice, s),
+                    "copy: cudaMemcpyAsync");
+}
+
 }  // namespace
 }  // namespace jm::cuda
 
@@ -79,5 +89,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JmBiasCuda, jm::cuda::BiasOp,
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluOnlyCuda, jm::cuda::GeluOp,
+                              jm::bind::elementwise(jm::cuda::cuda_binding()),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmCopyCuda, jm::cuda::CopyOp,
                               jm::bind::elementwise(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});

@@ -1,4 +1,6 @@
-// The fusion experiment's unfused pieces on the CPU: y = x * value, y = x + value, y = gelu(x).
+// The fusion experiment's unfused pieces on the CPU: y = x * value, y = x + value, y = gelu(x); the bench's copy.
+#include <cstring>
+
 #include "bindings.h"
 #include "cpu_common.h"
 #include "gelu_math.h"
@@ -31,6 +33,14 @@ ffi::Error bias_op(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
 ffi::Error gelu_op(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float) {
   return map(pool, x, y, [](float v) { return gelu(v); });
 }
+ffi::Error copy_op(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float) {
+  if (auto err = check_same(x, *y, "y"); err.failure()) return err;
+  const auto* src = static_cast<const char*>(x.untyped_data());
+  auto* dst = static_cast<char*>(y->untyped_data());
+  parallel_for(pool, static_cast<int64_t>(x.size_bytes()), kPieceElems * 4,
+               [&](int64_t i0, int64_t i1) { std::memcpy(dst + i0, src + i0, static_cast<size_t>(i1 - i0)); });
+  return ffi::Error::Success();
+}
 
 }  // namespace
 }  // namespace jm::cpu
@@ -42,3 +52,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JmScaleCpu, jm::cpu::scale_op, jm::bind::elementwi
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmBiasCpu, jm::cpu::bias_op, jm::bind::elementwise(jm::cpu::cpu_binding()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluOnlyCpu, jm::cpu::gelu_op, jm::bind::elementwise(jm::cpu::cpu_binding()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmCopyCpu, jm::cpu::copy_op, jm::bind::elementwise(jm::cpu::cpu_binding()));

@@ -40,6 +40,7 @@ const Entry kEntries[] = {
     JM_ENTRY("jax_memops_scale", JmScale),
     JM_ENTRY("jax_memops_bias", JmBias),
     JM_ENTRY("jax_memops_gelu", JmGeluOnly),
+    JM_ENTRY("jax_memops_copy", JmCopy),
 };
 
 }  // namespace

@@ -16,7 +16,7 @@ from ._ext import build_info
 from .bench import DIRECTIONS, Result
 
 COLUMNS = ("op", "dir", "dtype", "shape", "ours ms", "XLA ms", "speedup", "ours GB/s", "% of copy",
-           "copy GB/s", "max rel diff")
+           "copy GB/s", "% of memcpy", "memcpy GB/s", "max rel diff")
 
 
 def _gb(v: float) -> str:
@@ -28,10 +28,10 @@ def _cells(r: Result) -> tuple[str, ...]:
     op = c.op if c.algorithm == "auto" else f"{c.op}[{c.algorithm}]"
     return (op, c.direction, c.dtype, "x".join(map(str, c.shape)), f"{r.ours_ms:.4f}", f"{r.xla_ms:.4f}",
             f"{r.speedup:.2f}", _gb(r.gbps(r.ours_ms)), f"{r.pct_of_copy:.0f}", _gb(r.copy_gbps),
-            f"{r.max_rel_diff:.1e}")
+            f"{r.pct_of_memcpy:.0f}", _gb(r.memcpy_gbps), f"{r.max_rel_diff:.1e}")
 
 
-_WIDTHS = (20, 7, 8, 12, 9, 9, 7, 9, 9, 9, 12)
+_WIDTHS = (20, 7, 8, 12, 9, 9, 7, 9, 9, 9, 11, 11, 12)
 
 
 def table_header() -> str:
@@ -78,7 +78,8 @@ def environment() -> dict:
         "commit": _commit(),
         "argv": sys.argv,
         "timing": "median over repetitions of the mean of back-to-back jitted calls closed by one "
-                  "block_until_ready; copy = jitted XOR of a uint32 buffer of x's size (read + write), interleaved",
+                  "block_until_ready; copy = jitted XOR of a uint32 buffer of x's size (read + write), memcpy = the "
+                  "device's copy of those bytes (one custom call: cudaMemcpyAsync / memcpy), both interleaved",
     }
 
 
@@ -101,7 +102,7 @@ def _pyplot():
 
 
 def plot_bandwidth(results: list[Result], out_dir: str) -> list[str]:
-    """One PNG per op: GB/s against row length C, ours / XLA / copy, a panel per direction."""
+    """One PNG per op: GB/s against row length C, ours / XLA / copy / memcpy, a panel per direction."""
     plt = _pyplot()
     if plt is None:
         return []
@@ -123,6 +124,7 @@ def plot_bandwidth(results: list[Result], out_dir: str) -> list[str]:
                 ax.plot(cols, [r.gbps(r.ours_ms) for r in sel], "o" + style, color="C0", label=f"ours {dtype}")
                 ax.plot(cols, [r.gbps(r.xla_ms) for r in sel], "s" + style, color="C1", label=f"XLA {dtype}")
                 ax.plot(cols, [r.copy_gbps for r in sel], style, color="0.5", label=f"copy {dtype}")
+                ax.plot(cols, [r.memcpy_gbps for r in sel], style, color="0.8", label=f"memcpy {dtype}")
             ax.set_xscale("log", base=2)
             ax.set_xlabel("row length C")
             ax.set_ylabel("GB/s (least bytes / time)")

@@ -35,6 +35,8 @@ def test_bench_quick_writes_table_json_and_plots(tmp_path, capsys):
         assert r["ours_ms"] > 0 and r["xla_ms"] > 0 and r["copy_ms"] > 0
         assert r["max_rel_diff"] <= bench.TOLERANCE[r["dtype"]]
         assert r["pct_of_copy"] == pytest.approx(100 * r["ours_gbps"] / r["copy_gbps"])
+        assert r["memcpy_ms"] > 0 and r["pct_of_memcpy"] == pytest.approx(100 * r["ours_gbps"] / r["memcpy_gbps"])
+        assert r["memcpy_gbps"] * r["memcpy_ms"] == pytest.approx(r["copy_gbps"] * r["copy_ms"])  # the same bytes
     assert data["model"]["jm_ms"] > 0 and data["model"]["xla_ms"] > 0
     assert [m["config"]["width"] for m in data["mlp"]] == [32] and data["mlp"][0]["jm_ms"] > 0
     assert "MLP block (Dense -> bias+GELU -> Dense)" in out
@@ -106,3 +108,12 @@ def test_copy_ceiling_moves_the_bytes_of_x(shape, dtype):
     assert out.dtype == jnp.uint32 and out.devices() == x.devices()
     assert out.size == max(4, x.size * x.dtype.itemsize // 16 * 4)
     assert 0 <= x.size * x.dtype.itemsize - 4 * out.size < 16 or out.size == 4
+
+
+@pytest.mark.parametrize("shape,dtype", [((1335, 7), jnp.float32), ((3, 50257), jnp.bfloat16), ((2,), jnp.float16)])
+def test_memcpy_ceiling_moves_the_bytes_of_copy_of(shape, dtype):
+    """The device's copy moves the bytes copy_of moves (as float32 words), on x's device, by one custom call."""
+    x = jnp.ones(shape, dtype)
+    out = bench.memcpy_of(x)()
+    assert out.dtype == jnp.float32 and out.devices() == x.devices()
+    assert out.size == bench.copy_of(x)().size

@@ -1,6 +1,6 @@
 """The fusion experiment's unfused pieces (jax_memops.unfused): scale, bias, gelu, each its own kernel and
 custom call, against float64 references; chained they equal the fused scale_bias_gelu up to the extra
-roundings of their intermediates."""
+roundings of their intermediates. The bench's device copy (unfused.copy) returns x bit for bit."""
 
 import re
 
@@ -41,6 +41,20 @@ def test_three_kernels_equal_the_fused_op(device, rng, dtype):
     fused = jax.jit(lambda v: jm.scale_bias_gelu(v, 1.5, 0.25))(x)
     # The chain rounds u = x*s and u + b to the dtype; the fused kernel keeps them in float32.
     mt.assert_close(chain, mt.f64(fused), 4 * FWD_TOL[dtype], dtype=dtype, what="three kernels")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", SIZES + [(0, 5)], ids=["x".join(map(str, s)) for s in SIZES + [(0, 5)]])
+def test_copy_returns_x_bitwise(device, rng, shape, dtype):
+    """NaN, infinities and signed zeros too: the copy moves bytes, it does no arithmetic."""
+    x = mt.randn(rng, shape, dtype)
+    if x.size >= 4:
+        x.flat[:4] = [np.nan, np.inf, -np.inf, -0.0]
+    y = jax.jit(unfused.copy)(jax.device_put(jnp.asarray(x), device))
+    assert y.dtype == x.dtype and y.shape == x.shape and list(y.devices()) == [device]
+    assert np.asarray(y).tobytes() == x.tobytes()
+    text = jax.jit(unfused.copy).lower(jnp.ones((4, 8))).as_text()
+    assert re.findall(r"custom_call @(\w+)", text) == ["jax_memops_copy"]
 
 
 def test_three_kernels_are_three_custom_calls():
