@@ -68,8 +68,8 @@ ffi::Error GeluOp(cudaStream_t s, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> 
   return map<Gelu>(s, x, y, value, "gelu");
 }
 
-// The device's copy ceiling for the bench (RESULTS.md "v29"): on the H200 the driver's copy reads 4.17-4.20 TB/s at
-// 256 MB, as a full-grid kernel of one 16-byte pack per thread does, where XLA's jitted copy reads 3.7-3.97.
+// The device's copy, the bench's second ceiling (RESULTS.md "v29"): on the H200 the driver's copy reads 4.17-4.20 TB/s
+// at 256 MB timed on the device, as a full-grid kernel of one 16-byte pack per thread does.
 ffi::Error CopyOp(cudaStream_t s, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, float) {
   if (auto err = check_same(x, *y, "y"); err.failure()) return err;
   if (x.size_bytes() == 0) return ffi::Error::Success();

@@ -44,8 +44,8 @@ def gelu(x):
 
 
 def copy(x):
-    """y = x by the device's copy (CUDA: cudaMemcpyAsync device to device; CPU: memcpy), one custom call. On the
-    H200 it reads 4.17-4.20 TB/s at 256 MB where XLA's jitted copy reads 3.7-3.97 (benchmarks/RESULTS.md "v29")."""
+    """y = x by the device's copy (CUDA: cudaMemcpyAsync device to device; CPU: memcpy), one custom call: the bench's
+    second ceiling (on the H200 4.17-4.20 TB/s at 256 MB timed on the device; benchmarks/RESULTS.md "v29")."""
     return _copy.call(check_input(x, "copy"), value=0.0)[0]
 
 
