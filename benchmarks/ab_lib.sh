@@ -6,7 +6,7 @@
 #                      A/Bs by PYTHONPATH (softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "")
 #   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
 #   ab_run, ab_gpu_tests, ab_check, ab_norm_bwd_verify, ab_softmax_fwd_verify, ab_sanitize, ab_norm_sanitize,
-#   ab_norm_fwd_verify, ab_big_tests,
+#   ab_norm_fwd_verify, ab_norm_sweep, ab_big_tests,
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
 #   ab_smxab, ab_san_cpu: below
 
@@ -154,6 +154,14 @@ ab_norm_fwd_verify() {
     echo "$log: $(grep -cE '^\[' "$out/$log.log") checks run; $(grep -E 'SUMMARY|checks passed|Internal' \
       "$out/$log.log" | sort | uniq -c | tr '\n' ' ')"
   done
+}
+
+# ab_norm_sweep DIR TAG: the bench's LayerNorm and RMSNorm sweep in direction DIR, f32 and bf16, one process
+# ($out/sweep-TAG.log); its rows shown.
+ab_norm_sweep() {
+  timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs "$1" --parts sweep \
+    --dtypes float32 bfloat16 --out "$out/sweep-$2" > "$out/sweep-$2.log" 2>&1
+  grep -E "^(layer|rms)_norm" "$out/sweep-$2.log"
 }
 
 # ab_big_tests EXPR: tests/test_gpu.py's tests -k EXPR (the > 2^31-element ones; 200 s), each outcome shown.

@@ -128,17 +128,11 @@ stage_smxproc() {
 
 stage_nverify() { ab_norm_fwd_verify; }
 
-stage_nbench() {
-  timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs fwd --parts sweep \
-    --dtypes float32 bfloat16 --out "$out/sweep-norms" > "$out/sweep-norms.log" 2>&1
-  grep -E "^(layer|rms)_norm" "$out/sweep-norms.log"
-}
+stage_nbench() { ab_norm_sweep fwd norms; }
 
 stage_final() {
   stage_nbench
-  timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs fwd+bwd --parts sweep \
-    --dtypes float32 bfloat16 --out "$out/sweep-norms-fb" > "$out/sweep-norms-fb.log" 2>&1
-  grep -E "^(layer|rms)_norm" "$out/sweep-norms-fb.log"
+  ab_norm_sweep fwd+bwd norms-fb
 }
 
 stage_big() {

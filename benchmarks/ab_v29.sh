@@ -70,12 +70,8 @@ big_norm_team_rows or big_norm_forward_f32"
 }
 
 stage_final() {
-  timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs fwd --parts sweep \
-    --dtypes float32 bfloat16 --out "$out/sweep-norms" > "$out/sweep-norms.log" 2>&1
-  grep -E "^(layer|rms)_norm" "$out/sweep-norms.log"
-  timeout 200 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm --dirs fwd+bwd --parts sweep \
-    --dtypes float32 bfloat16 --out "$out/sweep-norms-fb" > "$out/sweep-norms-fb.log" 2>&1
-  grep -E "^(layer|rms)_norm" "$out/sweep-norms-fb.log"
+  ab_norm_sweep fwd norms
+  ab_norm_sweep fwd+bwd norms-fb
 }
 
 stage_gelu() {

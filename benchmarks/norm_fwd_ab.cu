@@ -125,6 +125,16 @@ void launch_lean(const Bufs<T>& b, const Out<T>& o) {
   lean_rows<T, kRms, false, N, kS, kB, kE>(b, o, plan);
 }
 
+// v28 (norms.cu's rule before v29): f32 v4's rows (launch_v21's), bf16 the lean rows at 8 / 6 packs.
+template <typename T, bool kRms>
+void launch_v28(const Bufs<T>& b, const Out<T>& o) {
+  if constexpr (sizeof(T) == 4) {
+    launch_v21<T, kRms>(b, o);
+  } else {
+    launch_lean<T, kRms>(b, o);
+  }
+}
+
 // y of sampled rows against float64 (error relative to the row's largest |y|; bf16 rounds at ~2^-8), rstd (and
 // LayerNorm's mean) against the reference variant's (the same f32 statistics up to summation order).
 template <typename T, bool kRms>
@@ -387,17 +397,10 @@ bool run_packs(const char* title) {
   for (int cols : kWidths) {
     Case<T> c(cols, 8);  // outputs: copy 1, copy 4s, default, default again, NP = 1..4
     std::vector<inproc::Variant> vs;
-    const auto dflt = [&](const Out<T>& o) {
-      if constexpr (sizeof(T) == 4) {
-        launch_v21<T, kRms>(c.b, o);
-      } else {
-        launch_lean<T, kRms>(c.b, o);
-      }
-    };
     vs.push_back({"copy 1", [&] { inproc::copy<1, false>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
     vs.push_back({"copy 4s", [&] { inproc::copy<4, true>(c.b.x, c.outs[1].y, c.n * int64_t{sizeof(T)}); }, {}});
-    vs.push_back({"default", [&] { dflt(c.outs[2]); }, {}});
-    vs.push_back({"default again", [&] { dflt(c.outs[3]); }, {}});
+    vs.push_back({"default", [&] { launch_v28<T, kRms>(c.b, c.outs[2]); }, {}});
+    vs.push_back({"default again", [&] { launch_v28<T, kRms>(c.b, c.outs[3]); }, {}});
     std::string names[4];
     std::vector<int> np_at(4, -1);  // variant index of NP = kNps[i], -1 where the plan does not take the width
     const auto add = [&](int i, auto np) {
@@ -462,10 +465,8 @@ void launch_v29(const Bufs<T>& b, const Out<T>& o) {
     if constexpr (sizeof(T) == 4 || kRms) lean_np<3, T, kRms>(b, o, &name);
   } else if (np == 4) {
     lean_np<4, T, kRms>(b, o, &name);
-  } else if constexpr (sizeof(T) == 4) {
-    launch_v21<T, kRms>(b, o);
   } else {
-    launch_lean<T, kRms>(b, o);
+    launch_v28<T, kRms>(b, o);
   }
 }
 
@@ -478,17 +479,10 @@ bool run_v29(const char* title) {
   bool all_ok = true;
   for (int cols : kWidths) {
     Case<T> c(cols, 4);  // outputs: copy, v28, v28 again, v29
-    const auto v28 = [&](const Out<T>& o) {
-      if constexpr (sizeof(T) == 4) {
-        launch_v21<T, kRms>(c.b, o);
-      } else {
-        launch_lean<T, kRms>(c.b, o);
-      }
-    };
     std::vector<inproc::Variant> vs;
     vs.push_back({"copy 1", [&] { inproc::copy<1, false>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
-    vs.push_back({"v28", [&] { v28(c.outs[1]); }, {}});
-    vs.push_back({"v28 again", [&] { v28(c.outs[2]); }, {}});
+    vs.push_back({"v28", [&] { launch_v28<T, kRms>(c.b, c.outs[1]); }, {}});
+    vs.push_back({"v28 again", [&] { launch_v28<T, kRms>(c.b, c.outs[2]); }, {}});
     vs.push_back({"v29", [&] { launch_v29<T, kRms>(c.b, c.outs[3]); }, {}});
     inproc::time_rotated(vs, kWarmup, kSamples);
     CK(cudaDeviceSynchronize());

@@ -163,6 +163,11 @@ def _xor_words(words):
     return words ^ jnp.uint32(1)
 
 
+def _copy_words(x) -> int:
+    """4-byte words in the copies' buffers: x's bytes cut to a multiple of 16 (at least 16 bytes)."""
+    return max(4, x.size * x.dtype.itemsize // 16 * 4)
+
+
 def copy_of(x) -> Callable[[], object]:
     """The ceiling, as a zero-argument call: one read and one write of as many bytes as x holds (cut to a
     multiple of 16, at most 15 fewer) that XLA cannot elide — an XOR over a uint32 buffer of that size on
@@ -170,8 +175,7 @@ def copy_of(x) -> Callable[[], object]:
     H200: `x * 1.0001` on (1335, 50257) f32 1.6 TB/s, also on x flattened — an odd element count; its
     bf16 prefix cut to 16 bytes and bitcast to words 1.7 TB/s; `x * 1.0001` in bf16 ~3.4 TB/s where a
     copy of the same bytes reaches ~3.9), and a slow ceiling would flatter every ratio to it."""
-    words = max(4, x.size * x.dtype.itemsize // 16 * 4)
-    buf = jax.device_put(jnp.zeros((words,), jnp.uint32), next(iter(x.devices())))
+    buf = jax.device_put(jnp.zeros((_copy_words(x),), jnp.uint32), next(iter(x.devices())))
     return lambda: _xor_words(buf)
 
 
@@ -185,8 +189,7 @@ def memcpy_of(x) -> Callable[[], object]:
     to the driver's device-to-device copy (unfused.copy); "% of copy" counts against XLA's copy, "% of memcpy"
     against this. On the H200 the two read alike here (3.2-3.9 TB/s in a jitted loop, each call ~10-19 us above its
     kernel), while the driver's copy timed on the device alone reads 4.17-4.20 (benchmarks/copy_ceiling.cu)."""
-    words = max(4, x.size * x.dtype.itemsize // 16 * 4)
-    buf = jax.device_put(jnp.zeros((words,), jnp.float32), next(iter(x.devices())))
+    buf = jax.device_put(jnp.zeros((_copy_words(x),), jnp.float32), next(iter(x.devices())))
     return lambda: _memcpy(buf)
 
 
