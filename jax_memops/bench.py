@@ -11,7 +11,9 @@ Timing: warm-up calls (compilation excluded), then the median over `reps` repeti
 is device throughput as long as one call outlasts its dispatch (tens of microseconds): true for the
 default GPU tensors (2^26 elements, 4x larger than the H200's L2 even in bf16, so no buffer rotation is
 needed). It also works on a CPU, where there are no device events, and counts what a user's jitted loop
-pays, launch gaps included.
+pays, launch gaps included. With timing="device" (`--timing device`) the same calls run inside a profiler
+trace and each is charged the device's busy time alone (_device_timing.py): on the H200 a jitted call costs
+~10-19 us beyond its kernels, on both sides, which the wall clock adds to kernels of ~35-150 us.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 import jax_memops as jm
 
 from . import reference, unfused
+from ._device_timing import device_times
 
 OPS = ("softmax", "layer_norm", "rms_norm", "gelu")
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd", "jvp")
@@ -44,6 +47,7 @@ DEFAULT_COLS = {
 }
 DEFAULT_ELEMENTS = 1 << 26
 LADDER_COLS = (1024, 50257)
+TIMINGS = ("wall", "device")
 
 
 @dataclass(frozen=True)
@@ -214,11 +218,17 @@ def _rel_diff(u, v):
     return jnp.max(jnp.abs(u - v)) / jnp.maximum(jnp.max(jnp.abs(v)), 1e-30), finite
 
 
-def time_interleaved(calls: list[Callable[[], object]], iters: int, reps: int) -> list[float]:
-    """Median ms per call of each zero-argument call, measured in alternation so drifts hit all alike."""
+def time_interleaved(calls: list[Callable[[], object]], iters: int, reps: int, timing: str = "wall") -> list[float]:
+    """Median ms per call of each zero-argument call, measured in alternation so drifts hit all alike; by the
+    wall clock, or with timing="device" the device's busy time per call from a profiler trace
+    (_device_timing.py: without what each call costs beyond its kernels)."""
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     for f in calls:  # compile and warm up
         jax.block_until_ready(f())
         jax.block_until_ready(f())
+    if timing == "device":
+        return device_times(calls, iters, reps)
     samples = [[] for _ in calls]
     for _ in range(reps):
         for f, out in zip(calls, samples):
@@ -230,7 +240,7 @@ def time_interleaved(calls: list[Callable[[], object]], iters: int, reps: int) -
     return [statistics.median(s) for s in samples]
 
 
-def run_case(case: Case, key, iters: int, reps: int) -> Result:
+def run_case(case: Case, key, iters: int, reps: int, timing: str = "wall") -> Result:
     ours, xla, args = build(case, key)
     diff = max_rel_diff(ours(*args), xla(*args))
     if not diff <= TOLERANCE[case.dtype]:
@@ -238,7 +248,7 @@ def run_case(case: Case, key, iters: int, reps: int) -> Result:
                              f"(allowed {TOLERANCE[case.dtype]:g})")
     x = args[0]
     ours_ms, xla_ms, copy_ms, memcpy_ms = time_interleaved(
-        [lambda: ours(*args), lambda: xla(*args), copy_of(x), memcpy_of(x)], iters, reps)
+        [lambda: ours(*args), lambda: xla(*args), copy_of(x), memcpy_of(x)], iters, reps, timing)
     return Result(case, diff, ours_ms, xla_ms, copy_ms, memcpy_ms)
 
 
@@ -266,7 +276,7 @@ FUSION_SCALE, FUSION_BIAS = 1.5, 0.25
 FUSION_ELEMENTS = (1 << 25, 1 << 28)  # the seeds' n, and one far past any cache
 
 
-def fusion_case(n: int, dtype: str, key, iters: int, reps: int) -> dict:
+def fusion_case(n: int, dtype: str, key, iters: int, reps: int, timing: str = "wall") -> dict:
     """gelu(x * 1.5 + 0.25) four ways: our fused kernel, our three kernels (three custom calls), XLA's
     fused jit, and XLA as three separately jitted calls; with the copy of x as the ceiling."""
     from . import unfused
@@ -286,7 +296,7 @@ def fusion_case(n: int, dtype: str, key, iters: int, reps: int) -> dict:
         diff = max_rel_diff(f(x), want)
         if not diff <= 2 * TOLERANCE[dtype]:
             raise AssertionError(f"fusion {name} {dtype} n={n}: disagrees with XLA by {diff:.3g}")
-    times = time_interleaved([lambda f=f: f(x) for f in ways.values()] + [copy_of(x)], iters, reps)
+    times = time_interleaved([lambda f=f: f(x) for f in ways.values()] + [copy_of(x)], iters, reps, timing)
     out = {"n": n, "dtype": dtype, **{f"{k}_ms": t for k, t in zip(ways, times)}, "copy_ms": times[-1]}
     out["fused_vs_3_kernels"] = out["ours_3_kernels_ms"] / out["ours_fused_ms"]
     out["fused_vs_xla_fused"] = out["xla_fused_ms"] / out["ours_fused_ms"]

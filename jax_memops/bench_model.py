@@ -66,7 +66,7 @@ def block(params: dict, x, cfg: BlockConfig, ops: str):
     return x + y @ params["w_proj"]
 
 
-def _fwd_bwd_vs_xla(forward, params, x, cfg, label: str, iters: int, reps: int) -> dict:
+def _fwd_bwd_vs_xla(forward, params, x, cfg, label: str, iters: int, reps: int, timing: str = "wall") -> dict:
     """Jitted value_and_grad of mean(forward(params, x, ops)^2) for ops "jm" and "xla": checked against each
     other (bf16 activations through a whole block: 5e-2), then timed interleaved."""
     def step(ops):
@@ -78,16 +78,16 @@ def _fwd_bwd_vs_xla(forward, params, x, cfg, label: str, iters: int, reps: int) 
     diff = max_rel_diff(ours(params, x), xla(params, x))
     if not diff <= 5e-2:
         raise AssertionError(f"{label}: jm and XLA disagree, max relative difference {diff:.3g}")
-    ours_ms, xla_ms = time_interleaved([lambda: ours(params, x), lambda: xla(params, x)], iters, reps)
+    ours_ms, xla_ms = time_interleaved([lambda: ours(params, x), lambda: xla(params, x)], iters, reps, timing)
     return {"config": cfg.__dict__, "dtype": "bfloat16", "max_rel_diff": diff, "jm_ms": ours_ms,
             "xla_ms": xla_ms, "speedup": xla_ms / ours_ms}
 
 
-def run(cfg: BlockConfig, key, iters: int, reps: int) -> dict:
+def run(cfg: BlockConfig, key, iters: int, reps: int, timing: str = "wall") -> dict:
     params = init_params(cfg, key)
     x = jax.random.normal(jax.random.fold_in(key, 1), (cfg.batch, cfg.seq, cfg.width)).astype(jnp.bfloat16)
     return _fwd_bwd_vs_xla(lambda p, x, ops: block(p, x, cfg, ops), params, x, cfg, "transformer block",
-                           iters, reps)
+                           iters, reps, timing)
 
 
 # -- the MLP block: where a custom call meets XLA's matmul epilogue fusion (issue 6) -------------------
@@ -113,7 +113,7 @@ def mlp(params: dict, x, ops: str):
     return h @ params["w_proj"]
 
 
-def run_mlp(cfg: MlpConfig, key, iters: int, reps: int) -> dict:
+def run_mlp(cfg: MlpConfig, key, iters: int, reps: int, timing: str = "wall") -> dict:
     """Forward + backward (grads of params and x) of the MLP block, jm vs XLA, same bf16 numerics."""
     d, bf16 = cfg.width, jnp.bfloat16
     k = jax.random.split(key, 4)
@@ -122,7 +122,7 @@ def run_mlp(cfg: MlpConfig, key, iters: int, reps: int) -> dict:
               "w_proj": (jax.random.normal(k[2], (4 * d, d)) / (4 * d) ** 0.5).astype(bf16)}
     x = jax.random.normal(k[3], (cfg.tokens, d)).astype(bf16)
 
-    out = _fwd_bwd_vs_xla(mlp, params, x, cfg, f"MLP block {cfg}", iters, reps)
+    out = _fwd_bwd_vs_xla(mlp, params, x, cfg, f"MLP block {cfg}", iters, reps, timing)
     flops = 3 * 2 * 2 * cfg.tokens * d * 4 * d  # two matmuls, forward + two backward products each
     out.update(matmul_tflops_jm=flops / out["jm_ms"] / 1e9, matmul_tflops_xla=flops / out["xla_ms"] / 1e9)
     return out

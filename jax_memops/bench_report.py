@@ -66,7 +66,14 @@ def _commit() -> str | None:
     return None
 
 
-def environment() -> dict:
+TIMING_NOTES = {
+    "wall": "median over repetitions of the mean of back-to-back jitted calls closed by one block_until_ready",
+    "device": "median over repetitions of the device's busy time per call in a profiler trace of back-to-back "
+              "jitted calls (kernels, copies, memsets; gaps between them excluded)",
+}
+
+
+def environment(timing: str = "wall") -> dict:
     dev = jax.devices()[0]
     return {
         "device": f"{dev.platform}: {dev.device_kind}",
@@ -77,14 +84,15 @@ def environment() -> dict:
         "jax_memops": build_info(),
         "commit": _commit(),
         "argv": sys.argv,
-        "timing": "median over repetitions of the mean of back-to-back jitted calls closed by one "
-                  "block_until_ready; copy = jitted XOR of a uint32 buffer of x's size (read + write), memcpy = the "
-                  "device's copy of those bytes (one custom call: cudaMemcpyAsync / memcpy), both interleaved",
+        "timing_mode": timing,
+        "timing": TIMING_NOTES[timing] + "; copy = jitted XOR of a uint32 buffer of x's size (read + write), "
+                  "memcpy = the device's copy of those bytes (one custom call: cudaMemcpyAsync / memcpy), both "
+                  "interleaved",
     }
 
 
-def write_json(path: str, results: list[Result], extra: dict | None = None) -> None:
-    data = {"environment": environment(), "results": [r.to_dict() for r in results]}
+def write_json(path: str, results: list[Result], extra: dict | None = None, timing: str = "wall") -> None:
+    data = {"environment": environment(timing), "results": [r.to_dict() for r in results]}
     data.update(extra or {})
     with open(path, "w") as f:
         json.dump(data, f, indent=1)

@@ -75,10 +75,10 @@ def cmd_bench(args) -> int:
     ladder = ladder if "ladder" in parts else []
     iters, reps = (args.iters or (20 if gpu else 3)), (args.reps or (7 if gpu else 3))
     os.makedirs(args.out, exist_ok=True)
-    env = bench_report.environment()
+    env = bench_report.environment(args.timing)
     print(f"jax-memops bench on {env['device']} (jax {env['jax']}): {len(sweep)} sweep cases, "
           f"{len(ladder)} ladder cases{', a transformer block' if 'model' in parts else ''}; "
-          f"median of {reps} x {iters} calls", flush=True)
+          f"median of {reps} x {iters} calls, {args.timing} timing", flush=True)
     fusion_sizes = [(n, dt) for n in (bench.FUSION_ELEMENTS if gpu and not args.quick else (1 << 16,))
                     for dt in args.dtypes] if "fusion" in parts else []
     mlp_configs = ((bench_model.QUICK_MLP_CONFIGS if args.quick or not gpu else bench_model.MLP_CONFIGS)
@@ -91,22 +91,22 @@ def cmd_bench(args) -> int:
         for case in cases:  # each row as soon as it is measured: a cut-off run keeps its rows
             key, sub = jax.random.split(key)
             progress.step(case.label)
-            results[part].append(bench.run_case(case, sub, iters, reps))
+            results[part].append(bench.run_case(case, sub, iters, reps, args.timing))
             print(bench_report.table_row(results[part][-1]), flush=True)
     model = None
     if "model" in parts:
         progress.step("transformer block fwd+bwd")
         cfg = bench_model.QUICK_CONFIG if args.quick or not gpu else bench_model.BlockConfig()
-        model = bench_model.run(cfg, key, iters, reps)
+        model = bench_model.run(cfg, key, iters, reps, args.timing)
     mlps = []
     for cfg in mlp_configs:
         progress.step(f"MLP block {cfg.tokens}x{cfg.width} fwd+bwd")
-        mlps.append(bench_model.run_mlp(cfg, key, iters, reps))
+        mlps.append(bench_model.run_mlp(cfg, key, iters, reps, args.timing))
     fusion = []
     for n, dtype in fusion_sizes:
         key, sub = jax.random.split(key)
         progress.step(f"fusion n={n} {dtype}")
-        fusion.append(bench.fusion_case(n, dtype, sub, iters, reps))
+        fusion.append(bench.fusion_case(n, dtype, sub, iters, reps, args.timing))
     progress.close()
     if fusion:
         print("\nscale -> bias -> GELU, fused kernel vs three kernels vs XLA:\n" + bench.fusion_table(fusion))
@@ -120,7 +120,7 @@ def cmd_bench(args) -> int:
 
     everything = results["sweep"] + results["ladder"]
     bench_report.write_json(os.path.join(args.out, "results.json"), everything,
-                            {"model": model, "mlp": mlps, "fusion": fusion, "parts": list(parts)})
+                            {"model": model, "mlp": mlps, "fusion": fusion, "parts": list(parts)}, args.timing)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(bench_report.markdown_table(everything) + "\n")
     plots = bench_report.plot_bandwidth(results["sweep"], args.out) + bench_report.plot_ladder(
@@ -155,6 +155,10 @@ def main(argv=None) -> int:
                    help="only the fusion experiment: fused scale-bias-GELU vs three kernels vs XLA")
     p.add_argument("--iters", type=int, help="back-to-back calls per timing (default 20 GPU, 3 CPU)")
     p.add_argument("--reps", type=int, help="timings per function, the median is kept (default 7 GPU, 3 CPU)")
+    p.add_argument("--timing", choices=bench.TIMINGS, default="wall",
+                   help="wall: wall clock over back-to-back jitted calls, what a user's loop pays (default); "
+                        "device: the device's busy time per call from a profiler trace, without each call's "
+                        "dispatch cost (kernels alone, as the seeds timed them; needs CUPTI on a GPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="bench-out", help="folder for results.json, results.md and the plots")
     p.set_defaults(func=cmd_bench)

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The v30 device calls: the bench's device timing (jax_memops/_device_timing.py, `--timing device`).
+#   dtest    tests/test_device_timing.py and tests/test_cli.py on the GPU.
+#   cost     what a trace costs: two device_times calls on a 256 MB copy, each timed by the wall clock.
+#   fusion   the fusion experiment (n = 2^25, 2^28; f32, bf16) with device timing, then with wall timing; one process
+#            each.
+#   norms    the bench's LayerNorm and RMSNorm forward and forward + backward, f32 and bf16, device timing.
+#   softmax  the bench's softmax forward and backward, f32 and bf16, device timing.
+#   gelu     the bench's GELU forward and forward + backward, f32 and bf16, device timing.
+#   full     the whole default bench (sweep, ladder, transformer block, MLP blocks, fusion), device timing.
+set -uo pipefail
+source "$(dirname "$0")/ab_lib.sh"
+
+stage_build() { ab_build || exit 1; }
+
+stage_dtest() { ab_gpu_tests dtest 200 "test_device_timing or test_cli" 190; }
+
+stage_cost() {
+  timeout 120 python3 -P - <<'PY' 2>&1 | grep -v "^[WI]0000\|^WARNING" | tee "$out/trace_cost.md"
+import time, jax, jax.numpy as jnp
+from jax_memops import bench
+from jax_memops._device_timing import device_times
+x = jnp.ones((1 << 26,), jnp.float32)
+calls = [bench.copy_of(x), bench.memcpy_of(x)]
+for f in calls:
+    jax.block_until_ready(f())
+for attempt in range(3):
+    t0 = time.perf_counter()
+    ms = device_times(calls, 20, 7)
+    print(f"trace {attempt}: {time.perf_counter() - t0:.2f} s; copy {ms[0] * 1e3:.1f} us "
+          f"({2 * 4 * x.size / (ms[0] * 1e-3) / 1e9:.0f} GB/s), memcpy {ms[1] * 1e3:.1f} us")
+print("wall:", [f"{t * 1e3:.1f} us" for t in bench.time_interleaved(calls, 20, 7)])
+PY
+}
+
+# dbench NAME TIMING BENCH-OPTIONS...: one bench process, its rows and tables shown.
+dbench() {
+  local name=$1 timing=$2
+  shift 2
+  timeout 280 python3 -P -m jax_memops.cli bench --timing "$timing" --dtypes float32 bfloat16 --out "$out/$name" "$@" \
+    > "$out/$name.log" 2>&1
+  echo "rc=$? ($name)"
+  grep -E "^(softmax|layer_norm|rms_norm|gelu) |^ +[0-9]+ (float32|bfloat16)" "$out/$name.log"
+}
+
+stage_fusion() {
+  dbench fusion-device device --fusion
+  dbench fusion-wall wall --fusion
+}
+
+stage_norms() { dbench norms-device device --ops layer_norm rms_norm --dirs fwd fwd+bwd --parts sweep; }
+stage_softmax() { dbench softmax-device device --ops softmax --dirs fwd bwd --parts sweep; }
+stage_gelu() { dbench gelu-device device --ops gelu --dirs fwd fwd+bwd --parts sweep; }
+
+stage_full() {
+  timeout 500 python3 -P -m jax_memops.cli bench --timing device --out "$out/full-device" > "$out/full-device.log" 2>&1
+  echo "rc=$?"
+  grep -vE "^\[|^[WI]0000|^WARNING" "$out/full-device.log" | tail -n 200
+}
+
+ab_init "$@"
+ab_run v30
