@@ -7,7 +7,14 @@
 #   norms    the bench's LayerNorm and RMSNorm forward and forward + backward, f32 and bf16, device timing.
 #   softmax  the bench's softmax forward and backward, f32 and bf16, device timing.
 #   gelu     the bench's GELU forward and forward + backward, f32 and bf16, device timing.
-#   full     the whole default bench (sweep, ladder, transformer block, MLP blocks, fusion), device timing.
+#   full     the whole default bench (sweep, ladder, transformer block, MLP blocks, fusion), device timing
+#            (FULL_TAG: a suffix for a second process's files).
+#   models   the transformer block and the MLP blocks by the wall clock, then by device time; one process each.
+#   partials benchmarks/partials_ab.py (PARTIALS_ARGS: its options): the norms' backward and training step under
+#            workspace rules (first round: PARTIALS_BYTES 256 against 64; then v29's rule against v30's), device time.
+#   ptest    the norms' backward tests on the GPU (v30's workspace rule: paired blocks, determinism,
+#            the gradient tests of tests/test_norms.py).
+#   nbench   the bench's LayerNorm and RMSNorm backward and forward + backward, f32 and bf16, device timing.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -53,10 +60,29 @@ stage_softmax() { dbench softmax-device device --ops softmax --dirs fwd bwd --pa
 stage_gelu() { dbench gelu-device device --ops gelu --dirs fwd fwd+bwd --parts sweep; }
 
 stage_full() {
-  timeout 500 python3 -P -m jax_memops.cli bench --timing device --out "$out/full-device" > "$out/full-device.log" 2>&1
+  local name=full-device${FULL_TAG:-}
+  timeout 500 python3 -P -m jax_memops.cli bench --timing device --out "$out/$name" > "$out/$name.log" 2>&1
   echo "rc=$?"
-  grep -vE "^\[|^[WI]0000|^WARNING" "$out/full-device.log" | tail -n 200
+  grep -vE "^\[|^[WI]0000|^WARNING" "$out/$name.log" | tail -n 200
 }
+
+stage_models() {
+  dbench models-wall wall --parts model mlp
+  grep -E "block" "$out/models-wall.log"
+  dbench models-device device --parts model mlp
+  grep -E "block" "$out/models-device.log"
+}
+
+stage_partials() {
+  timeout 400 python3 -P benchmarks/partials_ab.py ${PARTIALS_ARGS:-} 2>&1 | grep -vE "^[WI]0000|^WARNING" \
+    | tee "$out/partials_ab${PARTIALS_TAG:-}.md"
+}
+
+stage_ptest() {
+  ab_gpu_tests ptest 300 "paired_blocks or backward_deterministic or (test_norms and grad)" 280
+}
+
+stage_nbench() { dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }
 
 ab_init "$@"
 ab_run v30

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -58,39 +59,58 @@ def absent() -> jax.Array:
 
 
 # -- the [P x C] workspace of the parameter-gradient partials --------------------------------------------
-PARTIALS_TARGET = 264   # two waves of one 512-thread block per SM on the 132 SMs of an H200
+PARTIALS_TARGET = 264   # two blocks per SM on the 132 SMs of an H200 (two waves of one, or one wave of two)
 PARTIALS_FLOOR = 132    # never fewer partial rows than SMs (while there are rows): idle SMs cost more
 PARTIALS_BYTES = 256    # else at most one partial row per 256 bytes of each column of x
+PARTIALS_BYTES_TEAMS = 128  # norms' rows on teams of <= 256 threads: two blocks per SM are worth twice the partials
+TEAM_BLOCK = 256        # the norms' backward runs two such blocks per SM once its grid gives (nearly) every SM two
+PAIRED_GRID = 2 * PARTIALS_FLOOR - PARTIALS_FLOOR // 8  # ... i.e. from 248 blocks (norms.cu, norm_bwd_one_pass)
 
 
-def partial_rows(rows: int, groups: int, itemsize: int) -> int:
+def partial_rows(rows: int, groups: int, itemsize: int, cols: int | None = None) -> int:
     """P, the partial rows per row group of the backward kernels' workspace: a pure function of the row
-    count, the number of row groups G and x's element size (so the lowering and the kernel agree, and
-    the compiled program does not depend on the device it was lowered on).
+    count, the number of row groups G, x's element size and, for the norms, the row length C (so the
+    lowering and the kernel agree, and the compiled program does not depend on the device it was lowered
+    on).
 
     Each partial row is one CUDA block's column sums over a contiguous run of rows of one group (dscale
-    and dbias partials, f32), summed per column in fixed order by a second small kernel. P*G aims at 264
-    blocks (2 full waves of one block per SM on 132 SMs), capped at rows*itemsize/256 so that writing and
-    reading the partials (16 bytes per partial element and grad) costs <= ~2% of the three passes over
-    x, dy, dx, but never below 132 (every SM gets a block) nor above the rows of a group (every block
-    has a row)."""
+    and dbias partials, f32), summed per column in fixed order by a second small kernel; the backward's
+    grid is G*P blocks. Writing and reading the partials costs 16 bytes per partial element and grad.
+    GELU (cols None): P*G aims at 264 blocks, capped at rows*itemsize/256 so that the partials cost
+    <= ~2% of the three passes over x, dy, dx, but never below 132 (every SM gets a block). The norms
+    (cols given; RESULTS.md "v30"): 264 where a row's team has <= 256 threads (16 elements per thread, 8
+    where C is not a multiple of the 16-byte vector) and rows*itemsize/128 >= 248 — two 256-thread blocks
+    per SM run their row barriers out of phase, worth twice the partials (<= ~4.5% of the traffic): bf16
+    C = 4096 +7% over 132 — else 132: one block per SM (from 248 blocks the kernel takes 256 threads, below
+    that 512; 133..247 blocks of 512 leave a second, partial wave: 0.69x at P = 170, and a second full
+    wave of 512-thread teams loses 3-8%). JAX_MEMOPS_NORM_PARTIALS=v29 (read when a backward is traced)
+    gives the norms GELU's rule, as before v30. Never above the rows of a group."""
     if rows <= 0 or groups <= 0:
         return 0
-    total = max(min(PARTIALS_TARGET, rows * itemsize // PARTIALS_BYTES), PARTIALS_FLOOR)
+    if cols is None or os.environ.get("JAX_MEMOPS_NORM_PARTIALS") == "v29":  # v29: the norms by GELU's rule
+        total = max(min(PARTIALS_TARGET, rows * itemsize // PARTIALS_BYTES), PARTIALS_FLOOR)
+    else:
+        per_thread = 16 if cols % (16 // itemsize) == 0 else 8
+        team = 1 << max(0, math.ceil(cols / per_thread) - 1).bit_length()
+        paired = team <= TEAM_BLOCK and rows * itemsize // PARTIALS_BYTES_TEAMS >= PAIRED_GRID
+        total = PARTIALS_TARGET if paired else PARTIALS_FLOOR
     return max(1, min(-(-total // groups), rows // groups))
 
 
-def partials_workspace(x_shape, dtype, grad_dims):
+def partials_workspace(x_shape, dtype, grad_dims, by_team: bool = False):
     """Workspace shape (S, G*P, C) for S wanted gradients sharing one row grouping (G groups of x's first
     k dims); None when no gradient is wanted or their groupings differ (the kernels then fall back to
-    their re-reading column-sum path)."""
+    their re-reading column-sum path). by_team: P by the norms' rule (partial_rows with C)."""
     wanted = [k for k in grad_dims if k is not None]
     if not wanted or any(k != wanted[0] for k in wanted):
         return None
     rows = int(np.prod(x_shape[:-1], dtype=np.int64))
     groups = int(np.prod(x_shape[:wanted[0]], dtype=np.int64))
-    p = partial_rows(rows, groups, jnp.dtype(dtype).itemsize)
+    p = partial_rows(rows, groups, jnp.dtype(dtype).itemsize, x_shape[-1] if by_team else None)
     return (len(wanted), groups * p, x_shape[-1])
+
+
+norm_partials_workspace = functools.partial(partials_workspace, by_team=True)
 
 
 def _grad_shape(k: int | None, x_shape: tuple[int, ...]) -> tuple[int, ...]:

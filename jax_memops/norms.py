@@ -11,7 +11,7 @@ from jax.interpreters import ad
 
 from . import reference
 from ._primitive import (GRAD, PARAM, ROW, STAT, FfiPrimitive, LinearPrimitive, Spec, absent, cotangents, np_attr,
-                         partials_workspace, row_param, to_f32_param, wants_grad)
+                         norm_partials_workspace, row_param, to_f32_param, wants_grad)
 from ._sharding import match_varying
 from ._validate import check_epsilon, check_input, check_param
 
@@ -76,11 +76,11 @@ def _norm_bwd_ref(x, scale, mean, rstd, dy, grad_dims, rms):
 _ln_fwd = FfiPrimitive(
     Spec("layer_norm_fwd", (ROW, PARAM, PARAM), (ROW, STAT, STAT), _EPS), _ln_fwd_ref)
 _ln_bwd = FfiPrimitive(
-    Spec("layer_norm_bwd", (ROW, PARAM, STAT, STAT, ROW), (ROW, GRAD, GRAD), {}, partials_workspace),
+    Spec("layer_norm_bwd", (ROW, PARAM, STAT, STAT, ROW), (ROW, GRAD, GRAD), {}, norm_partials_workspace),
     lambda x, scale, mean, rstd, dy, grad_dims: _norm_bwd_ref(x, scale, mean, rstd, dy, grad_dims, False))
 _rms_fwd = FfiPrimitive(Spec("rms_norm_fwd", (ROW, PARAM), (ROW, STAT), _EPS), _rms_fwd_ref)
 _rms_bwd = FfiPrimitive(
-    Spec("rms_norm_bwd", (ROW, PARAM, STAT, ROW), (ROW, GRAD), {}, partials_workspace),
+    Spec("rms_norm_bwd", (ROW, PARAM, STAT, ROW), (ROW, GRAD), {}, norm_partials_workspace),
     lambda x, scale, rstd, dy, grad_dims: _norm_bwd_ref(x, scale, None, rstd, dy, grad_dims, True))
 
 

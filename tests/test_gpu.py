@@ -291,6 +291,41 @@ def test_layer_norm_backward_deterministic(gpu, shape, dtype):
     mt.assert_close(r1[2], rdb, mt.GRAD_TOL[dtype], dtype=mt.F32, what="dbias")
 
 
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("shape", [(15881, 4096), (21851, 3072)], ids=["15881x4096", "21851x3072"])
+def test_norm_backward_on_paired_blocks(gpu, op, shape, monkeypatch):
+    """v30's workspace rule: 16-bit rows on teams of 256 threads get 264 partial rows (two 256-thread blocks per SM;
+    GELU's rule, the norms' before, gives these shapes 132 and 170). The gradients against float64, bitwise the same
+    run after run, and dx bitwise what the rule before gives (only the partials' grouping changed)."""
+    from jax_memops._primitive import partial_rows
+
+    assert partial_rows(shape[0], 1, 2, shape[1]) == 264 and partial_rows(shape[0], 1, 2) < 248
+    rng = np.random.default_rng(shape[1])
+    c = shape[-1]
+    x, g = mt.randn(rng, shape, mt.BF16), mt.randn(rng, shape, mt.BF16, scale=1.0)
+    s, b = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,))
+    args = [jax.device_put(a, gpu) for a in (x, s, b, g)]
+
+    def grads():
+        if op == "layer_norm":
+            return jax.jit(lambda x_, s_, b_, g_: jax.vjp(jm.layer_norm, x_, s_, b_)[1](g_))
+        return jax.jit(lambda x_, s_, b_, g_: jax.vjp(jm.rms_norm, x_, s_)[1](g_))
+
+    r1, r2 = _twice(grads(), *args)
+    for name, u, v in zip(("dx", "dscale", "dbias"), r1, r2):
+        mt.assert_bitwise_equal(u, v, name)
+    ref = mt.ref_layer_norm_vjp(x, s, b, 1e-5, g) if op == "layer_norm" else mt.ref_rms_norm_vjp(x, s, 1e-6, g)
+    mag = (mt.ref_layer_norm_vjp_mag(x, s, 1e-5, g) if op == "layer_norm" else mt.ref_rms_norm_vjp_mag(x, s, 1e-6, g))
+    mt.assert_close(r1[0], ref[0], mt.GRAD_TOL[mt.BF16], dtype=mt.BF16, what=f"{op} dx", mag=mag)
+    for name, u, v in zip(("dscale", "dbias"), r1[1:], ref[1:]):
+        mt.assert_close(u, v, mt.GRAD_TOL[mt.BF16], dtype=mt.F32, what=f"{op} {name}")
+    monkeypatch.setenv("JAX_MEMOPS_NORM_PARTIALS", "v29")
+    before = [np.asarray(a) for a in jax.tree_util.tree_leaves(grads()(*args))]
+    mt.assert_bitwise_equal(r1[0], before[0], "dx under the rule before")
+    for name, u, v in zip(("dscale", "dbias"), r1[1:], before[1:]):
+        mt.assert_close(u, v, 1e-5, dtype=mt.F32, what=f"{name} against the rule before")
+
+
 @pytest.mark.parametrize("shape", [(32771, 1024), (200003, 64)], ids=["32771x1024", "200003x64"])
 def test_rms_norm_and_gelu_backward_deterministic(gpu, shape):
     rng = np.random.default_rng(12)

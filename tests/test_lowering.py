@@ -152,7 +152,7 @@ def test_backward_workspace_under_vmap():
     xs, ss = jnp.ones((3, 50, 33)), jnp.ones((3, 33))
     text = jax.jit(jax.vmap(jax.grad(f, 1))).lower(xs, ss).as_text()
     results = _bwd_call_results(text, "layer_norm")
-    assert results[-1] == f"1x{3 * partial_rows(150, 3, 4)}x33xf32", results
+    assert results[-1] == f"1x{3 * partial_rows(150, 3, 4, 33)}x33xf32", results
 
 
 def test_backward_workspace_absent_without_grads():
@@ -174,3 +174,33 @@ def test_partial_rows():
     for rows, groups in [(1, 1), (5, 5), (1000, 1000), (10**6, 7 * 11)]:
         p = partial_rows(rows, groups, 2)
         assert 1 <= p <= rows // groups
+
+
+def test_partial_rows_of_the_norms(monkeypatch):
+    """The norms' rule (v30): 264 where a row's team has <= 256 threads and the rows pay for it, else 132."""
+    from jax_memops._primitive import partial_rows
+
+    e = 2**26
+    assert partial_rows(e // 4096, 1, 2, 4096) == 264   # bf16 4096: two 256-thread blocks per SM (GELU's rule: 132)
+    assert partial_rows(e // 3072, 1, 2, 3072) == 264   # GELU's rule: 170, a partial second wave
+    assert partial_rows(e // 5120, 1, 4, 5120) == 132   # 512-thread teams: one wave (GELU's rule: 204)
+    assert partial_rows(e // 8192, 1, 2, 8192) == 132
+    assert partial_rows(e // 4097, 1, 4, 4097) == 132   # unvectorized: 8 elements per thread, 512-thread teams
+    assert partial_rows(e // 2052, 1, 2, 2052) == 132   # ... as for bf16 2052 (C % 8 != 0)
+    assert partial_rows(e // 768, 1, 4, 768) == 264
+    assert partial_rows(8192, 1, 2, 4096) == 132        # 8192 * 2 / 128 < 248: the partials would cost too much
+    assert partial_rows(37, 1, 4, 64) == 37             # rows < 132: one row per partial
+    assert partial_rows(10**6, 4, 2, 1024) == 66        # per group: 264 / 4
+    monkeypatch.setenv("JAX_MEMOPS_NORM_PARTIALS", "v29")  # the rule before v30: GELU's
+    assert partial_rows(e // 4096, 1, 2, 4096) == partial_rows(e // 4096, 1, 2) == 132
+
+
+@pytest.mark.parametrize("op,rows", [("layer_norm", 264), ("rms_norm", 264), ("gelu", 132)])
+def test_backward_workspace_follows_the_op_rule(op, rows):
+    """bf16 (16384, 4096): the norms' workspace by their rule, GELU's by its own (lowering only)."""
+    f, wanted = _BWD[op]
+    x = jax.ShapeDtypeStruct((16384, 4096), jnp.bfloat16)
+    p = jax.ShapeDtypeStruct((4096,), jnp.float32)
+    grad = jax.grad(lambda x, s, b: jnp.sum(f(x, s, b).astype(jnp.float32)), argnums=(0, 1, 2))
+    text = jax.jit(grad).trace(x, p, p).lower(lowering_platforms=("cpu",)).as_text()
+    assert _bwd_call_results(text, op)[-1] == f"{wanted}x{rows}x4096xf32"
