@@ -1,4 +1,4 @@
-"""How many partial rows should the norms' backward write? An A/B of its workspace rule (RESULTS.md "v30").
+"""How many partial rows should the backward kernels write? An A/B of the workspace rules (RESULTS.md "v30").
 
 The backward's grid is its workspace's partial rows P (jax_memops._primitive.partial_rows). Before v30 the norms took
 GELU's rule — 264 capped at one partial row per 256 bytes of each column of x, never below 132 — so 16-bit rows of
@@ -8,9 +8,11 @@ when it traces), then timed interleaved in one process by device time (the bench
 gradients checked against the first's:
   v29       JAX_MEMOPS_NORM_PARTIALS=v29: the rule before
   default   v30's rule (264 where a row's team has <= 256 threads and the rows allow, else 132)
-  bytes=N   the rule before at PARTIALS_BYTES = N (e.g. 64: 264 wherever the rows allow)
+  bytes=N   the rule before (GELU's) at PARTIALS_BYTES = N (e.g. 64: 264 wherever the rows allow)
+  target=N  the rule before (GELU's) at PARTIALS_TARGET = N (the most partial rows)
+GELU (--ops gelu) has one rule, so only bytes= and target= change it.
 
-    python3 benchmarks/partials_ab.py [--variants v29 default bytes=64] [--cols ...] [--dirs bwd fwd+bwd]   (a GPU)
+    python3 benchmarks/partials_ab.py [--variants v29 default bytes=64] [--ops ...] [--cols ...] [--dirs ...]  (a GPU)
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ from jax_memops import _primitive, bench
 
 def _set(variant: str) -> None:
     os.environ.pop("JAX_MEMOPS_NORM_PARTIALS", None)
-    _primitive.PARTIALS_BYTES = 256
+    _primitive.PARTIALS_BYTES, _primitive.PARTIALS_TARGET = 256, 264
     if variant == "v29":
         os.environ["JAX_MEMOPS_NORM_PARTIALS"] = "v29"
     elif variant.startswith("bytes="):
         os.environ["JAX_MEMOPS_NORM_PARTIALS"] = "v29"
         _primitive.PARTIALS_BYTES = int(variant.split("=")[1])
+    elif variant.startswith("target="):
+        os.environ["JAX_MEMOPS_NORM_PARTIALS"] = "v29"
+        _primitive.PARTIALS_TARGET = int(variant.split("=")[1])
     elif variant != "default":
         raise SystemExit(f"unknown variant {variant!r}")
 
@@ -39,6 +44,7 @@ def _set(variant: str) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--variants", nargs="+", default=["v29", "default"], help="the first is the base")
+    p.add_argument("--ops", nargs="+", default=["layer_norm", "rms_norm"], choices=["layer_norm", "rms_norm", "gelu"])
     p.add_argument("--cols", type=int, nargs="+", default=[2048, 3072, 4096, 5120, 8192, 12288])
     p.add_argument("--dirs", nargs="+", default=["bwd", "fwd+bwd"])
     args = p.parse_args()
@@ -46,7 +52,7 @@ def main() -> None:
     print("| op | dir | dtype | C | P per variant | " + " | ".join(f"{v}: ms" for v in vs) + " | "
           + " | ".join(f"{v} / {vs[0]}" for v in vs[1:]) + " | max rel diff |")
     print("|---" * (5 + 2 * len(vs)) + "|")
-    for op in ("layer_norm", "rms_norm"):
+    for op in args.ops:
         for direction in args.dirs:
             for dtype in ("float32", "bfloat16"):
                 for c in args.cols:
@@ -58,7 +64,7 @@ def main() -> None:
                         ours, _, a = bench.build(case, jax.random.key(c))
                         outs.append(jax.block_until_ready(ours(*a)))  # traced under v
                         calls.append(lambda f=ours, a=a: f(*a))
-                        ps.append(_primitive.partial_rows(case.shape[0], 1, itemsize, c))
+                        ps.append(_primitive.partial_rows(case.shape[0], 1, itemsize, None if op == "gelu" else c))
                     _set("default")
                     diff = max(bench.max_rel_diff(o, outs[0]) for o in outs[1:])
                     ms = bench.time_interleaved(calls, iters=20, reps=7, timing="device")

@@ -7,7 +7,8 @@ calls sits in its own host annotation closed by a block_until_ready, so the devi
 memsets) that starts inside the annotation is that batch's. A batch's time is the union of those intervals:
 the time the device was busy with it, gaps between kernels (within a call or between calls) excluded. On a
 GPU the activity comes from CUPTI (the planes "/device:GPU:N", their "Stream" lines); on a CPU, where XLA's
-host is the device, from the spans of XLA's thunks (host events carrying an `hlo_op`).
+host is the device, from the spans of XLA's thunks (host events carrying an `hlo_op`; there the profiler's own
+cost lands inside them, so CPU figures read above the wall clock's).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ Timing: warm-up calls (compilation excluded), then the median over `reps` repeti
 `iters` back-to-back calls closed by one block_until_ready. Device work is queued asynchronously, so this
 is device throughput as long as one call outlasts its dispatch (tens of microseconds): true for the
 default GPU tensors (2^26 elements, 4x larger than the H200's L2 even in bf16, so no buffer rotation is
-needed). It also works on a CPU, where there are no device events, and counts what a user's jitted loop
-pays, launch gaps included. With timing="device" (`--timing device`) the same calls run inside a profiler
+needed). It needs no profiler, works on any backend and counts what a user's jitted loop pays, launch
+gaps included. With timing="device" (`--timing device`) the same calls run inside a profiler
 trace and each is charged the device's busy time alone (_device_timing.py): on the H200 a jitted call costs
 ~10-19 us beyond its kernels, on both sides, which the wall clock adds to kernels of ~35-150 us.
 """
