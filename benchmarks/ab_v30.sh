@@ -11,7 +11,9 @@
 #            (FULL_TAG: a suffix for a second process's files).
 #   models   the transformer block and the MLP blocks by the wall clock, then by device time; one process each.
 #   partials benchmarks/partials_ab.py (PARTIALS_ARGS: its options): the norms' backward and training step under
-#            workspace rules (first round: PARTIALS_BYTES 256 against 64; then v29's rule against v30's), device time.
+#            workspace rules (first round: PARTIALS_BYTES 256 against 64; then v29's rule against v30's; GELU's at
+#            PARTIALS_TARGET 528 and PARTIALS_BYTES 64: PARTIALS_TAG=_gelu PARTIALS_ARGS="--ops gelu --cols 768 1024
+#            2048 4096 --variants default target=528 bytes=64"), device time.
 #   ptest    the norms' backward tests on the GPU (v30's workspace rule: paired blocks, determinism,
 #            the gradient tests of tests/test_norms.py).
 #   nbench   the bench's LayerNorm and RMSNorm backward and forward + backward, f32 and bf16, device timing.
