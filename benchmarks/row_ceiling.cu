@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "inproc_ab.cuh"  // CK, hash
 #include "softmax_rows.cuh"
 
 namespace {
@@ -38,25 +39,13 @@ using jm::cuda::smem_addr;
 constexpr int kReps = 30;
 constexpr int64_t kElems = int64_t{1} << 26;
 
-void check(cudaError_t e, const char* what, int line) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "line %d: %s: %s\n", line, what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-#define CK(call) check((call), #call, __LINE__)
-
 // f = 1 + 0 * t: 1 for a finite sum, but the compiler must wait for t (IEEE: 0 * inf is NaN).
 __device__ __forceinline__ float4 scaled(float4 v, float f) { return {v.x * f, v.y * f, v.z * f, v.w * f}; }
 __device__ __forceinline__ float sum4(float4 v) { return v.x + v.y + v.z + v.w; }
 
 __global__ void fill(float* x, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    x[i] = static_cast<float>(h & 0xffffff) / 16777216.0f - 0.5f;
+    x[i] = static_cast<float>(inproc::hash(static_cast<uint32_t>(i), seed) & 0xffffff) / 16777216.0f - 0.5f;
   }
 }
 
