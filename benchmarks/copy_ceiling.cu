@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cuda_common.cuh"
-#include "inproc_ab.cuh"  // CK, hash, median
+#include "inproc_ab.cuh"  // CK, hash, median, count_diff
 
 namespace {
 
@@ -35,12 +35,6 @@ constexpr int kLoop = 10;  // launches between one event pair in the "loop" timi
 __global__ void fill_random(uint32_t* x, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     x[i] = inproc::hash(static_cast<uint32_t>(i), seed);
-  }
-}
-
-__global__ void count_diff(const uint32_t* x, const uint32_t* y, int64_t n, unsigned long long* bad) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    if (x[i] != y[i]) atomicAdd(bad, 1ull);
   }
 }
 
@@ -179,7 +173,7 @@ void verify(Case& c) {
   unsigned long long* bad;
   CK(cudaMallocManaged(&bad, sizeof(*bad)));
   *bad = 0;
-  count_diff<<<1024, 256>>>(c.x, c.y, c.n, bad);
+  inproc::count_diff<<<1024, 256>>>(c.x, c.y, c.n, bad);
   CK(cudaDeviceSynchronize());
   if (*bad) {
     std::printf("WRONG: %s: %llu of %lld words differ\n", c.name.c_str(), *bad, static_cast<long long>(c.n));

@@ -47,6 +47,14 @@ __host__ __device__ inline uint32_t hash(uint32_t i, uint32_t seed) {
   return h;
 }
 
+// How many of n elements differ (a NaN counts as different: outputs are poisoned with NaN before a run).
+template <typename T>
+__global__ void count_diff(const T* x, const T* y, int64_t n, unsigned long long* bad) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    if (!(x[i] == y[i])) atomicAdd(bad, 1ull);
+  }
+}
+
 // A full-grid copy of n16 16-byte words, U per thread (streaming hints, or plain loads and stores).
 template <int U, bool kStream>
 __global__ void copy_kernel(const uint4* __restrict__ x, uint4* __restrict__ y, int64_t n16) {

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "inproc_ab.cuh"  // CK, hash
+#include "inproc_ab.cuh"  // CK, hash, count_diff
 #include "softmax_rows.cuh"
 
 namespace {
@@ -46,12 +46,6 @@ __device__ __forceinline__ float sum4(float4 v) { return v.x + v.y + v.z + v.w; 
 __global__ void fill(float* x, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     x[i] = static_cast<float>(inproc::hash(static_cast<uint32_t>(i), seed) & 0xffffff) / 16777216.0f - 0.5f;
-  }
-}
-
-__global__ void count_diff(const float* x, const float* y, int64_t n, unsigned long long* bad) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    if (!(x[i] == y[i])) atomicAdd(bad, 1ull);
   }
 }
 
@@ -171,7 +165,7 @@ float run_case(const std::string& name, const Bufs& b, const std::function<void(
   unsigned long long* bad;
   CK(cudaMallocManaged(&bad, sizeof(*bad)));
   *bad = 0;
-  count_diff<<<1024, 256>>>(b.x, b.y, b.n, bad);
+  inproc::count_diff<<<1024, 256>>>(b.x, b.y, b.n, bad);
   CK(cudaDeviceSynchronize());
   const unsigned long long nbad = *bad;
   CK(cudaFree(bad));
