@@ -8,11 +8,14 @@ when it traces), then timed interleaved in one process by device time (the bench
 gradients checked against the first's:
   v29       JAX_MEMOPS_NORM_PARTIALS=v29: the rule before
   default   v30's rule (264 where a row's team has <= 256 threads and the rows allow, else 132)
+  teams=N   the default rule at PARTIALS_BYTES_TEAMS = N (what "the rows allow": rows * itemsize / N >= 248)
   bytes=N   the rule before (GELU's) at PARTIALS_BYTES = N (e.g. 64: 264 wherever the rows allow)
   target=N  the rule before (GELU's) at PARTIALS_TARGET = N (the most partial rows)
-GELU (--ops gelu) has one rule, so only bytes= and target= change it.
+GELU (--ops gelu) has one rule, so only bytes= and target= change it. The kernels' own versions
+(JAX_MEMOPS_NORM_BWD, read once per process) take one process each.
 
-    python3 benchmarks/partials_ab.py [--variants v29 default bytes=64] [--ops ...] [--cols ...] [--dirs ...]  (a GPU)
+    python3 benchmarks/partials_ab.py [--variants v29 default bytes=64] [--ops ...] [--cols ...] [--dirs ...]
+        [--dtypes ...] [--elements N]  (a GPU)
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from jax_memops import _primitive, bench
 
 def _set(variant: str) -> None:
     os.environ.pop("JAX_MEMOPS_NORM_PARTIALS", None)
-    _primitive.PARTIALS_BYTES, _primitive.PARTIALS_TARGET = 256, 264
+    _primitive.PARTIALS_BYTES, _primitive.PARTIALS_TARGET, _primitive.PARTIALS_BYTES_TEAMS = 256, 264, 128
     if variant == "v29":
         os.environ["JAX_MEMOPS_NORM_PARTIALS"] = "v29"
+    elif variant.startswith("teams="):
+        _primitive.PARTIALS_BYTES_TEAMS = int(variant.split("=")[1])
     elif variant.startswith("bytes="):
         os.environ["JAX_MEMOPS_NORM_PARTIALS"] = "v29"
         _primitive.PARTIALS_BYTES = int(variant.split("=")[1])
@@ -47,6 +52,8 @@ def main() -> None:
     p.add_argument("--ops", nargs="+", default=["layer_norm", "rms_norm"], choices=["layer_norm", "rms_norm", "gelu"])
     p.add_argument("--cols", type=int, nargs="+", default=[2048, 3072, 4096, 5120, 8192, 12288])
     p.add_argument("--dirs", nargs="+", default=["bwd", "fwd+bwd"])
+    p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--elements", type=int, default=bench.DEFAULT_ELEMENTS, help="per tensor: rows = elements // C")
     args = p.parse_args()
     vs = args.variants
     print("| op | dir | dtype | C | P per variant | " + " | ".join(f"{v}: ms" for v in vs) + " | "
@@ -54,9 +61,9 @@ def main() -> None:
     print("|---" * (5 + 2 * len(vs)) + "|")
     for op in args.ops:
         for direction in args.dirs:
-            for dtype in ("float32", "bfloat16"):
+            for dtype in args.dtypes:
                 for c in args.cols:
-                    case = bench.Case(op, direction, dtype, (bench.DEFAULT_ELEMENTS // c, c))
+                    case = bench.Case(op, direction, dtype, (args.elements // c, c))
                     itemsize = jnp.dtype(bench.DTYPES[dtype]).itemsize
                     calls, outs, ps = [], [], []
                     for v in vs:

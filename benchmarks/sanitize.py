@@ -44,10 +44,12 @@ from jax_memops import reference, unfused
 # (3, 2056) not; team rows of 6 packs (300, 64) and of 8 (4, 1024), (301, 2048) (odd rows per team); beside them
 # f16 (2, 4096) and f32 (5, 1024) block rows. v29's lean block rows at lean_block_packs (f32 C = 1028..8192 at 2..4
 # packs, bf16 LayerNorm at 4): f32 (301, 2048) and (3, 1028) at 3 (slots left empty), (3, 2056) at 4 / 2 (RMSNorm),
-# (2, 4096), (2, 8192); bf16 LayerNorm (3, 2056), (2, 4096).
+# (2, 4096), (2, 8192); bf16 LayerNorm (3, 2056), (2, 4096). v31's 16-bit RMSNorm backward on 256-thread teams of
+# K = 4 packs (two teams of a 512-thread block at their own barriers): (2, 8192) every slot used (one row per
+# block), (300, 6152) not (2-3 rows per block: both teams at work); (263, 10000) LayerNorm / RMSNorm at K = 3.
 SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
           (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288), (3, 16384), (2, 24576),
-          (2, 4096), (5, 1024), (3, 2056), (2, 8192)]
+          (2, 4096), (5, 1024), (3, 2056), (2, 8192), (300, 6152), (263, 10000)]
 # One small shape per size class of softmax "auto" (cpp/softmax.cu): sub-warp rows, a warp, block rows
 # (misaligned rows), clusters (7 CTAs; 8 x 512 or 16 x 512 / 8 x 1024; 16-bit: 8 x 1024 or 16 x 512),
 # the two-pass stream class; the forward of 16-bit 3 x 50257 runs v14's two-pass kernel (L2 as the row

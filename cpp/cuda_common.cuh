@@ -123,6 +123,11 @@ __device__ __forceinline__ void store_pack(T* base, int64_t pack, const float (&
   store_raw<V>(base, pack, p);
 }
 
+// Named barrier `id` (1..15; 0 is __syncthreads') of `threads` threads (a multiple of 32): the warps of one team.
+__device__ __forceinline__ void team_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // The two 16-bit elements of word w (element 0 in its low half), converted anew (see unpack_fresh).
 template <typename T>
 __device__ __forceinline__ void unpack_word_fresh(uint32_t w, float& lo, float& hi) {

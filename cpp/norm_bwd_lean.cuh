@@ -33,7 +33,11 @@ namespace jm::cuda {
 // team_sum2's result by a butterfly: the warps' partials meet in shared memory (two buffers by row parity,
 // one barrier, as team_sum2) and every lane of a warp reads them back in groups of wpt lanes, which the
 // xor steps add; every lane of the team ends with the same bits (the adds are commutative).
-template <int N>
+// kTeamBar (v31): the team's warps meet at the team's own named barrier (1 + team, tpr threads), so the teams of
+// a block run out of phase, as blocks do; else at __syncthreads (every team of the block at each row). The
+// parity argument holds per team: its warps write only their own slots of `red`. (norm_bwd_fused_kernel's
+// team_sum2 the same way measured a tie at f32 C = 768 / 1536: not taken.)
+template <int N, bool kTeamBar>
 __device__ __forceinline__ void team_sum_lean(float (&v)[N], int tpr, TeamRed& red, int parity) {
   static_assert(N <= 2);
   if (tpr <= 32) {
@@ -48,7 +52,11 @@ __device__ __forceinline__ void team_sum_lean(float (&v)[N], int tpr, TeamRed& r
 #pragma unroll
     for (int n = 0; n < N; ++n) red[parity][n][warp] = v[n];
   }
-  __syncthreads();
+  if constexpr (kTeamBar) {
+    team_barrier(1 + static_cast<int>(threadIdx.x) / tpr, tpr);
+  } else {
+    __syncthreads();
+  }
   const int src = (warp & ~(wpt - 1)) + (lane & (wpt - 1));  // the team's warps, repeated across the lanes
 #pragma unroll
   for (int n = 0; n < N; ++n) v[n] = red[parity][n][src];
@@ -97,7 +105,27 @@ __device__ __forceinline__ void load_lean_row(LeanRow<K>& r, const T* x, const T
   }
 }
 
-template <typename T, bool kRms, int K, bool kHoldScale, int kAhead>
+// The quads of pack k in `slab` (nullptr: not wanted) += dy * xhat (kProduct) or += dy.
+template <int E, bool kProduct>
+__device__ __forceinline__ void add_quads(float* slab, int k, int block, const float (&dv)[E], const float (&xh)[E]) {
+  if (slab == nullptr) return;
+  float4* const p = partial_quads<E>(slab, k, block);
+  const auto add = [&](float& acc, int j) { acc = kProduct ? fmaf(dv[j], xh[j], acc) : acc + dv[j]; };
+#pragma unroll
+  for (int q = 0; q < E / 4; ++q) {
+    float4 v = p[q * block];
+    add(v.x, 4 * q);
+    add(v.y, 4 * q + 1);
+    add(v.z, 4 * q + 2);
+    add(v.w, 4 * q + 3);
+    p[q * block] = v;
+  }
+}
+
+// K >= 4 (RMSNorm's 16-bit rows of 769..1024 packs on teams of 256 threads, norms.cu's lean_team): the partials
+// accumulate in shared memory by quads (partials.cuh's partial_quads), where registers do not hold them beside
+// K packs of x and dy (ptxas -v: spills). kTeamBar: team_sum_lean's.
+template <typename T, bool kRms, int K, bool kHoldScale, int kAhead, bool kTeamBar = true>
 __global__ void __launch_bounds__(kTeamThreads, 1)
     norm_bwd_lean_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
                          const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
@@ -105,17 +133,31 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
                          float* __restrict__ slab_a, float* __restrict__ slab_b) {
   constexpr int E = kVec<T>;  // elements per 16-byte pack
   constexpr int N = kRms ? 1 : 2;  // the row sums: Σ g*xhat (and Σ g)
+  constexpr bool kQuads = K >= 4;
   __shared__ TeamRed red;
   const PartialBlock blk = partial_block(rows, groups, per_group, 1);
   const int cols = static_cast<int>(cols64);  // <= 512 * K * E
   const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
   const int team = static_cast<int>(threadIdx.x) / tpr;
-  const int teams = static_cast<int>(blockDim.x) / tpr;
+  const int block = static_cast<int>(blockDim.x);
+  const int teams = block / tpr;
   const int packs = cols / E;
   const bool full = packs == K * tpr;
   const float inv_cols = 1.0f / static_cast<float>(cols);
-  const auto [acc_a, acc_b] = partial_accs<E, K>(slab_a, slab_b, static_cast<int>(blockDim.x));
-  RegPartials<E, K> reg;
+  const PartialAccs accs = partial_accs<E, K>(slab_a, slab_b, block);
+  float* const acc_a = accs.a;  // names the lambdas below can capture (a structured binding cannot, in C++17)
+  float* const acc_b = accs.b;
+  RegPartials<E, kQuads ? 1 : K> reg;  // unused (dead) with kQuads
+  if constexpr (kQuads) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+      for (int q = 0; q < E / 4; ++q) {
+        if (acc_a != nullptr) partial_quads<E>(acc_a, k, block)[q * block] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (acc_b != nullptr) partial_quads<E>(acc_b, k, block)[q * block] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  }
   // The f32 scale of the thread's pack k (the index clamped into the row: an empty slot's dy is 0).
   const auto scale_cols = [&](int k, float (&sc)[E]) {
     load_param_cols<E, ParamLoad::kDense>(scale.data, E * min(lane + k * tpr, packs - 1), true, 0.0f, sc);
@@ -151,7 +193,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
         if constexpr (!kRms) sums[N - 1] += g;
       }
     }
-    team_sum_lean(sums, tpr, red, parity);
+    team_sum_lean<N, kTeamBar>(sums, tpr, red, parity);
     // dx = rs * (g - mean(g) - xhat * mean(g*xhat)) = rs * g + (xhat * gx + g0), rs folded into the row's
     // two constants (C >= E >= 4 here: no exact-zero case to keep, as C == 1 has in norm_bwd_fused_kernel).
     const float gx = -r.rs * (sums[0] * inv_cols);
@@ -159,7 +201,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
     T* const dxr = dx + row * cols;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      float xv[E], dv[E], sc[E], out[E];
+      float xv[E], dv[E], sc[E], out[E], xh[E];
       unpack_words_fresh<T>(r.x[k], xv);
       unpack_words_fresh<T>(r.dy[k], dv);
       scale_of(k, sc);
@@ -167,8 +209,16 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
       for (int j = 0; j < E; ++j) {
         const float xhat = kRms ? xv[j] * r.rs : fmaf(xv[j] - r.x0, r.rs, r.mean_rs);
         out[j] = fmaf(r.rs, dv[j] * sc[j], fmaf(xhat, gx, g0));
-        reg.a[k][j] = fmaf(dv[j], xhat, reg.a[k][j]);
-        if constexpr (!kRms) reg.b[k][j] += dv[j];
+        if constexpr (kQuads) {
+          xh[j] = xhat;
+        } else {
+          reg.a[k][j] = fmaf(dv[j], xhat, reg.a[k][j]);
+          if constexpr (!kRms) reg.b[k][j] += dv[j];
+        }
+      }
+      if constexpr (kQuads) {
+        add_quads<E, true>(acc_a, k, block, dv, xh);
+        if constexpr (!kRms) add_quads<E, false>(acc_b, k, block, dv, xh);
       }
       const int i = lane + k * tpr;
       if (active && i < packs) store_pack<E>(dxr, i, out);
@@ -206,10 +256,12 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
       }
     }
   }
-  store_partials<E, K>(acc_a, reg.a);
-  if constexpr (!kRms) store_partials<E, K>(acc_b, reg.b);
-  if (acc_a != nullptr) finish_partials<E, K>(acc_a, tpr, 0, cols, slab_a, blk.row_out);
-  if (acc_b != nullptr) finish_partials<E, K>(acc_b, tpr, 0, cols, slab_b, blk.row_out);
+  if constexpr (!kQuads) {
+    store_partials<E, K>(acc_a, reg.a);
+    if constexpr (!kRms) store_partials<E, K>(acc_b, reg.b);
+  }
+  if (acc_a != nullptr) finish_partials<E, K, kQuads>(acc_a, tpr, 0, cols, slab_a, blk.row_out);
+  if (acc_b != nullptr) finish_partials<E, K, kQuads>(acc_b, tpr, 0, cols, slab_b, blk.row_out);
 }
 
 }  // namespace jm::cuda

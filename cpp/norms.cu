@@ -83,21 +83,23 @@ bool norm_fwd_half() {
 }
 
 // Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by
-// every row; lean_team): the default v20 — 16-bit rows of K = 2 packs per thread prefetch the next row's
-// packs into registers and hold the scale across rows (LayerNorm), or prefetch two rows ahead without
+// every row; lean_team): the default v31 — v20's kernels (16-bit rows of K = 2 packs per thread prefetch the next
+// row's packs into registers and hold the scale across rows (LayerNorm), or prefetch two rows ahead without
 // holding it (RMSNorm, over one row ahead at C = 1024..8192 in three rounds: bwd +1 to +13%, fwd+bwd +2 to
-// +7%, RESULTS.md "v20"; LayerNorm +-3%) — or for A/B benchmarks only JAX_MEMOPS_NORM_BWD=v19 (one row
-// ahead and the scale held for both ops: v19's default), =v19-hold (no prefetch), =v19-lean (neither),
-// =v19-deep (two rows ahead, the scale not held, both ops) or =v18 (norm_bwd_fused_kernel, the rule before
-// v19). Read once per process.
-enum class NormBwd { kV20, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
+// +7%, RESULTS.md "v20"; LayerNorm +-3%)) with each team at its own barrier, and RMSNorm's 16-bit rows of
+// 769..1024 packs on 256-thread teams — or for A/B benchmarks only JAX_MEMOPS_NORM_BWD=v30 (v20's kernels as
+// they were: the block's teams at one barrier, one 512-thread team beyond 768 packs), =v19 (one row ahead and
+// the scale held for both ops: v19's default), =v19-hold (no prefetch), =v19-lean (neither), =v19-deep (two
+// rows ahead, the scale not held, both ops) or =v18 (norm_bwd_fused_kernel, the rule before v19). Read once
+// per process.
+enum class NormBwd { kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
 
 NormBwd norm_bwd_version() {
   static const NormBwd v = env_choice("JAX_MEMOPS_NORM_BWD",
                                       {{"v19", NormBwd::kV19}, {"v19-hold", NormBwd::kV19Hold},
                                        {"v19-lean", NormBwd::kV19Lean}, {"v19-deep", NormBwd::kV19Deep},
-                                       {"v18", NormBwd::kV18}},
-                                      NormBwd::kV20);
+                                       {"v18", NormBwd::kV18}, {"v30", NormBwd::kV30}},
+                                      NormBwd::kV31);
   return v;
 }
 
@@ -533,16 +535,23 @@ ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t 
 }
 
 // norm_bwd_lean.cuh's kernel for a row of `packs` 16-byte packs on teams of tpr threads: 16-bit K = 2 packs
-// per thread where they cover the row (C = 1024..8192 and every power of two), else 3; f32 K = 4 alone (its
-// partials in registers, 32 floats at LayerNorm, where norm_bwd_fused_kernel keeps them in shared memory;
-// no prefetch: a second row set spills at K = 4).
+// per thread where they cover the row (C = 1024..8192 and every power of two), else 3, and RMSNorm's K = 4
+// (below); f32 K = 4 alone (its partials in registers, 32 floats at LayerNorm, where
+// norm_bwd_fused_kernel keeps them in shared memory; no prefetch: a second row set spills at K = 4).
 //
 // lean_team: the team size for such rows (team_size(packs, 3) for 16-bit, (packs, 4) for f32), 0 where the
 // lean kernel does not take them: rows beyond a 512-thread team, f32 rows that leave K = 3 (K = 4 at
 // C = 1024..8192 measured bwd +2 to +14% over norm_bwd_fused_kernel; C = 768 at K = 3 2-4% behind it:
-// RESULTS.md "v20").
-template <typename T>
+// RESULTS.md "v20"). v31: RMSNorm's 16-bit rows of 769..1024 packs (C = 6152..8192) take teams of 256 threads of
+// K = 4 packs (the partials in shared memory) instead of one 512-thread team of K = 2 per block: two teams at
+// their own barriers, out of phase where one team stalls the whole SM at each row's barrier (bf16 8192 +7.5%;
+// LayerNorm's K = 2 kernel, which holds its scale, beats the same change by 7%; K = 6 at 12288 lost 3-20%).
+template <typename T, bool kRms>
 int lean_team(int64_t packs) {
+  if (sizeof(T) == 2 && kRms && packs > 3 * int64_t{kFusedMinBlock} && packs <= 4 * int64_t{kFusedMinBlock} &&
+      norm_bwd_version() != NormBwd::kV30) {
+    return kFusedMinBlock;
+  }
   const int tpr = team_size(packs, sizeof(T) == 2 ? 3 : 4);
   return tpr <= kTeamThreads && (sizeof(T) == 2 || packs > 3 * int64_t{tpr}) ? tpr : 0;
 }
@@ -556,16 +565,28 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
     return norm_bwd_one_pass<V, decltype(k)::value>(kernel, dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp,
                                                     dxp, dscale, dbias, ws);
   };
+  using K2 = std::integral_constant<int, 2>;
+  using K3 = std::integral_constant<int, 3>;
+  using K4 = std::integral_constant<int, 4>;
+  const bool v30 = norm_bwd_version() == NormBwd::kV30;
   if constexpr (sizeof(T) == 4) {
-    return run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, std::integral_constant<int, 4>{});
+    return v30 ? run(norm_bwd_lean_kernel<T, kRms, 4, false, 0, false>, K4{})
+               : run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, K4{});
   } else {
-    using K2 = std::integral_constant<int, 2>;
-    if (s.cols / V > 2 * tpr) return run(norm_bwd_lean_kernel<T, kRms, 3, false, 0>, std::integral_constant<int, 3>{});
+    const int64_t packs = s.cols / V;
+    if constexpr (kRms) {
+      if (packs > 3 * int64_t{tpr}) return run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, K4{});  // lean_team's
+    }
+    if (packs > 2 * int64_t{tpr}) {
+      return v30 ? run(norm_bwd_lean_kernel<T, kRms, 3, false, 0, false>, K3{})
+                 : run(norm_bwd_lean_kernel<T, kRms, 3, false, 0>, K3{});
+    }
     switch (norm_bwd_version()) {
       case NormBwd::kV19Hold: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 0>, K2{});
       case NormBwd::kV19Lean: return run(norm_bwd_lean_kernel<T, kRms, 2, false, 0>, K2{});
       case NormBwd::kV19Deep: return run(norm_bwd_lean_kernel<T, kRms, 2, false, 2>, K2{});
       case NormBwd::kV19: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 1>, K2{});
+      case NormBwd::kV30: return run(norm_bwd_lean_kernel<T, kRms, 2, !kRms, kRms ? 2 : 1, false>, K2{});
       default: return run(norm_bwd_lean_kernel<T, kRms, 2, !kRms, kRms ? 2 : 1>, K2{});
     }
   }
@@ -593,7 +614,7 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
       constexpr int V = decltype(v)::value;
       if (!want || ws.data != nullptr) {
         if constexpr (V * sizeof(T) == 16) {  // kVec<T>: the alias fails in g++ inside this nested lambda
-          const int tpr = lean_team<T>(s.cols / V);
+          const int tpr = lean_team<T, kRms>(s.cols / V);
           const bool one_scale = scale.data != nullptr && scale.rows_per_group >= s.rows;
           if (tpr > 0 && one_scale && norm_bwd_version() != NormBwd::kV18) {
             return norm_bwd_lean<T, kRms>(dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp, dscale, dbias,

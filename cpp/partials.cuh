@@ -153,10 +153,22 @@ __device__ __forceinline__ void store_partials(float* slab, const float (&acc)[K
   }
 }
 
+// Partials accumulated in the slab by quads (norm_bwd_lean.cuh at K >= 4, where registers do not hold them
+// beside the row): thread tid's sums for elements 4q..4q+3 of its pack k are one float4 at quad
+// (k * V / 4 + q) * blockDim.x + tid, so a thread adds a quad with one 16-byte load and store, and a warp's 32
+// quads are 512 contiguous bytes (four wavefronts, no conflict). Only the owner touches them until
+// finish_partials<V, K, true>.
+template <int V>
+__device__ __forceinline__ float4* partial_quads(float* slab, int k, int block) {  // block: blockDim.x
+  static_assert(V % 4 == 0);
+  return reinterpret_cast<float4*>(slab) + k * (V / 4) * block + static_cast<int>(threadIdx.x);
+}
+
 // Sums the teams' partials of one slab in team order and writes them as row `row_out` of workspace
 // slab `out` (columns col0 + ...; those >= cols are padding). Block-uniform; starts with a barrier.
 // Column col0 + p, p = (k * tpr + lane) * V + j, is element j of pack k of lane `lane` in every team.
-template <int V, int K>
+// kQuads: the slab holds partial_quads' layout, else partial_slot's.
+template <int V, int K, bool kQuads = false>
 __device__ __forceinline__ void finish_partials(const float* slab, int tpr, int64_t col0, int64_t cols,
                                                 float* __restrict__ out, int64_t row_out) {
   __syncthreads();  // every team's last accumulation is visible
@@ -170,9 +182,12 @@ __device__ __forceinline__ void finish_partials(const float* slab, int tpr, int6
     const int rem = p - k * (tpr * V);  // lane * V + j
     const int lane = rem / V;
     const int j = rem - lane * V;
-    const float* src = slab + (k * V + j) * block + lane;  // team 0's thread `lane`
+    // team 0's thread `lane`, and the distance between teams
+    const float* src = kQuads ? slab + (k * V + (j & ~3)) * block + 4 * lane + (j & 3)
+                              : slab + (k * V + j) * block + lane;
+    const int team_step = kQuads ? 4 * tpr : tpr;
     float sum = src[0];
-    for (int t = 1; t < teams; ++t) sum += src[t * tpr];
+    for (int t = 1; t < teams; ++t) sum += src[t * team_step];
     out[row_out * cols + col] = sum;
   }
 }

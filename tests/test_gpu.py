@@ -469,6 +469,37 @@ def test_big_layer_norm_backward(big):
         a.delete()
 
 
+@pytest.mark.slow
+def test_big_rms_norm_backward_teams(gpu):
+    """v31's RMSNorm backward on 256-thread teams of K = 4 packs (bf16 C = 8192) past element 2**31: rows of dx on
+    both sides of it against float64, dscale against XLA's float32 column sums."""
+    c = 8192
+    n = 2**31 // c + 3
+    first_beyond = 2**31 // c
+    rows = np.array([0, 1, first_beyond - 2, first_beyond - 1, first_beyond, first_beyond + 1, n - 1])
+    key = jax.device_put(jax.random.key(31), gpu)
+    x, dy = jax.jit(lambda k: tuple((jax.random.normal(kk, (n, c), jnp.float32) * sc).astype(jnp.bfloat16)
+                                    for kk, sc in zip(jax.random.split(k), (2.0, 1.0))))(key)
+    assert x.size > 2**31
+    s = mt.randn(np.random.default_rng(31), (c,), np.float32, scale=0.5, loc=1.0)
+    dx, ds = jax.jit(lambda t, s_, g: jax.vjp(jm.rms_norm, t, s_)[1](g))(x, jax.device_put(s, gpu), dy)
+    xr, gr = (np.asarray(a[jnp.asarray(rows)]) for a in (x, dy))
+    rdx, _ = mt.ref_rms_norm_vjp(xr, s, 1e-6, gr)
+    mt.assert_close(np.asarray(dx[jnp.asarray(rows)]), rdx, mt.GRAD_TOL[mt.BF16], dtype=mt.BF16, what="rows of dx",
+                    mag=mt.ref_rms_norm_vjp_mag(xr, s, 1e-6, gr))
+
+    @jax.jit
+    def sums(t, g):
+        t32, g32 = t.astype(jnp.float32), g.astype(jnp.float32)
+        xhat = t32 * jax.lax.rsqrt(jnp.mean(jnp.square(t32), -1, keepdims=True) + 1e-6)
+        return jnp.sum(g32 * xhat, 0), jnp.sum(jnp.abs(g32 * xhat), 0)
+
+    rds, mds = (np.asarray(a, np.float64) for a in sums(x, dy))
+    assert np.max(np.abs(np.asarray(ds) - rds) / (mds + 1)) < 1e-4
+    for a in (x, dy, dx, ds):
+        a.delete()
+
+
 # ----------------------------------------------------------------------------------------------
 # forward size classes (norm_rows.cuh): team rows (4-32 threads per row, several rows per warp),
 # block rows (64-768 threads, one row per block), the v1 fallback beyond; each at its boundaries,
@@ -646,12 +677,16 @@ def test_norm_forward_versions(gpu, version, grid):
 
 
 # The fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default
-# (v20, norm_bwd_lean.cuh: 16-bit registers prefetch the next row and hold the scale in LayerNorm, two rows
-# ahead in RMSNorm; K = 3 rows and f32 neither), v19 (one row ahead for both), v19-hold, v19-lean, v19-deep
-# (two rows ahead for both) and v18 (norm_bwd_fused_kernel). The lean kernel's 16-bit classes (C % 8 == 0,
-# C <= 12288, one scale row), with K = ceil(packs / tpr) packs per thread, tpr = team_size(packs, 3):
-#   K = 2 full rows: C = 16 (tpr 1), 1024 (64), 8192 (512); not full: C = 8 (one pack), 1000 (125 of 128);
-#   K = 3 full: C = 24 (tpr 1), 768 (32), 12288 (512); not full: C = 40, 600, 10000;
+# (v31: v20's norm_bwd_lean.cuh — 16-bit registers prefetch the next row and hold the scale in LayerNorm, two rows
+# ahead in RMSNorm; K = 3 rows and f32 neither — with each team at its own barrier, and RMSNorm's 16-bit rows of
+# 769..1024 packs on 256-thread teams of K = 4, partials in shared memory), v30 (v20's kernels: one barrier per
+# block, RMSNorm as LayerNorm), v19 (one row ahead for both), v19-hold, v19-lean, v19-deep (two rows ahead for
+# both) and v18 (norm_bwd_fused_kernel). The lean kernel's 16-bit classes (C % 8 == 0, C <= 12288, one scale row),
+# with K = ceil(packs / tpr) packs per thread, tpr = team_size(packs, 3) (RMSNorm from 769 to 1024 packs: 256):
+#   K = 2 full rows: C = 16 (tpr 1), 1024 (64), 8192 (512, LayerNorm); not full: C = 8 (one pack), 1000 (125 of
+#   128), 6152 (769 packs, LayerNorm);
+#   K = 3 full: C = 24 (tpr 1), 768 (32), 6144 (256), 12288 (512); not full: C = 40, 600, 10000, 8200;
+#   K = 4 (RMSNorm): C = 8192 full, 6152 not;
 # f32 (v20: C % 4 == 0, tpr = team_size(packs, 4), K = 4 alone): 16 (tpr 1), 1024, 8192 full, 1000 not;
 # the rest of the cases (K = 3, or C > 8192) the old kernel.
 # Rows: one; a few (inactive teams in the last block); many (several rows per team, the prefetch ring
@@ -674,7 +709,7 @@ ln_dx = jax.jit(jax.grad(lambda x, s, b, g: jnp.sum(jm.layer_norm(x, s, b).astyp
 ln0 = jax.jit(lambda x, g: jax.vjp(jm.layer_norm, x)[1](g))
 cases = [(1, 16), (3, 1024), (4097, 1024), (4098, 1024), (2, 8192), (301, 8192), (9, 8), (1000, 8), (5, 1000),
          (2001, 1000), (1, 24), (999, 24), (7, 768), (3001, 768), (2, 12288), (263, 12288), (5, 40), (77, 600),
-         (3, 10000), (140, 10000)]
+         (3, 10000), (140, 10000), (2, 6144), (77, 6144), (3, 6152), (299, 6152), (1, 8200), (133, 8200)]
 for dtype in (mt.BF16, mt.F16, mt.F32):
     tol = mt.GRAD_TOL[dtype]
     for rows, c in cases:
@@ -732,6 +767,6 @@ print("OK")
 """
 
 
-@pytest.mark.parametrize("version", ["", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
+@pytest.mark.parametrize("version", ["", "v30", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
 def test_norm_backward_versions(gpu, version):
     mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version})
