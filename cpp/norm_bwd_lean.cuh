@@ -24,6 +24,8 @@
 // bf16 8192), 1.11-1.22x the old kernel at C = 1024..8192, a tie at 768.
 // Geometry and partials as in partials.cuh (teams of tpr threads, one row per team at a time, dscale / dbias
 // partials in registers, summed per block into the workspace in the same order as norm_bwd_fused_kernel).
+// v31: each team at its own barrier; RMSNorm's 16-bit rows of 769..1024 packs at K = 4, partials in shared memory
+// (RESULTS.md "v31").
 #pragma once
 
 #include "partials.cuh"
