@@ -8,7 +8,7 @@
 #   ab_run, ab_gpu_tests, ab_check, ab_norm_bwd_verify, ab_softmax_fwd_verify, ab_sanitize, ab_norm_sanitize,
 #   ab_norm_fwd_verify, ab_norm_sweep, ab_big_tests,
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
-#   ab_smxab, ab_san_cpu: below
+#   ab_smxab, ab_san_cpu, ab_dbench: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -49,6 +49,16 @@ ab_run() {
     echo "== $stage: $((SECONDS - t0)) s"
   done
   ab_pack "$1"
+}
+
+# ab_dbench NAME TIMING BENCH-OPTIONS...: one bench process, its rows and tables shown.
+ab_dbench() {
+  local name=$1 timing=$2
+  shift 2
+  timeout 280 python3 -P -m jax_memops.cli bench --timing "$timing" --dtypes float32 bfloat16 --out "$out/$name" "$@" \
+    > "$out/$name.log" 2>&1
+  echo "rc=$? ($name)"
+  grep -E "^(softmax|layer_norm|rms_norm|gelu) |^ +[0-9]+ (float32|bfloat16)" "$out/$name.log"
 }
 
 # ab_gpu_tests LOG SECONDS EXPR [PER-TEST SECONDS]: pytest -k EXPR over tests/ (8 workers sharing the

@@ -42,24 +42,14 @@ print("wall:", [f"{t * 1e3:.1f} us" for t in bench.time_interleaved(calls, 20, 7
 PY
 }
 
-# dbench NAME TIMING BENCH-OPTIONS...: one bench process, its rows and tables shown.
-dbench() {
-  local name=$1 timing=$2
-  shift 2
-  timeout 280 python3 -P -m jax_memops.cli bench --timing "$timing" --dtypes float32 bfloat16 --out "$out/$name" "$@" \
-    > "$out/$name.log" 2>&1
-  echo "rc=$? ($name)"
-  grep -E "^(softmax|layer_norm|rms_norm|gelu) |^ +[0-9]+ (float32|bfloat16)" "$out/$name.log"
-}
-
 stage_fusion() {
-  dbench fusion-device device --fusion
-  dbench fusion-wall wall --fusion
+  ab_dbench fusion-device device --fusion
+  ab_dbench fusion-wall wall --fusion
 }
 
-stage_norms() { dbench norms-device device --ops layer_norm rms_norm --dirs fwd fwd+bwd --parts sweep; }
-stage_softmax() { dbench softmax-device device --ops softmax --dirs fwd bwd --parts sweep; }
-stage_gelu() { dbench gelu-device device --ops gelu --dirs fwd fwd+bwd --parts sweep; }
+stage_norms() { ab_dbench norms-device device --ops layer_norm rms_norm --dirs fwd fwd+bwd --parts sweep; }
+stage_softmax() { ab_dbench softmax-device device --ops softmax --dirs fwd bwd --parts sweep; }
+stage_gelu() { ab_dbench gelu-device device --ops gelu --dirs fwd fwd+bwd --parts sweep; }
 
 stage_full() {
   local name=full-device${FULL_TAG:-}
@@ -69,9 +59,9 @@ stage_full() {
 }
 
 stage_models() {
-  dbench models-wall wall --parts model mlp
+  ab_dbench models-wall wall --parts model mlp
   grep -E "block" "$out/models-wall.log"
-  dbench models-device device --parts model mlp
+  ab_dbench models-device device --parts model mlp
   grep -E "block" "$out/models-device.log"
 }
 
@@ -84,7 +74,7 @@ stage_ptest() {
   ab_gpu_tests ptest 300 "paired_blocks or backward_deterministic or (test_norms and grad)" 280
 }
 
-stage_nbench() { dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }
+stage_nbench() { ab_dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }
 
 ab_init "$@"
 ab_run v30

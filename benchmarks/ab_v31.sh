@@ -72,16 +72,7 @@ stage_ptest() {
   ab_gpu_tests ptest 300 "paired_blocks or backward_deterministic or backward_partials or (test_norms and grad)" 280
 }
 
-stage_nbench() { dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }
-
-dbench() {
-  local name=$1 timing=$2
-  shift 2
-  timeout 280 python3 -P -m jax_memops.cli bench --timing "$timing" --dtypes float32 bfloat16 --out "$out/$name" "$@" \
-    > "$out/$name.log" 2>&1
-  echo "rc=$? ($name)"
-  grep -E "^(softmax|layer_norm|rms_norm|gelu) |^ +[0-9]+ (float32|bfloat16)" "$out/$name.log"
-}
+stage_nbench() { ab_dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }
 
 ab_init "$@"
 ab_run v31
