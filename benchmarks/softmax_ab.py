@@ -30,8 +30,8 @@ full for every row kernel; anything else: each kernel's default), JAX_MEMOPS_NOR
 or v4 for every dtype; v21: the default before v23's lean bf16 LayerNorm rows; anything else is the
 default: v4 for f32, v3 for 16-bit types but for LayerNorm team rows of 6 packs per thread where they fit as
 well as 8, and bf16 LayerNorm rows of whole packs with one parameter row on norm_fwd_lean.cuh) and
-JAX_MEMOPS_NORM_BWD (cpp/norms.cu: v18, v19, v19-hold, v19-lean or v19-deep for the fused backward; anything
-else the default v20). Extra options go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
+JAX_MEMOPS_NORM_BWD (cpp/norms.cu: v18, v19, v19-hold, v19-lean, v19-deep, v30 or v31 for the fused backward;
+anything else the default v32). Extra options go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
 
 from __future__ import annotations
 

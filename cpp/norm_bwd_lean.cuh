@@ -25,7 +25,7 @@
 // Geometry and partials as in partials.cuh (teams of tpr threads, one row per team at a time, dscale / dbias
 // partials in registers, summed per block into the workspace in the same order as norm_bwd_fused_kernel).
 // v31: each team at its own barrier; RMSNorm's 16-bit rows of 769..1024 packs at K = 4, partials in shared memory
-// (RESULTS.md "v31").
+// (RESULTS.md "v31"). v32: RMSNorm's K = 3 rows one row ahead with the scale held (norms.cu norm_bwd_lean).
 #pragma once
 
 #include "partials.cuh"

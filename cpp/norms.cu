@@ -83,23 +83,27 @@ bool norm_fwd_half() {
 }
 
 // Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by
-// every row; lean_team): the default v31 — v20's kernels (16-bit rows of K = 2 packs per thread prefetch the next
-// row's packs into registers and hold the scale across rows (LayerNorm), or prefetch two rows ahead without
-// holding it (RMSNorm, over one row ahead at C = 1024..8192 in three rounds: bwd +1 to +13%, fwd+bwd +2 to
-// +7%, RESULTS.md "v20"; LayerNorm +-3%)) with each team at its own barrier, and RMSNorm's 16-bit rows of
-// 769..1024 packs on 256-thread teams — or for A/B benchmarks only JAX_MEMOPS_NORM_BWD=v30 (v20's kernels as
-// they were: the block's teams at one barrier, one 512-thread team beyond 768 packs), =v19 (one row ahead and
-// the scale held for both ops: v19's default), =v19-hold (no prefetch), =v19-lean (neither), =v19-deep (two
-// rows ahead, the scale not held, both ops) or =v18 (norm_bwd_fused_kernel, the rule before v19). Read once
-// per process.
-enum class NormBwd { kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
+// every row; lean_team): the default v32 — v31's kernels, but RMSNorm's 16-bit rows of K = 3 packs per thread
+// (1025..1536 packs: C = 8200..12288 in bf16; one 512-thread team per SM, whose loads stopped through each row's
+// reduction and stores) load the next row into a second register set before working on this one and hold the
+// scale in registers (kAhead = 1, kHoldScale: 128 registers, no spill; bwd +2.6..+3.9% at C = 8200 / 10000 /
+// 12288 in bf16 and f16 against v31, one process each, whose A/A read ±0.1%; the prefetch alone +0.9..+2.7%:
+// RESULTS.md "v32"). v31: v20's kernels (16-bit rows of K = 2 packs per thread prefetch the next row's packs into
+// registers and hold the scale across rows (LayerNorm), or prefetch two rows ahead without holding it (RMSNorm,
+// over one row ahead at C = 1024..8192 in three rounds: bwd +1 to +13%, fwd+bwd +2 to +7%, RESULTS.md "v20";
+// LayerNorm +-3%)) with each team at its own barrier, and RMSNorm's 16-bit rows of 769..1024 packs on 256-thread
+// teams. For A/B benchmarks only JAX_MEMOPS_NORM_BWD=v31 (v31's kernels), =v30 (v20's kernels as they were: the
+// block's teams at one barrier, one 512-thread team beyond 768 packs), =v19 (one row ahead and the scale held for
+// both ops: v19's default), =v19-hold (no prefetch), =v19-lean (neither), =v19-deep (two rows ahead, the scale
+// not held, both ops) or =v18 (norm_bwd_fused_kernel, the rule before v19). Read once per process.
+enum class NormBwd { kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
 
 NormBwd norm_bwd_version() {
   static const NormBwd v = env_choice("JAX_MEMOPS_NORM_BWD",
                                       {{"v19", NormBwd::kV19}, {"v19-hold", NormBwd::kV19Hold},
                                        {"v19-lean", NormBwd::kV19Lean}, {"v19-deep", NormBwd::kV19Deep},
-                                       {"v18", NormBwd::kV18}, {"v30", NormBwd::kV30}},
-                                      NormBwd::kV31);
+                                       {"v18", NormBwd::kV18}, {"v30", NormBwd::kV30}, {"v31", NormBwd::kV31}},
+                                      NormBwd::kV32);
   return v;
 }
 
@@ -578,6 +582,9 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
       if (packs > 3 * int64_t{tpr}) return run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, K4{});  // lean_team's
     }
     if (packs > 2 * int64_t{tpr}) {
+      if constexpr (kRms) {  // v32: RMSNorm's K = 3 rows one row ahead, the scale held (norm_bwd_version's comment)
+        if (norm_bwd_version() == NormBwd::kV32) return run(norm_bwd_lean_kernel<T, kRms, 3, true, 1>, K3{});
+      }
       return v30 ? run(norm_bwd_lean_kernel<T, kRms, 3, false, 0, false>, K3{})
                  : run(norm_bwd_lean_kernel<T, kRms, 3, false, 0>, K3{});
     }

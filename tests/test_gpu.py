@@ -470,10 +470,11 @@ def test_big_layer_norm_backward(big):
 
 
 @pytest.mark.slow
-def test_big_rms_norm_backward_teams(gpu):
-    """v31's RMSNorm backward on 256-thread teams of K = 4 packs (bf16 C = 8192) past element 2**31: rows of dx on
-    both sides of it against float64, dscale against XLA's float32 column sums."""
-    c = 8192
+@pytest.mark.parametrize("c", [8192, 12288])
+def test_big_rms_norm_backward_teams(gpu, c):
+    """RMSNorm's 16-bit lean backward past element 2**31: v31's 256-thread teams of K = 4 packs (bf16 C = 8192) and
+    v32's 512-thread teams of K = 3 one row ahead (12288); rows of dx on both sides of it against float64, dscale
+    against XLA's float32 column sums."""
     n = 2**31 // c + 3
     first_beyond = 2**31 // c
     rows = np.array([0, 1, first_beyond - 2, first_beyond - 1, first_beyond, first_beyond + 1, n - 1])
@@ -677,9 +678,10 @@ def test_norm_forward_versions(gpu, version, grid):
 
 
 # The fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default
-# (v31: v20's norm_bwd_lean.cuh — 16-bit registers prefetch the next row and hold the scale in LayerNorm, two rows
-# ahead in RMSNorm; K = 3 rows and f32 neither — with each team at its own barrier, and RMSNorm's 16-bit rows of
-# 769..1024 packs on 256-thread teams of K = 4, partials in shared memory), v30 (v20's kernels: one barrier per
+# (v32: v20's norm_bwd_lean.cuh — 16-bit registers prefetch the next row and hold the scale in LayerNorm, two rows
+# ahead in RMSNorm; K = 3 rows one row ahead with the scale held in RMSNorm, neither in LayerNorm; f32 neither —
+# with each team at its own barrier, and RMSNorm's 16-bit rows of 769..1024 packs on 256-thread teams of K = 4,
+# partials in shared memory), v31 (RMSNorm's K = 3 rows without the prefetch), v30 (v20's kernels: one barrier per
 # block, RMSNorm as LayerNorm), v19 (one row ahead for both), v19-hold, v19-lean, v19-deep (two rows ahead for
 # both) and v18 (norm_bwd_fused_kernel). The lean kernel's 16-bit classes (C % 8 == 0, C <= 12288, one scale row),
 # with K = ceil(packs / tpr) packs per thread, tpr = team_size(packs, 3) (RMSNorm from 769 to 1024 packs: 256):
@@ -767,6 +769,6 @@ print("OK")
 """
 
 
-@pytest.mark.parametrize("version", ["", "v30", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
+@pytest.mark.parametrize("version", ["", "v31", "v30", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
 def test_norm_backward_versions(gpu, version):
     mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version})
