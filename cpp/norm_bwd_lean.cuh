@@ -25,7 +25,8 @@
 // Geometry and partials as in partials.cuh (teams of tpr threads, one row per team at a time, dscale / dbias
 // partials in registers, summed per block into the workspace in the same order as norm_bwd_fused_kernel).
 // v31: each team at its own barrier; RMSNorm's 16-bit rows of 769..1024 packs at K = 4, partials in shared memory
-// (RESULTS.md "v31"). v32: RMSNorm's K = 3 rows one row ahead with the scale held (norms.cu norm_bwd_lean).
+// (RESULTS.md "v31"). v32: the K = 3 rows one row ahead with the scale held, LayerNorm's partials by quads (norms.cu
+// norm_bwd_lean).
 #pragma once
 
 #include "partials.cuh"
@@ -124,10 +125,11 @@ __device__ __forceinline__ void add_quads(float* slab, int k, int block, const f
   }
 }
 
-// K >= 4 (RMSNorm's 16-bit rows of 769..1024 packs on teams of 256 threads, norms.cu's lean_team): the partials
-// accumulate in shared memory by quads (partials.cuh's partial_quads), where registers do not hold them beside
-// K packs of x and dy (ptxas -v: spills). kTeamBar: team_sum_lean's.
-template <typename T, bool kRms, int K, bool kHoldScale, int kAhead, bool kTeamBar = true>
+// kQuads (K >= 4: RMSNorm's 16-bit rows of 769..1024 packs on teams of 256 threads, norms.cu's lean_team; v32:
+// LayerNorm's K = 3 rows, one row ahead): the partials accumulate in shared memory by quads (partials.cuh's
+// partial_quads), where registers do not hold them beside K packs of x and dy (ptxas -v: spills). kTeamBar:
+// team_sum_lean's.
+template <typename T, bool kRms, int K, bool kHoldScale, int kAhead, bool kTeamBar = true, bool kQuads = (K >= 4)>
 __global__ void __launch_bounds__(kTeamThreads, 1)
     norm_bwd_lean_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
                          const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
@@ -135,7 +137,6 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
                          float* __restrict__ slab_a, float* __restrict__ slab_b) {
   constexpr int E = kVec<T>;  // elements per 16-byte pack
   constexpr int N = kRms ? 1 : 2;  // the row sums: Σ g*xhat (and Σ g)
-  constexpr bool kQuads = K >= 4;
   __shared__ TeamRed red;
   const PartialBlock blk = partial_block(rows, groups, per_group, 1);
   const int cols = static_cast<int>(cols64);  // <= 512 * K * E

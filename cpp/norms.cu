@@ -83,19 +83,22 @@ bool norm_fwd_half() {
 }
 
 // Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by
-// every row; lean_team): the default v32 — v31's kernels, but RMSNorm's 16-bit rows of K = 3 packs per thread
-// (1025..1536 packs: C = 8200..12288 in bf16; one 512-thread team per SM, whose loads stopped through each row's
-// reduction and stores) load the next row into a second register set before working on this one and hold the
-// scale in registers (kAhead = 1, kHoldScale: 128 registers, no spill; bwd +2.6..+3.9% at C = 8200 / 10000 /
-// 12288 in bf16 and f16 against v31, one process each, whose A/A read ±0.1%; the prefetch alone +0.9..+2.7%:
-// RESULTS.md "v32"). v31: v20's kernels (16-bit rows of K = 2 packs per thread prefetch the next row's packs into
-// registers and hold the scale across rows (LayerNorm), or prefetch two rows ahead without holding it (RMSNorm,
-// over one row ahead at C = 1024..8192 in three rounds: bwd +1 to +13%, fwd+bwd +2 to +7%, RESULTS.md "v20";
-// LayerNorm +-3%)) with each team at its own barrier, and RMSNorm's 16-bit rows of 769..1024 packs on 256-thread
-// teams. For A/B benchmarks only JAX_MEMOPS_NORM_BWD=v31 (v31's kernels), =v30 (v20's kernels as they were: the
-// block's teams at one barrier, one 512-thread team beyond 768 packs), =v19 (one row ahead and the scale held for
-// both ops: v19's default), =v19-hold (no prefetch), =v19-lean (neither), =v19-deep (two rows ahead, the scale
-// not held, both ops) or =v18 (norm_bwd_fused_kernel, the rule before v19). Read once per process.
+// every row; lean_team): the default v32 — v31's kernels, but the 16-bit rows of K = 3 packs per thread (packs in
+// (2 tpr, 3 tpr]: bf16 C = 768, 3072, 6144, 8200..12288, ...) load the next row into a second register set before
+// working on this one and hold the scale in registers (kAhead = 1, kHoldScale; 128 registers, no spill), and
+// LayerNorm's keep their two partial rows in shared memory by quads to make room (the K >= 4 layout). Those rows
+// stopped their loads through each row's reduction and stores (one 512-thread team per SM at C > 8192). Measured
+// against v31, one process each, whose A/A read within ±0.7% (RESULTS.md "v32"): LayerNorm bf16 bwd +2.7..+6.6%
+// (fwd+bwd +1.0..+3.6%) at C = 768 ... 12288; RMSNorm bf16 / f16 bwd +2.6..+3.9% at 8200..12288 (fwd+bwd
+// +0.6..+1.1%), +0.4..+0.7% at 768 ... 6144 (fwd+bwd -0.7..+0.1%). v31: v20's kernels (16-bit rows of K = 2 packs per thread prefetch
+// the next row's packs into registers and hold the scale across rows (LayerNorm), or prefetch two rows ahead
+// without holding it (RMSNorm, over one row ahead at C = 1024..8192 in three rounds: bwd +1 to +13%, fwd+bwd +2 to
+// +7%, RESULTS.md "v20"; LayerNorm +-3%)) with each team at its own barrier, and RMSNorm's 16-bit rows of
+// 769..1024 packs on 256-thread teams. For A/B benchmarks only JAX_MEMOPS_NORM_BWD=v31 (v31's kernels), =v30 (v20's
+// kernels as they were: the block's teams at one barrier, one 512-thread team beyond 768 packs), =v19 (one row
+// ahead and the scale held for both ops: v19's default), =v19-hold (no prefetch), =v19-lean (neither), =v19-deep
+// (two rows ahead, the scale not held, both ops) or =v18 (norm_bwd_fused_kernel, the rule before v19). Read once
+// per process.
 enum class NormBwd { kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
 
 NormBwd norm_bwd_version() {
@@ -582,9 +585,9 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
       if (packs > 3 * int64_t{tpr}) return run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, K4{});  // lean_team's
     }
     if (packs > 2 * int64_t{tpr}) {
-      if constexpr (kRms) {  // v32: RMSNorm's K = 3 rows one row ahead, the scale held (norm_bwd_version's comment)
-        if (norm_bwd_version() == NormBwd::kV32) return run(norm_bwd_lean_kernel<T, kRms, 3, true, 1>, K3{});
-      }
+      // v32: K = 3 rows one row ahead with the scale held; LayerNorm's partials in shared memory by quads, where its
+      // two partial rows leave the registers no room for a second row (norm_bwd_version's comment).
+      if (norm_bwd_version() == NormBwd::kV32) return run(norm_bwd_lean_kernel<T, kRms, 3, true, 1, true, !kRms>, K3{});
       return v30 ? run(norm_bwd_lean_kernel<T, kRms, 3, false, 0, false>, K3{})
                  : run(norm_bwd_lean_kernel<T, kRms, 3, false, 0>, K3{});
     }

@@ -679,9 +679,9 @@ def test_norm_forward_versions(gpu, version, grid):
 
 # The fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default
 # (v32: v20's norm_bwd_lean.cuh — 16-bit registers prefetch the next row and hold the scale in LayerNorm, two rows
-# ahead in RMSNorm; K = 3 rows one row ahead with the scale held in RMSNorm, neither in LayerNorm; f32 neither —
-# with each team at its own barrier, and RMSNorm's 16-bit rows of 769..1024 packs on 256-thread teams of K = 4,
-# partials in shared memory), v31 (RMSNorm's K = 3 rows without the prefetch), v30 (v20's kernels: one barrier per
+# ahead in RMSNorm; K = 3 rows one row ahead with the scale held, LayerNorm's partials in shared memory; f32
+# neither — with each team at its own barrier, and RMSNorm's 16-bit rows of 769..1024 packs on 256-thread teams of
+# K = 4, partials in shared memory), v31 (K = 3 rows without the prefetch), v30 (v20's kernels: one barrier per
 # block, RMSNorm as LayerNorm), v19 (one row ahead for both), v19-hold, v19-lean, v19-deep (two rows ahead for
 # both) and v18 (norm_bwd_fused_kernel). The lean kernel's 16-bit classes (C % 8 == 0, C <= 12288, one scale row),
 # with K = ceil(packs / tpr) packs per thread, tpr = team_size(packs, 3) (RMSNorm from 769 to 1024 packs: 256):
