@@ -90,15 +90,15 @@ bool norm_fwd_half() {
 // stopped their loads through each row's reduction and stores (one 512-thread team per SM at C > 8192). Measured
 // against v31, one process each, whose A/A read within ±0.7% (RESULTS.md "v32"): LayerNorm bf16 bwd +2.7..+6.6%
 // (fwd+bwd +1.0..+3.6%) at C = 768 ... 12288; RMSNorm bf16 / f16 bwd +2.6..+3.9% at 8200..12288 (fwd+bwd
-// +0.6..+1.1%), +0.4..+0.7% at 768 ... 6144 (fwd+bwd -0.7..+0.1%). v31: v20's kernels (16-bit rows of K = 2 packs per thread prefetch
-// the next row's packs into registers and hold the scale across rows (LayerNorm), or prefetch two rows ahead
-// without holding it (RMSNorm, over one row ahead at C = 1024..8192 in three rounds: bwd +1 to +13%, fwd+bwd +2 to
-// +7%, RESULTS.md "v20"; LayerNorm +-3%)) with each team at its own barrier, and RMSNorm's 16-bit rows of
-// 769..1024 packs on 256-thread teams. For A/B benchmarks only JAX_MEMOPS_NORM_BWD=v31 (v31's kernels), =v30 (v20's
-// kernels as they were: the block's teams at one barrier, one 512-thread team beyond 768 packs), =v19 (one row
-// ahead and the scale held for both ops: v19's default), =v19-hold (no prefetch), =v19-lean (neither), =v19-deep
-// (two rows ahead, the scale not held, both ops) or =v18 (norm_bwd_fused_kernel, the rule before v19). Read once
-// per process.
+// +0.6..+1.1%), +0.4..+0.7% at 768 ... 6144 (fwd+bwd -0.7..+0.1%). v31: v20's kernels (16-bit rows of K = 2
+// packs per thread prefetch the next row's packs into registers and hold the scale across rows (LayerNorm), or
+// prefetch two rows ahead without holding it (RMSNorm, over one row ahead at C = 1024..8192 in three rounds: bwd
+// +1 to +13%, fwd+bwd +2 to +7%, RESULTS.md "v20"; LayerNorm +-3%)) with each team at its own barrier, and
+// RMSNorm's 16-bit rows of 769..1024 packs on 256-thread teams. For A/B benchmarks only JAX_MEMOPS_NORM_BWD=v31
+// (v31's kernels), =v30 (v20's kernels as they were: the block's teams at one barrier, one 512-thread team beyond
+// 768 packs), =v19 (one row ahead and the scale held for both ops: v19's default), =v19-hold (no prefetch),
+// =v19-lean (neither), =v19-deep (two rows ahead, the scale not held, both ops) or =v18 (norm_bwd_fused_kernel, the
+// rule before v19). Read once per process.
 enum class NormBwd { kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
 
 NormBwd norm_bwd_version() {
@@ -587,7 +587,9 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
     if (packs > 2 * int64_t{tpr}) {
       // v32: K = 3 rows one row ahead with the scale held; LayerNorm's partials in shared memory by quads, where its
       // two partial rows leave the registers no room for a second row (norm_bwd_version's comment).
-      if (norm_bwd_version() == NormBwd::kV32) return run(norm_bwd_lean_kernel<T, kRms, 3, true, 1, true, !kRms>, K3{});
+      if (norm_bwd_version() == NormBwd::kV32) {
+        return run(norm_bwd_lean_kernel<T, kRms, 3, true, 1, true, !kRms>, K3{});
+      }
       return v30 ? run(norm_bwd_lean_kernel<T, kRms, 3, false, 0, false>, K3{})
                  : run(norm_bwd_lean_kernel<T, kRms, 3, false, 0>, K3{});
     }
