@@ -25,9 +25,11 @@ source "$(dirname "$0")/ab_lib.sh"
 stage_build() { ab_build || exit 1; }
 
 stage_btest() {
-  local t=tests/test_gpu.py::test_norm_backward_versions v ids=()
-  for v in ${BT_VERSIONS:-"" v31}; do ids+=("$t[$v]"); done
-  [ -n "${BT_VERSIONS+x}" ] || ids=("$t[]" "$t[v31]")
+  local t=tests/test_gpu.py::test_norm_backward_versions v ids=("$t[]" "$t[v31]")
+  if [ -n "${BT_VERSIONS+x}" ]; then
+    ids=()
+    for v in $BT_VERSIONS; do ids+=("$t[$v]"); done
+  fi
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 250 python3 -P -m pytest -q -rfE -n 2 --timeout 240 "${ids[@]}" \
     > "$out/btest${AB_TAG:+-$AB_TAG}.log" 2>&1
   tail -n 1 "$out/btest${AB_TAG:+-$AB_TAG}.log"
