@@ -47,9 +47,13 @@ from jax_memops import reference, unfused
 # (2, 4096), (2, 8192); bf16 LayerNorm (3, 2056), (2, 4096). v31's 16-bit RMSNorm backward on 256-thread teams of
 # K = 4 packs (two teams of a 512-thread block at their own barriers): (2, 8192) every slot used (one row per
 # block), (300, 6152) not (2-3 rows per block: both teams at work); (263, 10000) LayerNorm / RMSNorm at K = 3.
+# v33's backward rows through two stages of shared memory, enough rows per team that each stage is filled 3-10
+# times (its mbarrier's phase flips): 16-bit (1201, 4096) on 256-thread teams, (411, 8192) and (530, 12288) on
+# 512-thread teams of K = 2 / 3, f32 LayerNorm (700, 8192) on 512-thread teams of K = 4.
 SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
           (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288), (3, 16384), (2, 24576),
-          (2, 4096), (5, 1024), (3, 2056), (2, 8192), (300, 6152), (263, 10000)]
+          (2, 4096), (5, 1024), (3, 2056), (2, 8192), (300, 6152), (263, 10000), (1201, 4096), (700, 8192),
+          (530, 12288), (411, 8192)]
 # One small shape per size class of softmax "auto" (cpp/softmax.cu): sub-warp rows, a warp, block rows
 # (misaligned rows), clusters (7 CTAs; 8 x 512 or 16 x 512 / 8 x 1024; 16-bit: 8 x 1024 or 16 x 512),
 # the two-pass stream class; the forward of 16-bit 3 x 50257 runs v14's two-pass kernel (L2 as the row

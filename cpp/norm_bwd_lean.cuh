@@ -26,7 +26,7 @@
 // partials in registers, summed per block into the workspace in the same order as norm_bwd_fused_kernel).
 // v31: each team at its own barrier; RMSNorm's 16-bit rows of 769..1024 packs at K = 4, partials in shared memory
 // (RESULTS.md "v31"). v32: the K = 3 rows one row ahead with the scale held, LayerNorm's partials by quads (norms.cu
-// norm_bwd_lean).
+// norm_bwd_lean). v33: kStages, the rows of wide teams through stages of shared memory filled by bulk copies.
 #pragma once
 
 #include "partials.cuh"
@@ -108,6 +108,26 @@ __device__ __forceinline__ void load_lean_row(LeanRow<K>& r, const T* x, const T
   }
 }
 
+// load_lean_row from a stage in shared memory (kStages: the row's x and dy packs, bulk-copied there) instead of
+// global memory; the statistics come from registers (rs, mean_rs: loaded a row ahead). Empty slots as there; an
+// inactive row (no stage: sx == nullptr) holds zeros.
+template <typename T, bool kRms, int K>
+__device__ __forceinline__ void load_lean_row_staged(LeanRow<K>& r, const uint4* sx, const uint4* sdy, float rs,
+                                                     float mean_rs, bool full, int packs, int lane, int tpr) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int i = lane + k * tpr;
+    r.x[k] = r.dy[k] = make_uint4(0u, 0u, 0u, 0u);
+    if (sx != nullptr) {
+      r.x[k] = sx[full ? i : min(i, packs - 1)];
+      if (full || i < packs) r.dy[k] = sdy[i];
+    }
+  }
+  r.rs = rs;
+  r.mean_rs = mean_rs;
+  r.x0 = kRms || sx == nullptr ? 0.0f : to_float(*reinterpret_cast<const T*>(sx));
+}
+
 // The quads of pack k in `slab` (nullptr: not wanted) += dy * xhat (kProduct) or += dy.
 template <int E, bool kProduct>
 __device__ __forceinline__ void add_quads(float* slab, int k, int block, const float (&dv)[E], const float (&xh)[E]) {
@@ -129,7 +149,14 @@ __device__ __forceinline__ void add_quads(float* slab, int k, int block, const f
 // LayerNorm's K = 3 rows, one row ahead): the partials accumulate in shared memory by quads (partials.cuh's
 // partial_quads), where registers do not hold them beside K packs of x and dy (ptxas -v: spills). kTeamBar:
 // team_sum_lean's.
-template <typename T, bool kRms, int K, bool kHoldScale, int kAhead, bool kTeamBar = true, bool kQuads = (K >= 4)>
+// kStages > 0 (v33; kAhead 0, kTeamBar, teams of 64 threads or more): each team's next kStages rows of x and dy
+// are in flight into shared memory (bulk copies, one mbarrier per stage, issued by the team's lane 0), after the
+// partial slabs: kStages x 2 rows per team (norms.cu's norm_bwd_lean sizes it). A team reads its row from the stage
+// into registers; once the team's row barrier has passed every thread holds it, and the stage takes the row kStages
+// ahead. Where one 512-thread team fills an SM, registers held one row ahead at most (32-48 KB of x and dy per SM in
+// flight); the stages hold two, for no registers.
+template <typename T, bool kRms, int K, bool kHoldScale, int kAhead, bool kTeamBar = true, bool kQuads = (K >= 4),
+          int kStages = 0>
 __global__ void __launch_bounds__(kTeamThreads, 1)
     norm_bwd_lean_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
                          const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
@@ -180,7 +207,8 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   };
 
   // One row: the sums, the team's reduction, then dx and the partials. parity: the row's TeamRed buffer.
-  const auto work = [&](const LeanRow<K>& r, int64_t row, bool active, int parity) {
+  // after_sums(): once the team's barrier has passed (every thread holds the row).
+  const auto work = [&](const LeanRow<K>& r, int64_t row, bool active, int parity, auto&& after_sums) {
     float sums[N] = {};  // sums[0] = Σ g*xhat, sums[1] = Σ g
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -197,6 +225,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
       }
     }
     team_sum_lean<N, kTeamBar>(sums, tpr, red, parity);
+    after_sums();
     // dx = rs * (g - mean(g) - xhat * mean(g*xhat)) = rs * g + (xhat * gx + g0), rs folded into the row's
     // two constants (C >= E >= 4 here: no exact-zero case to keep, as C == 1 has in norm_bwd_fused_kernel).
     const float gx = -r.rs * (sums[0] * inv_cols);
@@ -204,7 +233,8 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
     T* const dxr = dx + row * cols;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      float xv[E], dv[E], sc[E], out[E], xh[E];
+      float xv[E], dv[E], sc[E], out[E];
+      [[maybe_unused]] float xh[E];  // kQuads only
       unpack_words_fresh<T>(r.x[k], xv);
       unpack_words_fresh<T>(r.dy[k], dv);
       scale_of(k, sc);
@@ -240,22 +270,83 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   const auto step = [&](const LeanRow<K>& use, LeanRow<K>& fill) {  // true when the block's rows are done
     const int64_t row = base + team;
     if constexpr (kAhead > 0) load(fill, row + kAhead * int64_t{teams});
-    work(use, row, row < blk.end, parity);
+    work(use, row, row < blk.end, parity, [] {});
     base += teams;
     parity ^= 1;
     return base >= blk.end;
   };
-  load(a, base + team);
-  if constexpr (kAhead == 2) load(b, base + team + teams);
-  if (base < blk.end) {
-    for (;;) {
-      if constexpr (kAhead == 0) {
-        if (step(a, a)) break;
-        load(a, base + team);
-      } else if constexpr (kAhead == 1) {
-        if (step(a, b) || step(b, a)) break;
-      } else {
-        if (step(a, c) || step(b, a) || step(c, b)) break;
+  if constexpr (kStages > 0) {
+    static_assert(kAhead == 0 && kTeamBar, "staged rows: no register rows ahead; teams at their own barriers");
+    // The team's rows blk.begin + team + j * teams, j = 0, 1, ...; row j in stage j % kStages, its
+    // (j / kStages)-th fill. Each team's stages after the slabs: x packs, then dy packs.
+    __shared__ uint64_t bar[kTeamThreads / 64][kStages];  // teams of >= 64 threads
+    const int n_slabs = (slab_a != nullptr) + (slab_b != nullptr);
+    uint4* const stages = reinterpret_cast<uint4*>(reinterpret_cast<float*>(dynamic_smem()) +
+                                                   n_slabs * partial_slab_floats<E, K>(block)) +
+                          int64_t{team} * kStages * 2 * packs;
+    const uint32_t row_bytes = static_cast<uint32_t>(packs) * 16u;
+    const auto issue = [&](int64_t row, int st) {  // lane 0: row's x and dy into stage st
+      mbar_arrive_expect(&bar[team][st], 2 * row_bytes);
+      bulk_load(stages + st * 2 * packs, x + row * cols, row_bytes, &bar[team][st]);
+      bulk_load(stages + st * 2 * packs + packs, dy + row * cols, row_bytes, &bar[team][st]);
+    };
+    int64_t row = blk.begin + team;
+    if (lane == 0) {
+#pragma unroll
+      for (int st = 0; st < kStages; ++st) {
+        mbar_init(&bar[team][st]);
+        if (row + st * int64_t{teams} < blk.end) issue(row + st * int64_t{teams}, st);
+      }
+    }
+    __syncthreads();  // the barriers are initialized before anyone waits on them
+    const auto stats = [&](int64_t r, float& rs, float& mean_rs) {
+      rs = r < blk.end ? rstd[r] : 0.0f;
+      mean_rs = kRms || r >= blk.end ? 0.0f : -mean[r] * rs;
+    };
+    float rs, mean_rs;
+    stats(row, rs, mean_rs);
+    int st = 0;
+    uint32_t phase = 0;
+    // Every team takes the same number of steps (the block's rows over its teams, rounded up), as the register
+    // rows do: a team past its last row works on zeros, adding exact zeros to its partials, and meets its barrier as
+    // often as the others. (v33's first loop stopped each team at its last row; racecheck then reported the
+    // partials' stores and the block's reads of them, across finish_partials' __syncthreads, as races.)
+    const int64_t steps = ceil_div(blk.end - blk.begin, int64_t{teams});
+    for (int64_t j = 0; j < steps; ++j, row += teams) {
+      const bool active = row < blk.end;
+      float next_rs, next_mean_rs;  // the next row's statistics in flight through this one
+      stats(row + teams, next_rs, next_mean_rs);
+      const uint4* const sx = stages + st * 2 * packs;
+      if (active) mbar_wait(&bar[team][st], phase);
+      load_lean_row_staged<T, kRms, K>(a, active ? sx : nullptr, sx + packs, rs, mean_rs, full, packs, lane, tpr);
+      const int64_t refill = row + int64_t{kStages} * teams;
+      work(a, row, active, parity, [&] {
+        if (lane == 0 && refill < blk.end) {
+          fence_proxy_async_smem();  // the team's reads of the stage (before its barrier) before the copy
+          issue(refill, st);
+        }
+      });
+      parity ^= 1;
+      rs = next_rs;
+      mean_rs = next_mean_rs;
+      if (++st == kStages) {
+        st = 0;
+        phase ^= 1u;
+      }
+    }
+  } else {
+    load(a, base + team);
+    if constexpr (kAhead == 2) load(b, base + team + teams);
+    if (base < blk.end) {
+      for (;;) {
+        if constexpr (kAhead == 0) {
+          if (step(a, a)) break;
+          load(a, base + team);
+        } else if constexpr (kAhead == 1) {
+          if (step(a, b) || step(b, a)) break;
+        } else {
+          if (step(a, c) || step(b, a) || step(c, b)) break;
+        }
       }
     }
   }

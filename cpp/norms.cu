@@ -19,6 +19,7 @@
 #include "handlers.h"
 
 #include <climits>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -83,7 +84,17 @@ bool norm_fwd_half() {
 }
 
 // Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by
-// every row; lean_team): the default v32 — v31's kernels, but the 16-bit rows of K = 3 packs per thread (packs in
+// every row; lean_team): the default v33 — v32's kernels, but the 16-bit rows on teams of 256 or 512 threads or on
+// teams of 128 of K = 2 packs (bf16 C = 2048, 4096..12288) and f32 LayerNorm's on teams of 512 (C = 8192) take their
+// rows through two stages of shared memory per team, bulk-copied two rows ahead (norm_bwd_lean_kernel's kStages = 2,
+// no register row ahead, the scale held), and RMSNorm's 16-bit rows of 769..1024 packs go back to one 512-thread team
+// of K = 2 (staged) from v31's 256-thread teams of K = 4. A 512-thread team per SM had kept only its next row's 32-48
+// KB of x and dy in flight. Measured against v32, one process each (RESULTS.md "v33"; the final tree's A/A within
+// 0.985-1.010): bf16 bwd LayerNorm 1.04 / 1.07 / 1.20 / 1.09x at C = 2048 / 4096 / 8192 / 12288 (6144 1.02x, 10000
+// 1.13x in the call before), RMSNorm 1.01 / 1.05 / 1.03 / 1.07x (10000 1.11x); f32 LayerNorm 8192 1.08x. Not staged,
+// where it lost or tied: teams of 64 threads (C = 1024: 0.97-1.00x), teams of 128 at K = 3 (3072: 0.99-1.00x), f32
+// RMSNorm and f32 LayerNorm below 512 threads (0.98-1.00x); three stages ran at 0.94-1.00x the speed of two.
+// v32: v31's kernels, but the 16-bit rows of K = 3 packs per thread (packs in
 // (2 tpr, 3 tpr]: bf16 C = 768, 3072, 6144, 8200..12288, ...) load the next row into a second register set before
 // working on this one and hold the scale in registers (kAhead = 1, kHoldScale; 128 registers, no spill), and
 // LayerNorm's keep their two partial rows in shared memory by quads to make room (the K >= 4 layout). Those rows
@@ -94,19 +105,19 @@ bool norm_fwd_half() {
 // packs per thread prefetch the next row's packs into registers and hold the scale across rows (LayerNorm), or
 // prefetch two rows ahead without holding it (RMSNorm, over one row ahead at C = 1024..8192 in three rounds: bwd
 // +1 to +13%, fwd+bwd +2 to +7%, RESULTS.md "v20"; LayerNorm +-3%)) with each team at its own barrier, and
-// RMSNorm's 16-bit rows of 769..1024 packs on 256-thread teams. For A/B benchmarks only JAX_MEMOPS_NORM_BWD=v31
-// (v31's kernels), =v30 (v20's kernels as they were: the block's teams at one barrier, one 512-thread team beyond
-// 768 packs), =v19 (one row ahead and the scale held for both ops: v19's default), =v19-hold (no prefetch),
-// =v19-lean (neither), =v19-deep (two rows ahead, the scale not held, both ops) or =v18 (norm_bwd_fused_kernel, the
-// rule before v19). Read once per process.
-enum class NormBwd { kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
+// RMSNorm's 16-bit rows of 769..1024 packs on 256-thread teams. For A/B benchmarks only JAX_MEMOPS_NORM_BWD=v32
+// (v32's kernels), =v31 (v31's kernels), =v30 (v20's kernels as they were: the block's teams at one barrier, one
+// 512-thread team beyond 768 packs), =v19 (one row ahead and the scale held for both ops: v19's default), =v19-hold
+// (no prefetch), =v19-lean (neither), =v19-deep (two rows ahead, the scale not held, both ops) or =v18
+// (norm_bwd_fused_kernel, the rule before v19). Read once per process.
+enum class NormBwd { kV33, kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
 
 NormBwd norm_bwd_version() {
   static const NormBwd v = env_choice("JAX_MEMOPS_NORM_BWD",
-                                      {{"v19", NormBwd::kV19}, {"v19-hold", NormBwd::kV19Hold},
+                                      {{"v32", NormBwd::kV32}, {"v19", NormBwd::kV19}, {"v19-hold", NormBwd::kV19Hold},
                                        {"v19-lean", NormBwd::kV19Lean}, {"v19-deep", NormBwd::kV19Deep},
                                        {"v18", NormBwd::kV18}, {"v30", NormBwd::kV30}, {"v31", NormBwd::kV31}},
-                                      NormBwd::kV32);
+                                      NormBwd::kV33);
   return v;
 }
 
@@ -515,23 +526,36 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
 // the parameter gradients in one pass. Without gradients the rows are split into 4 runs per SM (no
 // workspace to pay for).
 // `kernel`: norm_bwd_fused_kernel<T, V, kRms, K> or norm_bwd_lean_kernel<T, kRms, K, ...> (same arguments).
+// The fused backward's grid: blocks of `block` threads, groups x per_group of them (one partial row each).
+struct BwdGrid {
+  int64_t groups, per_group;
+  int block;
+};
+
+inline BwdGrid bwd_grid(const DeviceInfo& dev, RowShape s, int tpr, bool partials, const PartialsView& ws) {
+  const int64_t groups = partials ? ws.groups : 1;
+  const int64_t per_group = partials ? ws.per_group : std::min<int64_t>(s.rows, 4 * int64_t{dev.sm_count});
+  // 256-thread blocks only when (nearly) every SM gets two: else one 512-thread block per SM holds twice
+  // the rows in flight.
+  const int64_t sms = dev.sm_count;
+  const int block = std::max(tpr, groups * per_group >= 2 * sms - sms / 8 ? kFusedMinBlock : kTeamThreads);
+  return {groups, per_group, block};
+}
+
+// stage_bytes: what each team's stages take beyond the partial slabs (norm_bwd_lean_kernel's kStages; 0: none).
 template <int V, int K, typename T, typename Kernel>
 ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t stream, const char* what,
                              RowShape s, int tpr, const T* xp, ParamView scale, const float* mean,
                              const float* rstd, const T* dyp, T* dxp, const GradView& dscale,
-                             const GradView& dbias, const PartialsView& ws) {
+                             const GradView& dbias, const PartialsView& ws, int64_t stage_bytes = 0) {
   const bool partials = dscale.data != nullptr || dbias.data != nullptr;
-  const int64_t groups = partials ? ws.groups : 1;
-  const int64_t per_group = partials ? ws.per_group : std::min<int64_t>(s.rows, 4 * int64_t{dev.sm_count});
+  const auto [groups, per_group, block] = bwd_grid(dev, s, tpr, partials, ws);
   float *a = nullptr, *b = nullptr;
   if (partials) partial_slabs(ws, dscale, dbias, &a, &b);
-  // 256-thread blocks only when (nearly) every SM gets two: else one 512-thread block per SM holds twice
-  // the rows in flight.
   const int64_t grid = groups * per_group;
-  const int64_t sms = dev.sm_count;
-  const int block = std::max(tpr, grid >= 2 * sms - sms / 8 ? kFusedMinBlock : kTeamThreads);
   const size_t smem =
-      static_cast<size_t>((a != nullptr) + (b != nullptr)) * partial_slab_floats<V, K>(block) * sizeof(float);
+      static_cast<size_t>((a != nullptr) + (b != nullptr)) * partial_slab_floats<V, K>(block) * sizeof(float) +
+      static_cast<size_t>(block / tpr * stage_bytes);
   if (auto err = launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(block), smem, stream, what, xp, scale,
                         mean, rstd, dyp, dxp, s.rows, s.cols, tpr, groups, per_group, a, b);
       err.failure()) {
@@ -552,11 +576,13 @@ ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t 
 // RESULTS.md "v20"). v31: RMSNorm's 16-bit rows of 769..1024 packs (C = 6152..8192) take teams of 256 threads of
 // K = 4 packs (the partials in shared memory) instead of one 512-thread team of K = 2 per block: two teams at
 // their own barriers, out of phase where one team stalls the whole SM at each row's barrier (bf16 8192 +7.5%;
-// LayerNorm's K = 2 kernel, which holds its scale, beats the same change by 7%; K = 6 at 12288 lost 3-20%).
+// LayerNorm's K = 2 kernel, which holds its scale, beats the same change by 7%; K = 6 at 12288 lost 3-20%). v33:
+// with its rows staged (norm_bwd_lean), one 512-thread team of K = 2 again, over v31's teams staged or not (bf16 8192
+// +4%, RESULTS.md "v33"); JAX_MEMOPS_NORM_BWD=v31 or =v32 keeps v31's teams.
 template <typename T, bool kRms>
 int lean_team(int64_t packs) {
   if (sizeof(T) == 2 && kRms && packs > 3 * int64_t{kFusedMinBlock} && packs <= 4 * int64_t{kFusedMinBlock} &&
-      norm_bwd_version() != NormBwd::kV30) {
+      (norm_bwd_version() == NormBwd::kV31 || norm_bwd_version() == NormBwd::kV32)) {
     return kFusedMinBlock;
   }
   const int tpr = team_size(packs, sizeof(T) == 2 ? 3 : 4);
@@ -576,23 +602,49 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
   using K3 = std::integral_constant<int, 3>;
   using K4 = std::integral_constant<int, 4>;
   const bool v30 = norm_bwd_version() == NormBwd::kV30;
+  const int64_t packs = s.cols / V;
+  // v33: the teams norm_bwd_version's comment names take their rows through two stages of shared memory per team
+  // (norm_bwd_lean_kernel's kStages), where the block's shared memory holds them beside the partial slabs (half of
+  // an SM's where blocks of 256 threads are planned, two per SM).
+  constexpr int kStages = 2;
+  const auto stages_fit = [&](int k) {
+    const bool teams = sizeof(T) == 2 ? tpr >= 256 || (tpr == 128 && k == 2) : !kRms && tpr == kTeamThreads;
+    if (norm_bwd_version() != NormBwd::kV33 || !teams) return false;
+    const BwdGrid g = bwd_grid(dev, s, tpr, dscale.data != nullptr || dbias.data != nullptr, ws);
+    const int64_t slabs = int64_t{(dscale.data != nullptr) + (!kRms && dbias.data != nullptr)} * g.block * k * V * 4;
+    const int64_t budget = g.block <= kFusedMinBlock ? dev.max_smem_optin / 2 - 2048 : dev.max_smem_optin - 1024;
+    return slabs + int64_t{g.block / tpr} * kStages * 2 * packs * 16 <= budget;
+  };
+  // The staged kernel of K packs per thread, where stages_fit(K).
+  const auto staged = [&](auto k, auto kernel) -> std::optional<ffi::Error> {
+    constexpr int kK = decltype(k)::value;
+    if (!stages_fit(kK)) return std::nullopt;
+    return norm_bwd_one_pass<V, kK>(kernel, dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp, dscale,
+                                    dbias, ws, int64_t{kStages} * 2 * packs * 16);
+  };
   if constexpr (sizeof(T) == 4) {
+    if constexpr (!kRms) {
+      if (auto r = staged(K4{}, norm_bwd_lean_kernel<T, kRms, 4, false, 0, true, true, kStages>)) return *r;
+    }
     return v30 ? run(norm_bwd_lean_kernel<T, kRms, 4, false, 0, false>, K4{})
                : run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, K4{});
   } else {
-    const int64_t packs = s.cols / V;
     if constexpr (kRms) {
-      if (packs > 3 * int64_t{tpr}) return run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, K4{});  // lean_team's
+      if (packs > 3 * int64_t{tpr}) {  // lean_team's
+        return run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, K4{});  // v31, v32
+      }
     }
     if (packs > 2 * int64_t{tpr}) {
+      if (auto r = staged(K3{}, norm_bwd_lean_kernel<T, kRms, 3, true, 0, true, !kRms, kStages>)) return *r;
       // v32: K = 3 rows one row ahead with the scale held; LayerNorm's partials in shared memory by quads, where its
       // two partial rows leave the registers no room for a second row (norm_bwd_version's comment).
-      if (norm_bwd_version() == NormBwd::kV32) {
+      if (norm_bwd_version() == NormBwd::kV32 || norm_bwd_version() == NormBwd::kV33) {
         return run(norm_bwd_lean_kernel<T, kRms, 3, true, 1, true, !kRms>, K3{});
       }
       return v30 ? run(norm_bwd_lean_kernel<T, kRms, 3, false, 0, false>, K3{})
                  : run(norm_bwd_lean_kernel<T, kRms, 3, false, 0>, K3{});
     }
+    if (auto r = staged(K2{}, norm_bwd_lean_kernel<T, kRms, 2, true, 0, true, false, kStages>)) return *r;
     switch (norm_bwd_version()) {
       case NormBwd::kV19Hold: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 0>, K2{});
       case NormBwd::kV19Lean: return run(norm_bwd_lean_kernel<T, kRms, 2, false, 0>, K2{});

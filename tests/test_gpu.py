@@ -470,11 +470,12 @@ def test_big_layer_norm_backward(big):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("c", [8192, 12288])
-def test_big_rms_norm_backward_teams(gpu, c):
-    """RMSNorm's 16-bit lean backward past element 2**31: v31's 256-thread teams of K = 4 packs (bf16 C = 8192) and
-    v32's 512-thread teams of K = 3 one row ahead (12288); rows of dx on both sides of it against float64, dscale
-    against XLA's float32 column sums."""
+@pytest.mark.parametrize("op,c", [("rms_norm", 8192), ("rms_norm", 12288), ("layer_norm", 12288)])
+def test_big_norm_backward_teams(gpu, op, c):
+    """The norms' 16-bit lean backward past element 2**31: v31's 256-thread teams of K = 4 packs (RMSNorm bf16
+    C = 8192) and v32's 512-thread teams of K = 3 (12288: RMSNorm's partials in registers, LayerNorm's in shared
+    memory by quads); rows of dx on both sides of it against float64, the parameter gradients against XLA's float32
+    column sums."""
     n = 2**31 // c + 3
     first_beyond = 2**31 // c
     rows = np.array([0, 1, first_beyond - 2, first_beyond - 1, first_beyond, first_beyond + 1, n - 1])
@@ -482,22 +483,35 @@ def test_big_rms_norm_backward_teams(gpu, c):
     x, dy = jax.jit(lambda k: tuple((jax.random.normal(kk, (n, c), jnp.float32) * sc).astype(jnp.bfloat16)
                                     for kk, sc in zip(jax.random.split(k), (2.0, 1.0))))(key)
     assert x.size > 2**31
-    s = mt.randn(np.random.default_rng(31), (c,), np.float32, scale=0.5, loc=1.0)
-    dx, ds = jax.jit(lambda t, s_, g: jax.vjp(jm.rms_norm, t, s_)[1](g))(x, jax.device_put(s, gpu), dy)
+    rng = np.random.default_rng(31)
+    s, b = mt.randn(rng, (c,), np.float32, scale=0.5, loc=1.0), mt.randn(rng, (c,), np.float32)
+    sd, bd = jax.device_put(s, gpu), jax.device_put(b, gpu)
     xr, gr = (np.asarray(a[jnp.asarray(rows)]) for a in (x, dy))
-    rdx, _ = mt.ref_rms_norm_vjp(xr, s, 1e-6, gr)
+    if op == "rms_norm":
+        dx, *grads = jax.jit(lambda t, s_, g: jax.vjp(jm.rms_norm, t, s_)[1](g))(x, sd, dy)
+        rdx, _ = mt.ref_rms_norm_vjp(xr, s, 1e-6, gr)
+        mag = mt.ref_rms_norm_vjp_mag(xr, s, 1e-6, gr)
+    else:
+        dx, *grads = jax.jit(lambda t, s_, b_, g: jax.vjp(jm.layer_norm, t, s_, b_)[1](g))(x, sd, bd, dy)
+        rdx = mt.ref_layer_norm_vjp(xr, s, b, 1e-5, gr)[0]
+        mag = mt.ref_layer_norm_vjp_mag(xr, s, 1e-5, gr)
     mt.assert_close(np.asarray(dx[jnp.asarray(rows)]), rdx, mt.GRAD_TOL[mt.BF16], dtype=mt.BF16, what="rows of dx",
-                    mag=mt.ref_rms_norm_vjp_mag(xr, s, 1e-6, gr))
+                    mag=mag)
 
     @jax.jit
-    def sums(t, g):
+    def sums(t, g):  # dscale's column sums (and dbias's), each with the sums of magnitudes that scale its error
         t32, g32 = t.astype(jnp.float32), g.astype(jnp.float32)
-        xhat = t32 * jax.lax.rsqrt(jnp.mean(jnp.square(t32), -1, keepdims=True) + 1e-6)
-        return jnp.sum(g32 * xhat, 0), jnp.sum(jnp.abs(g32 * xhat), 0)
+        if op == "rms_norm":
+            xhat = t32 * jax.lax.rsqrt(jnp.mean(jnp.square(t32), -1, keepdims=True) + 1e-6)
+            return (jnp.sum(g32 * xhat, 0), jnp.sum(jnp.abs(g32 * xhat), 0)),
+        mean = jnp.mean(t32, -1, keepdims=True)
+        xhat = (t32 - mean) * jax.lax.rsqrt(jnp.mean(jnp.square(t32 - mean), -1, keepdims=True) + 1e-5)
+        return (jnp.sum(g32 * xhat, 0), jnp.sum(jnp.abs(g32 * xhat), 0)), (jnp.sum(g32, 0), jnp.sum(jnp.abs(g32), 0))
 
-    rds, mds = (np.asarray(a, np.float64) for a in sums(x, dy))
-    assert np.max(np.abs(np.asarray(ds) - rds) / (mds + 1)) < 1e-4
-    for a in (x, dy, dx, ds):
+    for got, (want, mag_) in zip(grads, sums(x, dy)):
+        want, mag_ = np.asarray(want, np.float64), np.asarray(mag_, np.float64)
+        assert np.max(np.abs(np.asarray(got) - want) / (mag_ + 1)) < 1e-4
+    for a in (x, dy, dx, *grads):
         a.delete()
 
 
@@ -678,19 +692,24 @@ def test_norm_forward_versions(gpu, version, grid):
 
 
 # The fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default
-# (v32: v20's norm_bwd_lean.cuh — 16-bit registers prefetch the next row and hold the scale in LayerNorm, two rows
-# ahead in RMSNorm; K = 3 rows one row ahead with the scale held, LayerNorm's partials in shared memory; f32
-# neither — with each team at its own barrier, and RMSNorm's 16-bit rows of 769..1024 packs on 256-thread teams of
-# K = 4, partials in shared memory), v31 (K = 3 rows without the prefetch), v30 (v20's kernels: one barrier per
-# block, RMSNorm as LayerNorm), v19 (one row ahead for both), v19-hold, v19-lean, v19-deep (two rows ahead for
-# both) and v18 (norm_bwd_fused_kernel). The lean kernel's 16-bit classes (C % 8 == 0, C <= 12288, one scale row),
-# with K = ceil(packs / tpr) packs per thread, tpr = team_size(packs, 3) (RMSNorm from 769 to 1024 packs: 256):
-#   K = 2 full rows: C = 16 (tpr 1), 1024 (64), 8192 (512, LayerNorm); not full: C = 8 (one pack), 1000 (125 of
-#   128), 6152 (769 packs, LayerNorm);
-#   K = 3 full: C = 24 (tpr 1), 768 (32), 6144 (256), 12288 (512); not full: C = 40, 600, 10000, 8200;
-#   K = 4 (RMSNorm): C = 8192 full, 6152 not;
-# f32 (v20: C % 4 == 0, tpr = team_size(packs, 4), K = 4 alone): 16 (tpr 1), 1024, 8192 full, 1000 not;
-# the rest of the cases (K = 3, or C > 8192) the old kernel.
+# (v33: v32's kernels, but 16-bit teams of 256 or 512 threads, or of 128 at K = 2, and f32 LayerNorm's teams of 512
+# take their rows through two stages of shared memory (bulk copies), and RMSNorm's 16-bit rows of 769..1024 packs
+# one 512-thread team of K = 2), v32 (v20's norm_bwd_lean.cuh — 16-bit registers prefetch the next row and hold the
+# scale in LayerNorm, two rows ahead in RMSNorm; K = 3 rows one row ahead with the scale held, LayerNorm's partials
+# in shared memory; f32 neither — with each team at its own barrier, and RMSNorm's 16-bit rows of 769..1024 packs on
+# 256-thread teams of K = 4, partials in shared memory), v31 (K = 3 rows without the prefetch), v30 (v20's kernels:
+# one barrier per block, RMSNorm as LayerNorm), v19 (one row ahead for both), v19-hold, v19-lean, v19-deep (two rows
+# ahead for both) and v18 (norm_bwd_fused_kernel). The lean kernel's 16-bit classes (C % 8 == 0, C <= 12288, one
+# scale row), with K = ceil(packs / tpr) packs per thread, tpr = team_size(packs, 3) (v31, v32: RMSNorm from 769 to
+# 1024 packs 256):
+#   K = 2 full rows: C = 16 (tpr 1), 1024 (64), 2048 (128, staged), 4096 (256, staged), 8192 (512, staged); not
+#   full: C = 8 (one pack), 1000 (125 of 128), 6152 (769 packs, staged);
+#   K = 3 full: C = 24 (tpr 1), 768 (32), 6144 (256, staged), 12288 (512, staged); not full: C = 40, 600, 10000,
+#   8200 (staged);
+#   K = 4 (RMSNorm, v31 and v32): C = 8192 full, 6152 not;
+# f32 (v20: C % 4 == 0, tpr = team_size(packs, 4), K = 4 alone): 16 (tpr 1), 1024, 8192 full (LayerNorm staged),
+# 1000 not; the rest of the cases (K = 3, or C > 8192) the old kernel. Staged rows: one or two per team (a stage
+# filled once), many (each stage refilled, its phase flipping; teams of one block ending a step apart).
 # Rows: one; a few (inactive teams in the last block); many (several rows per team, the prefetch ring
 # ending on either buffer: odd and even counts). Each with a constant row (and a NaN row where the row
 # count is odd), NaN poured into the memory each run's outputs take, dx / dscale / dbias against float64;
@@ -711,7 +730,8 @@ ln_dx = jax.jit(jax.grad(lambda x, s, b, g: jnp.sum(jm.layer_norm(x, s, b).astyp
 ln0 = jax.jit(lambda x, g: jax.vjp(jm.layer_norm, x)[1](g))
 cases = [(1, 16), (3, 1024), (4097, 1024), (4098, 1024), (2, 8192), (301, 8192), (9, 8), (1000, 8), (5, 1000),
          (2001, 1000), (1, 24), (999, 24), (7, 768), (3001, 768), (2, 12288), (263, 12288), (5, 40), (77, 600),
-         (3, 10000), (140, 10000), (2, 6144), (77, 6144), (3, 6152), (299, 6152), (1, 8200), (133, 8200)]
+         (3, 10000), (140, 10000), (2, 6144), (77, 6144), (3, 6152), (299, 6152), (1, 8200), (133, 8200),
+         (3, 2048), (1001, 2048), (2, 4096), (517, 4096)]
 for dtype in (mt.BF16, mt.F16, mt.F32):
     tol = mt.GRAD_TOL[dtype]
     for rows, c in cases:
@@ -769,6 +789,7 @@ print("OK")
 """
 
 
-@pytest.mark.parametrize("version", ["", "v31", "v30", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
+@pytest.mark.parametrize(
+    "version", ["", "v32", "v31", "v30", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
 def test_norm_backward_versions(gpu, version):
     mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version})
