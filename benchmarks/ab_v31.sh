@@ -66,7 +66,7 @@ stage_verify() {
   tail -n 1 "$out/versions.log"
 }
 
-stage_big() { ab_big_tests "big_layer_norm_backward or big_rms_norm_backward"; }
+stage_big() { ab_big_tests "big_layer_norm_backward or big_norm_backward_teams"; }
 
 stage_ptest() {
   ab_gpu_tests ptest 300 "paired_blocks or backward_deterministic or backward_partials or (test_norms and grad)" 280

@@ -57,7 +57,7 @@ def rows(path):
 runs = [(p.split("/")[-1][:-3], rows(p)) for p in sorted(sys.argv[1:])]
 base = runs[0][1]
 print("| op | dir | dtype | C | " + " | ".join(f"{n}: ms" for n, _ in runs) + " | "
-      + " | ".join(f"{runs[0][0]} / {n}" for n, _ in runs[1:]) + " |")
+      + " | ".join(f"{n} / {runs[0][0]}" for n, _ in runs[1:]) + " |")  # ms over the first one's
 print("|---" * (4 + 2 * len(runs) - 1) + "|")
 for k, ms in base.items():
     t = [r.get(k) for _, r in runs]  # (op, dir, dtype, C) -> ms
@@ -70,7 +70,7 @@ PY
 
 stage_san() { ab_sanitize "v32${AB_TAG:+-$AB_TAG}" kns=norm_bwd 280 ${SAN_OPS:-rms_norm}; }
 
-stage_big() { ab_big_tests "big_rms_norm_backward"; }
+stage_big() { ab_big_tests "big_norm_backward_teams and rms"; }
 
 stage_nbench() { ab_dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }
 
