@@ -8,7 +8,8 @@
 #   ab_run, ab_gpu_tests, ab_check, ab_norm_bwd_verify, ab_softmax_fwd_verify, ab_sanitize, ab_norm_sanitize,
 #   ab_norm_fwd_verify, ab_norm_sweep, ab_big_tests,
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
-#   ab_smxab, ab_san_cpu, ab_dbench: below
+#   ab_smxab, ab_san_cpu, ab_dbench, ab_version_table, ab_norm_btest, ab_norm_versions, ab_norm_ptest,
+#   ab_norm_nbench: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -295,3 +296,63 @@ ab_san_cpu() {
   SAN_ARGS=--fwd ab_sanitize "$3" "kns=$1" 280 "$2"
   tail -n 1 "$out/cpu-suite.log"
 }
+
+# ab_version_table TAG: the kernel versions' tables $out/TAG_<i>-<version>.md (benchmarks/partials_ab.py, one process
+# each) side by side, case by case: each one's ms and its ms over the first one's; into $out/TAG_ab.md and shown.
+ab_version_table() {
+  python3 - "$out/$1"_*.md <<'PY' | tee "$out/$1_ab.md"
+import sys
+def rows(path):
+    out = {}
+    for line in open(path):
+        f = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(f) > 5 and f[3].isdigit():
+            out[tuple(f[:4])] = float(f[5])
+    return out
+runs = [(p.split("/")[-1][:-3], rows(p)) for p in sorted(sys.argv[1:])]
+base = runs[0][1]
+print("| op | dir | dtype | C | " + " | ".join(f"{n}: ms" for n, _ in runs) + " | "
+      + " | ".join(f"{n} / {runs[0][0]}" for n, _ in runs[1:]) + " |")  # ms over the first one's
+print("|---" * (4 + 2 * len(runs) - 1) + "|")
+for k, ms in base.items():
+    t = [r.get(k) for _, r in runs]  # (op, dir, dtype, C) -> ms
+    if None in t:
+        continue
+    print(f"| {' | '.join(k)} | " + " | ".join(f"{v:.4f}" for v in t) + " | "
+          + " | ".join(f"{v / ms:.3f}" for v in t[1:]) + " |")
+PY
+}
+
+# ab_norm_btest VERSIONS WORKERS: test_norm_backward_versions for each of BT_VERSIONS, else VERSIONS ("default":
+# the default kernels), on WORKERS pytest workers; $out/btest[-AB_TAG].log, its last line shown.
+ab_norm_btest() {
+  local t=tests/test_gpu.py::test_norm_backward_versions v ids=() log="$out/btest${AB_TAG:+-$AB_TAG}.log"
+  for v in ${BT_VERSIONS-$1}; do ids+=("$t[${v#default}]"); done
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 250 python3 -P -m pytest -q -rfE -n "$2" --timeout 240 "${ids[@]}" \
+    > "$log" 2>&1
+  tail -n 1 "$log"
+}
+
+# ab_norm_versions TAG VERSIONS PARTIALS-AB-OPTIONS...: benchmarks/partials_ab.py once per kernel version
+# (JAX_MEMOPS_NORM_BWD: each of AB_VERSIONS, else VERSIONS), one process each, into $out/TAG_<i>-<version>.md; then
+# ab_version_table TAG.
+ab_norm_versions() {
+  local tag=$1 versions=$2 v i=0
+  shift 2
+  for v in ${AB_VERSIONS:-$versions}; do
+    i=$((i + 1))
+    JAX_MEMOPS_NORM_BWD=$v timeout 200 python3 -P benchmarks/partials_ab.py --variants default default "$@" 2>&1 \
+      | grep -vE "^[WI]0000|^WARNING" > "$out/${tag}_$i-$v.md"
+    echo "rc=$? ($v)"
+  done
+  ab_version_table "$tag"
+}
+
+# ab_norm_ptest: the norms' backward tests on the GPU (paired blocks, determinism, partials, tests/test_norms.py's
+# gradients), $out/ptest.log.
+ab_norm_ptest() {
+  ab_gpu_tests ptest 300 "paired_blocks or backward_deterministic or backward_partials or (test_norms and grad)" 280
+}
+
+# ab_norm_nbench: the bench's LayerNorm and RMSNorm backward and forward + backward, f32 and bf16, device timing.
+ab_norm_nbench() { ab_dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }

@@ -74,7 +74,7 @@ stage_ptest() {
   ab_gpu_tests ptest 300 "paired_blocks or backward_deterministic or (test_norms and grad)" 280
 }
 
-stage_nbench() { ab_dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }
+stage_nbench() { ab_norm_nbench; }
 
 ab_init "$@"
 ab_run v30

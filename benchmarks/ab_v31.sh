@@ -68,11 +68,9 @@ stage_verify() {
 
 stage_big() { ab_big_tests "big_layer_norm_backward or big_norm_backward_teams"; }
 
-stage_ptest() {
-  ab_gpu_tests ptest 300 "paired_blocks or backward_deterministic or backward_partials or (test_norms and grad)" 280
-}
+stage_ptest() { ab_norm_ptest; }
 
-stage_nbench() { ab_dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }
+stage_nbench() { ab_norm_nbench; }
 
 ab_init "$@"
 ab_run v31

@@ -24,55 +24,19 @@ source "$(dirname "$0")/ab_lib.sh"
 
 stage_build() { ab_build || exit 1; }
 
-stage_btest() {
-  local t=tests/test_gpu.py::test_norm_backward_versions v ids=("$t[]" "$t[v31]")
-  if [ -n "${BT_VERSIONS+x}" ]; then
-    ids=()
-    for v in $BT_VERSIONS; do ids+=("$t[$v]"); done
-  fi
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 250 python3 -P -m pytest -q -rfE -n 2 --timeout 240 "${ids[@]}" \
-    > "$out/btest${AB_TAG:+-$AB_TAG}.log" 2>&1
-  tail -n 1 "$out/btest${AB_TAG:+-$AB_TAG}.log"
-}
+stage_btest() { ab_norm_btest "default v31" 2; }
 
 stage_ab() {
-  local v i=0
-  for v in ${AB_VERSIONS:-v32 v31 v32}; do
-    i=$((i + 1))
-    # shellcheck disable=SC2086
-    JAX_MEMOPS_NORM_BWD=$v timeout 200 python3 -P benchmarks/partials_ab.py --variants default default \
-      --ops ${AB_OPS:-rms_norm} --cols ${AB_COLS:-8200 10000 12288} --dtypes ${AB_DTYPES:-bfloat16 float16} 2>&1 \
-      | grep -vE "^[WI]0000|^WARNING" > "$out/${AB_TAG:-rms_k3}_$i-$v.md"
-    echo "rc=$? ($v)"
-  done
-  python3 - "$out/${AB_TAG:-rms_k3}"_*.md <<'PY' | tee "$out/${AB_TAG:-rms_k3}_ab.md"
-import sys
-def rows(path):
-    out = {}
-    for line in open(path):
-        f = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(f) > 5 and f[3].isdigit():
-            out[tuple(f[:4])] = float(f[5])
-    return out
-runs = [(p.split("/")[-1][:-3], rows(p)) for p in sorted(sys.argv[1:])]
-base = runs[0][1]
-print("| op | dir | dtype | C | " + " | ".join(f"{n}: ms" for n, _ in runs) + " | "
-      + " | ".join(f"{n} / {runs[0][0]}" for n, _ in runs[1:]) + " |")  # ms over the first one's
-print("|---" * (4 + 2 * len(runs) - 1) + "|")
-for k, ms in base.items():
-    t = [r.get(k) for _, r in runs]  # (op, dir, dtype, C) -> ms
-    if None in t:
-        continue
-    print(f"| {' | '.join(k)} | " + " | ".join(f"{v:.4f}" for v in t) + " | "
-          + " | ".join(f"{v / ms:.3f}" for v in t[1:]) + " |")
-PY
+  # shellcheck disable=SC2086
+  ab_norm_versions "${AB_TAG:-rms_k3}" "v32 v31 v32" --ops ${AB_OPS:-rms_norm} --cols ${AB_COLS:-8200 10000 12288} \
+    --dtypes ${AB_DTYPES:-bfloat16 float16}
 }
 
 stage_san() { ab_sanitize "v32${AB_TAG:+-$AB_TAG}" kns=norm_bwd 280 ${SAN_OPS:-rms_norm}; }
 
 stage_big() { ab_big_tests "big_norm_backward_teams and rms"; }
 
-stage_nbench() { ab_dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }
+stage_nbench() { ab_norm_nbench; }
 
 ab_init "$@"
 ab_run v32
