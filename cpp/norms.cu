@@ -522,10 +522,6 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
   });
 }
 
-// The fused backward's launch (K packs per thread, teams of tpr threads): dx and, through the workspace,
-// the parameter gradients in one pass. Without gradients the rows are split into 4 runs per SM (no
-// workspace to pay for).
-// `kernel`: norm_bwd_fused_kernel<T, V, kRms, K> or norm_bwd_lean_kernel<T, kRms, K, ...> (same arguments).
 // The fused backward's grid: blocks of `block` threads, groups x per_group of them (one partial row each).
 struct BwdGrid {
   int64_t groups, per_group;
@@ -542,7 +538,12 @@ inline BwdGrid bwd_grid(const DeviceInfo& dev, RowShape s, int tpr, bool partial
   return {groups, per_group, block};
 }
 
-// stage_bytes: what each team's stages take beyond the partial slabs (norm_bwd_lean_kernel's kStages; 0: none).
+// The fused backward's launch (K packs per thread, teams of tpr threads): dx and, through the workspace,
+// the parameter gradients in one pass. Without gradients the rows are split into 4 runs per SM (no
+// workspace to pay for).
+// `kernel`: norm_bwd_fused_kernel<T, V, kRms, K> or norm_bwd_lean_kernel<T, kRms, K, ...> (same arguments).
+// stage_bytes: the shared memory each team's stages take beyond the partial slabs (norm_bwd_lean_kernel's kStages;
+// 0: none).
 template <int V, int K, typename T, typename Kernel>
 ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t stream, const char* what,
                              RowShape s, int tpr, const T* xp, ParamView scale, const float* mean,
