@@ -49,11 +49,13 @@ from jax_memops import reference, unfused
 # block), (300, 6152) not (2-3 rows per block: both teams at work); (263, 10000) LayerNorm / RMSNorm at K = 3.
 # v33's backward rows through two stages of shared memory, enough rows per team that each stage is filled 3-10
 # times (its mbarrier's phase flips): 16-bit (1201, 4096) on 256-thread teams, (411, 8192) and (530, 12288) on
-# 512-thread teams of K = 2 / 3, f32 LayerNorm (700, 8192) on 512-thread teams of K = 4.
+# 512-thread teams of K = 2 / 3, f32 LayerNorm (700, 8192) on 512-thread teams of K = 4. v34's RMSNorm f32 rows of K = 6
+# on one stage in parts: (397, 10000) f32, slots and parts left empty, the stage filled 3 times per block; (2, 12288)
+# f32 above, full rows.
 SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
           (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288), (3, 16384), (2, 24576),
           (2, 4096), (5, 1024), (3, 2056), (2, 8192), (300, 6152), (263, 10000), (1201, 4096), (700, 8192),
-          (530, 12288), (411, 8192)]
+          (530, 12288), (411, 8192), (397, 10000)]
 # One small shape per size class of softmax "auto" (cpp/softmax.cu): sub-warp rows, a warp, block rows
 # (misaligned rows), clusters (7 CTAs; 8 x 512 or 16 x 512 / 8 x 1024; 16-bit: 8 x 1024 or 16 x 512),
 # the two-pass stream class; the forward of 16-bit 3 x 50257 runs v14's two-pass kernel (L2 as the row

@@ -26,7 +26,8 @@
 // partials in registers, summed per block into the workspace in the same order as norm_bwd_fused_kernel).
 // v31: each team at its own barrier; RMSNorm's 16-bit rows of 769..1024 packs at K = 4, partials in shared memory
 // (RESULTS.md "v31"). v32: the K = 3 rows one row ahead with the scale held, LayerNorm's partials by quads (norms.cu
-// norm_bwd_lean). v33: kStages, the rows of wide teams through stages of shared memory filled by bulk copies.
+// norm_bwd_lean). v33: kStages, the rows of wide teams through stages of shared memory filled by bulk copies. v34:
+// RMSNorm's f32 rows of C = 8196..12288 at K = 6 (512-thread teams, partials by quads, one stage in K parts: kChunks).
 #pragma once
 
 #include "partials.cuh"
@@ -111,12 +112,15 @@ __device__ __forceinline__ void load_lean_row(LeanRow<K>& r, const T* x, const T
 // load_lean_row from a stage in shared memory (kStages: the row's x and dy packs, bulk-copied there) instead of
 // global memory; the statistics come from registers (rs, mean_rs: loaded a row ahead). Empty slots as there; an
 // inactive row (no stage: sx == nullptr) holds zeros.
-template <typename T, bool kRms, int K>
+// ready(k): before the thread reads its pack k (kChunks: that part's copy has landed).
+template <typename T, bool kRms, int K, typename Ready>
 __device__ __forceinline__ void load_lean_row_staged(LeanRow<K>& r, const uint4* sx, const uint4* sdy, float rs,
-                                                     float mean_rs, bool full, int packs, int lane, int tpr) {
+                                                     float mean_rs, bool full, int packs, int lane, int tpr,
+                                                     Ready&& ready) {
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int i = lane + k * tpr;
+    ready(k);
     r.x[k] = r.dy[k] = make_uint4(0u, 0u, 0u, 0u);
     if (sx != nullptr) {
       r.x[k] = sx[full ? i : min(i, packs - 1)];
@@ -156,7 +160,7 @@ __device__ __forceinline__ void add_quads(float* slab, int k, int block, const f
 // ahead. Where one 512-thread team fills an SM, registers held one row ahead at most (32-48 KB of x and dy per SM in
 // flight); the stages hold two, for no registers.
 template <typename T, bool kRms, int K, bool kHoldScale, int kAhead, bool kTeamBar = true, bool kQuads = (K >= 4),
-          int kStages = 0>
+          int kStages = 0, bool kChunks = false>
 __global__ void __launch_bounds__(kTeamThreads, 1)
     norm_bwd_lean_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
                          const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
@@ -279,22 +283,30 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
     static_assert(kAhead == 0 && kTeamBar, "staged rows: no register rows ahead; teams at their own barriers");
     // The team's rows blk.begin + team + j * teams, j = 0, 1, ...; row j in stage j % kStages, its
     // (j / kStages)-th fill. Each team's stages after the slabs: x packs, then dy packs.
-    __shared__ uint64_t bar[kTeamThreads / 64][kStages];  // teams of >= 64 threads
-    const int n_slabs = (slab_a != nullptr) + (slab_b != nullptr);
-    uint4* const stages = reinterpret_cast<uint4*>(reinterpret_cast<float*>(dynamic_smem()) +
-                                                   n_slabs * partial_slab_floats<E, K>(block)) +
-                          int64_t{team} * kStages * 2 * packs;
-    const uint32_t row_bytes = static_cast<uint32_t>(packs) * 16u;
+    // kChunks (v34, one stage): a stage's row in K parts, part k the packs k * tpr .. (k + 1) * tpr - 1 (each thread's
+    // pack k), each on its own mbarrier, so a thread reads pack k once part k has landed, not once the whole row has
+    // (with one stage the next row is copied only while this one is worked on: its last bytes are on the path).
+    constexpr int kParts = kChunks ? K : 1;
+    __shared__ uint64_t bar[kTeamThreads / 64][kStages][kParts];  // teams of >= 64 threads
+    uint4* const stages = reinterpret_cast<uint4*>(accs.end) + int64_t{team} * kStages * 2 * packs;
+    const auto part_packs = [&](int p) { return kChunks ? min(packs - p * tpr, tpr) : packs; };  // <= 0: empty
     const auto issue = [&](int64_t row, int st) {  // lane 0: row's x and dy into stage st
-      mbar_arrive_expect(&bar[team][st], 2 * row_bytes);
-      bulk_load(stages + st * 2 * packs, x + row * cols, row_bytes, &bar[team][st]);
-      bulk_load(stages + st * 2 * packs + packs, dy + row * cols, row_bytes, &bar[team][st]);
+#pragma unroll
+      for (int p = 0; p < kParts; ++p) {
+        const int first = kChunks ? p * tpr : 0;
+        if (part_packs(p) <= 0) continue;
+        const uint32_t bytes = static_cast<uint32_t>(part_packs(p)) * 16u;
+        mbar_arrive_expect(&bar[team][st][p], 2 * bytes);
+        bulk_load(stages + st * 2 * packs + first, x + row * cols + first * E, bytes, &bar[team][st][p]);
+        bulk_load(stages + st * 2 * packs + packs + first, dy + row * cols + first * E, bytes, &bar[team][st][p]);
+      }
     };
     int64_t row = blk.begin + team;
     if (lane == 0) {
 #pragma unroll
       for (int st = 0; st < kStages; ++st) {
-        mbar_init(&bar[team][st]);
+#pragma unroll
+        for (int p = 0; p < kParts; ++p) mbar_init(&bar[team][st][p]);
         if (row + st * int64_t{teams} < blk.end) issue(row + st * int64_t{teams}, st);
       }
     }
@@ -317,8 +329,13 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
       float next_rs, next_mean_rs;  // the next row's statistics in flight through this one
       stats(row + teams, next_rs, next_mean_rs);
       const uint4* const sx = stages + st * 2 * packs;
-      if (active) mbar_wait(&bar[team][st], phase);
-      load_lean_row_staged<T, kRms, K>(a, active ? sx : nullptr, sx + packs, rs, mean_rs, full, packs, lane, tpr);
+      if (active && !kChunks) mbar_wait(&bar[team][st][0], phase);
+      // kChunks: part k before pack k (a clamped empty slot reads the row's last pack, in part k or before it)
+      const auto part_ready = [&](int k) {
+        if (kChunks && active && part_packs(k) > 0) mbar_wait(&bar[team][st][k], phase);
+      };
+      load_lean_row_staged<T, kRms, K>(a, active ? sx : nullptr, sx + packs, rs, mean_rs, full, packs, lane, tpr,
+                                       part_ready);
       const int64_t refill = row + int64_t{kStages} * teams;
       work(a, row, active, parity, [&] {
         if (lane == 0 && refill < blk.end) {

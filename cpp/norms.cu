@@ -83,17 +83,26 @@ bool norm_fwd_half() {
   return norm_fwd_version() == NormFwd::kV4 || (norm_fwd_by_dtype() && sizeof(T) == 4);
 }
 
-// Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by
-// every row; lean_team): the default v33 — v32's kernels, but the 16-bit rows on teams of 256 or 512 threads or on
-// teams of 128 of K = 2 packs (bf16 C = 2048, 4096..12288) and f32 LayerNorm's on teams of 512 (C = 8192) take their
-// rows through two stages of shared memory per team, bulk-copied two rows ahead (norm_bwd_lean_kernel's kStages = 2,
-// no register row ahead, the scale held), and RMSNorm's 16-bit rows of 769..1024 packs go back to one 512-thread team
-// of K = 2 (staged) from v31's 256-thread teams of K = 4. A 512-thread team per SM had kept only its next row's 32-48
-// KB of x and dy in flight. Measured against v32, one process each (RESULTS.md "v33"; the final tree's A/A within
-// 0.985-1.010): bf16 bwd LayerNorm 1.04 / 1.07 / 1.20 / 1.09x at C = 2048 / 4096 / 8192 / 12288 (6144 1.02x, 10000
-// 1.13x in the call before), RMSNorm 1.01 / 1.05 / 1.03 / 1.07x (10000 1.11x); f32 LayerNorm 8192 1.08x. Not staged,
-// where it lost or tied: teams of 64 threads (C = 1024: 0.97-1.00x), teams of 128 at K = 3 (3072: 0.99-1.00x), f32
-// RMSNorm and f32 LayerNorm below 512 threads (0.98-1.00x); three stages ran at 0.94-1.00x the speed of two.
+// Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by every row;
+// lean_team): the default v34 — v33's kernels, and RMSNorm's f32 rows of 2049..3072 packs (C = 8196..12288), which
+// norm_bwd_fused_kernel ran (6 packs per thread, no row in flight while a row is worked on), on the lean kernel's
+// 512-thread teams of K = 6, partials by quads, their rows through one stage of shared memory (two do not fit beside
+// the partials) in K parts, each on its own mbarrier (kChunks): the stage takes the next row as soon as every thread
+// holds this one, and a thread reads its pack k once part k has landed. Measured against v33, one process each
+// (RESULTS.md "v34", A/A within 0.2%): bwd 1.08 / 1.04 / 1.02x at C = 9216 / 10000 / 12288; the whole row on one
+// mbarrier 1.02 / 1.03 / 0.93x. LayerNorm's f32 rows stay on norm_bwd_fused_kernel: the same kernels read 0.79-0.97x
+// there (two partial slabs by quads; ptxas spills 32-96 bytes at 128 registers). JAX_MEMOPS_NORM_BWD=v33 keeps
+// norm_bwd_fused_kernel for RMSNorm too.
+// v33 — v32's kernels, but the 16-bit rows on teams of 256 or 512 threads or on teams of 128 of K = 2 packs (bf16 C =
+// 2048, 4096..12288) and f32 LayerNorm's on teams of 512 (C = 8192) take their rows through two stages of shared memory
+// per team, bulk-copied two rows ahead (norm_bwd_lean_kernel's kStages = 2, no register row ahead, the scale held), and
+// RMSNorm's 16-bit rows of 769..1024 packs go back to one 512-thread team of K = 2 (staged) from v31's 256-thread teams
+// of K = 4. A 512-thread team per SM had kept only its next row's 32-48 KB of x and dy in flight. Measured against v32,
+// one process each (RESULTS.md "v33"; the final tree's A/A within 0.985-1.010): bf16 bwd LayerNorm 1.04 / 1.07 / 1.20 /
+// 1.09x at C = 2048 / 4096 / 8192 / 12288 (6144 1.02x, 10000 1.13x in the call before), RMSNorm 1.01 / 1.05 / 1.03 /
+// 1.07x (10000 1.11x); f32 LayerNorm 8192 1.08x. Not staged, where it lost or tied: teams of 64 threads (C = 1024:
+// 0.97-1.00x), teams of 128 at K = 3 (3072: 0.99-1.00x), f32 RMSNorm and f32 LayerNorm below 512 threads (0.98-1.00x);
+// three stages ran at 0.94-1.00x the speed of two.
 // v32: v31's kernels, but the 16-bit rows of K = 3 packs per thread (packs in
 // (2 tpr, 3 tpr]: bf16 C = 768, 3072, 6144, 8200..12288, ...) load the next row into a second register set before
 // working on this one and hold the scale in registers (kAhead = 1, kHoldScale; 128 registers, no spill), and
@@ -110,15 +119,22 @@ bool norm_fwd_half() {
 // 512-thread team beyond 768 packs), =v19 (one row ahead and the scale held for both ops: v19's default), =v19-hold
 // (no prefetch), =v19-lean (neither), =v19-deep (two rows ahead, the scale not held, both ops) or =v18
 // (norm_bwd_fused_kernel, the rule before v19). Read once per process.
-enum class NormBwd { kV33, kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
+enum class NormBwd { kV34, kV33, kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
 
 NormBwd norm_bwd_version() {
   static const NormBwd v = env_choice("JAX_MEMOPS_NORM_BWD",
-                                      {{"v32", NormBwd::kV32}, {"v19", NormBwd::kV19}, {"v19-hold", NormBwd::kV19Hold},
-                                       {"v19-lean", NormBwd::kV19Lean}, {"v19-deep", NormBwd::kV19Deep},
+                                      {{"v33", NormBwd::kV33}, {"v32", NormBwd::kV32}, {"v19", NormBwd::kV19},
+                                       {"v19-hold", NormBwd::kV19Hold}, {"v19-lean", NormBwd::kV19Lean},
+                                       {"v19-deep", NormBwd::kV19Deep},
                                        {"v18", NormBwd::kV18}, {"v30", NormBwd::kV30}, {"v31", NormBwd::kV31}},
-                                      NormBwd::kV33);
+                                      NormBwd::kV34);
   return v;
+}
+
+// Whether the version in use is `first` (v32, v33 or v34) or a later one (for the rules each of them added).
+bool norm_bwd_since(NormBwd first) {
+  const auto rank = [](NormBwd v) { return v == NormBwd::kV34 ? 3 : v == NormBwd::kV33 ? 2 : v == NormBwd::kV32; };
+  return rank(norm_bwd_version()) >= rank(first);
 }
 
 // norm_fwd (v1, the fallback beyond norm_rows.cuh's classes): `tpr` threads per row (see RowPlan),
@@ -313,7 +329,9 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   const int teams = static_cast<int>(blockDim.x) / tpr;
   const int packs = static_cast<int>(cols / V);  // <= tpr * K (the host checks)
   const float fcols = static_cast<float>(cols);
-  const auto [acc_a, acc_b] = partial_accs<V, K>(slab_a, slab_b, static_cast<int>(blockDim.x));
+  const PartialAccs accs = partial_accs<V, K>(slab_a, slab_b, static_cast<int>(blockDim.x));
+  float* const acc_a = accs.a;
+  float* const acc_b = accs.b;
   RegPartials<V, K> reg;  // kReg only (else dead)
   if constexpr (!kReg) {
     zero_partials<V, K>(acc_a);
@@ -554,9 +572,8 @@ ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t 
   float *a = nullptr, *b = nullptr;
   if (partials) partial_slabs(ws, dscale, dbias, &a, &b);
   const int64_t grid = groups * per_group;
-  const size_t smem =
-      static_cast<size_t>((a != nullptr) + (b != nullptr)) * partial_slab_floats<V, K>(block) * sizeof(float) +
-      static_cast<size_t>(block / tpr * stage_bytes);
+  const auto smem = static_cast<size_t>(partial_smem_bytes<V, K>((a != nullptr) + (b != nullptr), block, tpr,
+                                                                   stage_bytes));
   if (auto err = launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(block), smem, stream, what, xp, scale,
                         mean, rstd, dyp, dxp, s.rows, s.cols, tpr, groups, per_group, a, b);
       err.failure()) {
@@ -579,12 +596,16 @@ ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t 
 // their own barriers, out of phase where one team stalls the whole SM at each row's barrier (bf16 8192 +7.5%;
 // LayerNorm's K = 2 kernel, which holds its scale, beats the same change by 7%; K = 6 at 12288 lost 3-20%). v33:
 // with its rows staged (norm_bwd_lean), one 512-thread team of K = 2 again, over v31's teams staged or not (bf16 8192
-// +4%, RESULTS.md "v33"); JAX_MEMOPS_NORM_BWD=v31 or =v32 keeps v31's teams.
+// +4%, RESULTS.md "v33"); JAX_MEMOPS_NORM_BWD=v31 or =v32 keeps v31's teams. v34: RMSNorm's f32 rows of 2049..3072
+// packs on one 512-thread team of K = 6 (norm_bwd_version's comment).
 template <typename T, bool kRms>
 int lean_team(int64_t packs) {
   if (sizeof(T) == 2 && kRms && packs > 3 * int64_t{kFusedMinBlock} && packs <= 4 * int64_t{kFusedMinBlock} &&
       (norm_bwd_version() == NormBwd::kV31 || norm_bwd_version() == NormBwd::kV32)) {
     return kFusedMinBlock;
+  }
+  if (sizeof(T) == 4 && packs > 4 * int64_t{kTeamThreads} && packs <= 6 * int64_t{kTeamThreads}) {
+    return kRms && norm_bwd_since(NormBwd::kV34) ? kTeamThreads : 0;
   }
   const int tpr = team_size(packs, sizeof(T) == 2 ? 3 : 4);
   return tpr <= kTeamThreads && (sizeof(T) == 2 || packs > 3 * int64_t{tpr}) ? tpr : 0;
@@ -602,30 +623,41 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
   using K2 = std::integral_constant<int, 2>;
   using K3 = std::integral_constant<int, 3>;
   using K4 = std::integral_constant<int, 4>;
+  using K6 = std::integral_constant<int, 6>;
   const bool v30 = norm_bwd_version() == NormBwd::kV30;
   const int64_t packs = s.cols / V;
   // v33: the teams norm_bwd_version's comment names take their rows through two stages of shared memory per team
   // (norm_bwd_lean_kernel's kStages), where the block's shared memory holds them beside the partial slabs (half of
-  // an SM's where blocks of 256 threads are planned, two per SM).
+  // an SM's where blocks of 256 threads are planned, two per SM). v34: RMSNorm's f32 rows of K = 6 through one.
   constexpr int kStages = 2;
-  const auto stages_fit = [&](int k) {
-    const bool teams = sizeof(T) == 2 ? tpr >= 256 || (tpr == 128 && k == 2) : !kRms && tpr == kTeamThreads;
-    if (norm_bwd_version() != NormBwd::kV33 || !teams) return false;
-    const BwdGrid g = bwd_grid(dev, s, tpr, dscale.data != nullptr || dbias.data != nullptr, ws);
-    const int64_t slabs = int64_t{(dscale.data != nullptr) + (!kRms && dbias.data != nullptr)} * g.block * k * V * 4;
-    const int64_t budget = g.block <= kFusedMinBlock ? dev.max_smem_optin / 2 - 2048 : dev.max_smem_optin - 1024;
-    return slabs + int64_t{g.block / tpr} * kStages * 2 * packs * 16 <= budget;
-  };
-  // The staged kernel of K packs per thread, where stages_fit(K).
-  const auto staged = [&](auto k, auto kernel) -> std::optional<ffi::Error> {
+  const auto stage_bytes = [&](int stages) { return int64_t{stages} * 2 * packs * 16; };
+  const auto stages_fit = [&](auto k, int stages) {
     constexpr int kK = decltype(k)::value;
-    if (!stages_fit(kK)) return std::nullopt;
+    const bool teams =
+        sizeof(T) == 2 ? tpr >= 256 || (tpr == 128 && kK == 2) : tpr == kTeamThreads && (!kRms || kK == 6);
+    if (!norm_bwd_since(NormBwd::kV33) || !teams) return false;
+    const BwdGrid g = bwd_grid(dev, s, tpr, dscale.data != nullptr || dbias.data != nullptr, ws);
+    const int slabs = (dscale.data != nullptr) + (!kRms && dbias.data != nullptr);
+    const int64_t budget = g.block <= kFusedMinBlock ? dev.max_smem_optin / 2 - 2048 : dev.max_smem_optin - 1024;
+    return partial_smem_bytes<V, kK>(slabs, g.block, tpr, stage_bytes(stages)) <= budget;
+  };
+  // The staged kernel of K packs per thread and `stages` stages (its kStages), where stages_fit(K, stages).
+  const auto staged = [&](auto k, int stages, auto kernel) -> std::optional<ffi::Error> {
+    constexpr int kK = decltype(k)::value;
+    if (!stages_fit(k, stages)) return std::nullopt;
     return norm_bwd_one_pass<V, kK>(kernel, dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp, dscale,
-                                    dbias, ws, int64_t{kStages} * 2 * packs * 16);
+                                    dbias, ws, stage_bytes(stages));
   };
   if constexpr (sizeof(T) == 4) {
+    if constexpr (kRms) {
+      if (packs > 4 * int64_t{tpr}) {  // v34 (lean_team's): where the stage does not fit, the kernel before it
+        if (auto r = staged(K6{}, 1, norm_bwd_lean_kernel<T, kRms, 6, false, 0, true, true, 1, true>)) return *r;
+        return norm_bwd_one_pass<V, kFusedPacks<V>>(norm_bwd_fused_kernel<T, V, kRms>, dev, stream, what, s, tpr, xp,
+                                                    scale, mean, rstd, dyp, dxp, dscale, dbias, ws);
+      }
+    }
     if constexpr (!kRms) {
-      if (auto r = staged(K4{}, norm_bwd_lean_kernel<T, kRms, 4, false, 0, true, true, kStages>)) return *r;
+      if (auto r = staged(K4{}, kStages, norm_bwd_lean_kernel<T, kRms, 4, false, 0, true, true, kStages>)) return *r;
     }
     return v30 ? run(norm_bwd_lean_kernel<T, kRms, 4, false, 0, false>, K4{})
                : run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, K4{});
@@ -636,16 +668,16 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
       }
     }
     if (packs > 2 * int64_t{tpr}) {
-      if (auto r = staged(K3{}, norm_bwd_lean_kernel<T, kRms, 3, true, 0, true, !kRms, kStages>)) return *r;
+      if (auto r = staged(K3{}, kStages, norm_bwd_lean_kernel<T, kRms, 3, true, 0, true, !kRms, kStages>)) return *r;
       // v32: K = 3 rows one row ahead with the scale held; LayerNorm's partials in shared memory by quads, where its
       // two partial rows leave the registers no room for a second row (norm_bwd_version's comment).
-      if (norm_bwd_version() == NormBwd::kV32 || norm_bwd_version() == NormBwd::kV33) {
+      if (norm_bwd_since(NormBwd::kV32)) {
         return run(norm_bwd_lean_kernel<T, kRms, 3, true, 1, true, !kRms>, K3{});
       }
       return v30 ? run(norm_bwd_lean_kernel<T, kRms, 3, false, 0, false>, K3{})
                  : run(norm_bwd_lean_kernel<T, kRms, 3, false, 0>, K3{});
     }
-    if (auto r = staged(K2{}, norm_bwd_lean_kernel<T, kRms, 2, true, 0, true, false, kStages>)) return *r;
+    if (auto r = staged(K2{}, kStages, norm_bwd_lean_kernel<T, kRms, 2, true, 0, true, false, kStages>)) return *r;
     switch (norm_bwd_version()) {
       case NormBwd::kV19Hold: return run(norm_bwd_lean_kernel<T, kRms, 2, true, 0>, K2{});
       case NormBwd::kV19Lean: return run(norm_bwd_lean_kernel<T, kRms, 2, false, 0>, K2{});

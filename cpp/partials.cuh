@@ -94,18 +94,28 @@ __host__ __device__ constexpr int64_t partial_slab_floats(int threads = kTeamThr
 }
 
 // The block's accumulation slabs in dynamic shared memory for the gradients whose workspace slabs are given
-// (slab_a, then slab_b right after it; nullptr where a gradient is not wanted), `threads` x K x V floats each.
+// (slab_a, then slab_b right after it; nullptr where a gradient is not wanted), `threads` x K x V floats each;
+// `end`: the dynamic shared memory after them (norm_bwd_lean_kernel's stages; 16-byte aligned, as the slabs' sizes).
 struct PartialAccs {
   float* a;
   float* b;
+  float* end;
 };
 
 template <int V, int K>
 __device__ __forceinline__ PartialAccs partial_accs(const float* slab_a, const float* slab_b, int threads) {
   float* const smem = reinterpret_cast<float*>(dynamic_smem());
+  const int64_t slab = partial_slab_floats<V, K>(threads);
   float* const a = slab_a != nullptr ? smem : nullptr;
-  float* const b = slab_b == nullptr ? nullptr : a != nullptr ? a + partial_slab_floats<V, K>(threads) : smem;
-  return {a, b};
+  float* const b = slab_b == nullptr ? nullptr : a != nullptr ? a + slab : smem;
+  return {a, b, smem + ((a != nullptr) + (b != nullptr)) * slab};
+}
+
+// The host's side of it: the bytes of dynamic shared memory a launch of `block` threads needs for `slabs` partial
+// slabs of K packs of V, then `stage_bytes` for each team of tpr threads (norm_bwd_lean_kernel's stages; 0: none).
+template <int V, int K>
+inline int64_t partial_smem_bytes(int slabs, int block, int tpr, int64_t stage_bytes = 0) {
+  return slabs * partial_slab_floats<V, K>(block) * int64_t{sizeof(float)} + int64_t{block / tpr} * stage_bytes;
 }
 
 // Zeroes this thread's slots of a slab (nullptr: not wanted).

@@ -470,17 +470,19 @@ def test_big_layer_norm_backward(big):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("op,c", [("rms_norm", 8192), ("rms_norm", 12288), ("layer_norm", 12288)])
-def test_big_norm_backward_teams(gpu, op, c):
-    """The norms' 16-bit lean backward past element 2**31: v31's 256-thread teams of K = 4 packs (RMSNorm bf16
-    C = 8192) and v32's 512-thread teams of K = 3 (12288: RMSNorm's partials in registers, LayerNorm's in shared
-    memory by quads); rows of dx on both sides of it against float64, the parameter gradients against XLA's float32
-    column sums."""
+@pytest.mark.parametrize("op,c,dtype", [("rms_norm", 8192, "bfloat16"), ("rms_norm", 12288, "bfloat16"),
+                                        ("layer_norm", 12288, "bfloat16"), ("rms_norm", 12288, "float32")])
+def test_big_norm_backward_teams(gpu, op, c, dtype):
+    """The norms' lean backward past element 2**31: v31's 256-thread teams of K = 4 packs (RMSNorm bf16 C = 8192),
+    v32's 512-thread teams of K = 3 (bf16 12288: RMSNorm's partials in registers, LayerNorm's in shared memory by
+    quads) and v34's of K = 6 (RMSNorm f32 12288, one stage in parts); rows of dx on both sides of it against
+    float64, the parameter gradients against XLA's float32 column sums."""
+    dtype = mt.F32 if dtype == "float32" else mt.BF16
     n = 2**31 // c + 3
     first_beyond = 2**31 // c
     rows = np.array([0, 1, first_beyond - 2, first_beyond - 1, first_beyond, first_beyond + 1, n - 1])
     key = jax.device_put(jax.random.key(31), gpu)
-    x, dy = jax.jit(lambda k: tuple((jax.random.normal(kk, (n, c), jnp.float32) * sc).astype(jnp.bfloat16)
+    x, dy = jax.jit(lambda k: tuple((jax.random.normal(kk, (n, c), jnp.float32) * sc).astype(dtype)
                                     for kk, sc in zip(jax.random.split(k), (2.0, 1.0))))(key)
     assert x.size > 2**31
     rng = np.random.default_rng(31)
@@ -495,7 +497,7 @@ def test_big_norm_backward_teams(gpu, op, c):
         dx, *grads = jax.jit(lambda t, s_, b_, g: jax.vjp(jm.layer_norm, t, s_, b_)[1](g))(x, sd, bd, dy)
         rdx = mt.ref_layer_norm_vjp(xr, s, b, 1e-5, gr)[0]
         mag = mt.ref_layer_norm_vjp_mag(xr, s, 1e-5, gr)
-    mt.assert_close(np.asarray(dx[jnp.asarray(rows)]), rdx, mt.GRAD_TOL[mt.BF16], dtype=mt.BF16, what="rows of dx",
+    mt.assert_close(np.asarray(dx[jnp.asarray(rows)]), rdx, mt.GRAD_TOL[dtype], dtype=dtype, what="rows of dx",
                     mag=mag)
 
     @jax.jit
@@ -790,6 +792,6 @@ print("OK")
 
 
 @pytest.mark.parametrize(
-    "version", ["", "v32", "v31", "v30", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
+    "version", ["", "v33", "v32", "v31", "v30", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
 def test_norm_backward_versions(gpu, version):
     mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version})
