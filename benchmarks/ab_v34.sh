@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The v34 device calls for the norms: f32 backward rows of C = 8196..12288 on the lean kernel's 512-thread teams of
-# K = 6 packs, their rows through one stage of shared memory (cpp/norms.cu norm_bwd_version: =v33 gives
-# norm_bwd_fused_kernel there, the kernel before).
+# K = 6 packs (cpp/norms.cu norm_bwd_version: =v33 gives norm_bwd_fused_kernel there, the kernel before; =v34-chunks
+# RMSNorm's rows in registers through one stage in parts). The trees of calls 1-2 and 6 had other options: call 1's
+# default took both norms' rows in registers through one stage (whole), call 2's =v34-chunks both in parts; call 6's
+# =v34-smem read the rows from two stages without holding the scale (tables call1_*, call2_*, call6_*).
 #   btest    the norm backward versions' GPU tests for BT_VERSIONS (default "default v33"; every class, NaN-poured
 #            outputs, bitwise determinism).
 #   ab       benchmarks/partials_ab.py once per kernel version, one process each (AB_VERSIONS, default "v33 v34 v33":
@@ -20,7 +22,7 @@ source "$(dirname "$0")/ab_lib.sh"
 
 stage_build() { ab_build || exit 1; }
 
-stage_btest() { ab_norm_btest "default v33" 2; }
+stage_btest() { ab_norm_btest "default v33" 3; }
 
 stage_ab() {
   # shellcheck disable=SC2086

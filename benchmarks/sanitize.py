@@ -47,11 +47,11 @@ from jax_memops import reference, unfused
 # (2, 4096), (2, 8192); bf16 LayerNorm (3, 2056), (2, 4096). v31's 16-bit RMSNorm backward on 256-thread teams of
 # K = 4 packs (two teams of a 512-thread block at their own barriers): (2, 8192) every slot used (one row per
 # block), (300, 6152) not (2-3 rows per block: both teams at work); (263, 10000) LayerNorm / RMSNorm at K = 3.
-# v33's backward rows through two stages of shared memory, enough rows per team that each stage is filled 3-10
-# times (its mbarrier's phase flips): 16-bit (1201, 4096) on 256-thread teams, (411, 8192) and (530, 12288) on
-# 512-thread teams of K = 2 / 3, f32 LayerNorm (700, 8192) on 512-thread teams of K = 4. v34's RMSNorm f32 rows of K = 6
-# on one stage in parts: (397, 10000) f32, slots and parts left empty, the stage filled 3 times per block; (2, 12288)
-# f32 above, full rows.
+# v33's backward rows through two stages of shared memory, enough rows per team that each stage is filled 3-10 times
+# (its mbarrier's phase flips): 16-bit (1201, 4096) on 256-thread teams, (411, 8192) and (530, 12288) on 512-thread
+# teams of K = 2 / 3, f32 LayerNorm (700, 8192) on 512-thread teams of K = 4. v34's f32 rows of K = 6 on 512-thread
+# teams, read from two stages: (397, 10000) f32, slots left empty, each stage filled once or twice per block (three or
+# four rows a block), the slabs over the stages at the end; (2, 12288) f32 above, full rows.
 SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
           (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288), (3, 16384), (2, 24576),
           (2, 4096), (5, 1024), (3, 2056), (2, 8192), (300, 6152), (263, 10000), (1201, 4096), (700, 8192),

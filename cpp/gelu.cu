@@ -101,9 +101,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   const int teams = kTeamThreads / tpr;
   const int64_t first = blk.tile * tpr * K;  // the tile's first pack
   const int64_t packs = cols / V;
-  const PartialAccs accs = partial_accs<V, K>(slab_a, slab_b, kTeamThreads);
-  float* const acc_a = accs.a;
-  float* const acc_b = accs.b;
+  const auto [acc_a, acc_b] = partial_accs<V, K>(slab_a, slab_b, kTeamThreads);
   RegPartials<V, K> reg;
   for (int64_t row0 = blk.begin + team; row0 < blk.end; row0 += int64_t{R} * teams) {  // no barriers inside
     Pack<T, V> px[R][K], pd[R][K];

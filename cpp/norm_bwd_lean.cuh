@@ -27,7 +27,7 @@
 // v31: each team at its own barrier; RMSNorm's 16-bit rows of 769..1024 packs at K = 4, partials in shared memory
 // (RESULTS.md "v31"). v32: the K = 3 rows one row ahead with the scale held, LayerNorm's partials by quads (norms.cu
 // norm_bwd_lean). v33: kStages, the rows of wide teams through stages of shared memory filled by bulk copies. v34:
-// RMSNorm's f32 rows of C = 8196..12288 at K = 6 (512-thread teams, partials by quads, one stage in K parts: kChunks).
+// f32 rows of C = 8196..12288 at K = 6 on 512-thread teams, read from their stages in both passes (kSmemRows).
 #pragma once
 
 #include "partials.cuh"
@@ -159,8 +159,13 @@ __device__ __forceinline__ void add_quads(float* slab, int k, int block, const f
 // into registers; once the team's row barrier has passed every thread holds it, and the stage takes the row kStages
 // ahead. Where one 512-thread team fills an SM, registers held one row ahead at most (32-48 KB of x and dy per SM in
 // flight); the stages hold two, for no registers.
+// kSmemRows (v34; kStages, not kQuads): the row is not copied into registers; both passes read it from its stage, and
+// the stage takes the row kStages ahead after a second team barrier, once the second pass is done. The registers hold
+// the partials and the scale instead, and the partial slabs (needed only at the end) take the stages' memory
+// (norms.cu's `shared` size): at f32 K = 6 the row's 48 registers left no room for them (ptxas spilled 32-96 bytes with
+// the partials by quads), and LayerNorm's two slabs left room for one stage only.
 template <typename T, bool kRms, int K, bool kHoldScale, int kAhead, bool kTeamBar = true, bool kQuads = (K >= 4),
-          int kStages = 0, bool kChunks = false>
+          int kStages = 0, bool kChunks = false, bool kSmemRows = false>
 __global__ void __launch_bounds__(kTeamThreads, 1)
     norm_bwd_lean_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
                          const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
@@ -178,7 +183,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   const int packs = cols / E;
   const bool full = packs == K * tpr;
   const float inv_cols = 1.0f / static_cast<float>(cols);
-  const PartialAccs accs = partial_accs<E, K>(slab_a, slab_b, block);
+  const PartialAccsEnd accs = partial_accs_end<E, K>(slab_a, slab_b, block);
   float* const acc_a = accs.a;  // names the lambdas below can capture (a structured binding cannot, in C++17)
   float* const acc_b = accs.b;
   RegPartials<E, kQuads ? 1 : K> reg;  // unused (dead) with kQuads
@@ -212,13 +217,23 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
 
   // One row: the sums, the team's reduction, then dx and the partials. parity: the row's TeamRed buffer.
   // after_sums(): once the team's barrier has passed (every thread holds the row).
-  const auto work = [&](const LeanRow<K>& r, int64_t row, bool active, int parity, auto&& after_sums) {
+  // pack_of(k, xw, dw): the thread's pack k of the row's x and dy (held_packs: r's registers; kSmemRows: its stage).
+  const auto held_packs = [](const LeanRow<K>& r) {
+    return [&r](int k, uint4& xw, uint4& dw) {
+      xw = r.x[k];
+      dw = r.dy[k];
+    };
+  };
+  const auto work = [&](const LeanRow<K>& r, int64_t row, bool active, int parity, auto&& after_sums,
+                        auto&& pack_of) {
     float sums[N] = {};  // sums[0] = Σ g*xhat, sums[1] = Σ g
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       float xv[E], dv[E], sc[E];
-      unpack_words_fresh<T>(r.x[k], xv);
-      unpack_words_fresh<T>(r.dy[k], dv);
+      uint4 xw, dw;
+      pack_of(k, xw, dw);
+      unpack_words_fresh<T>(xw, xv);
+      unpack_words_fresh<T>(dw, dv);
       scale_of(k, sc);
 #pragma unroll
       for (int j = 0; j < E; ++j) {
@@ -239,8 +254,10 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
     for (int k = 0; k < K; ++k) {
       float xv[E], dv[E], sc[E], out[E];
       [[maybe_unused]] float xh[E];  // kQuads only
-      unpack_words_fresh<T>(r.x[k], xv);
-      unpack_words_fresh<T>(r.dy[k], dv);
+      uint4 xw, dw;
+      pack_of(k, xw, dw);
+      unpack_words_fresh<T>(xw, xv);
+      unpack_words_fresh<T>(dw, dv);
       scale_of(k, sc);
 #pragma unroll
       for (int j = 0; j < E; ++j) {
@@ -274,7 +291,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   const auto step = [&](const LeanRow<K>& use, LeanRow<K>& fill) {  // true when the block's rows are done
     const int64_t row = base + team;
     if constexpr (kAhead > 0) load(fill, row + kAhead * int64_t{teams});
-    work(use, row, row < blk.end, parity, [] {});
+    work(use, row, row < blk.end, parity, [] {}, held_packs(use));
     base += teams;
     parity ^= 1;
     return base >= blk.end;
@@ -282,13 +299,17 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   if constexpr (kStages > 0) {
     static_assert(kAhead == 0 && kTeamBar, "staged rows: no register rows ahead; teams at their own barriers");
     // The team's rows blk.begin + team + j * teams, j = 0, 1, ...; row j in stage j % kStages, its
-    // (j / kStages)-th fill. Each team's stages after the slabs: x packs, then dy packs.
-    // kChunks (v34, one stage): a stage's row in K parts, part k the packs k * tpr .. (k + 1) * tpr - 1 (each thread's
-    // pack k), each on its own mbarrier, so a thread reads pack k once part k has landed, not once the whole row has
-    // (with one stage the next row is copied only while this one is worked on: its last bytes are on the path).
+    // (j / kStages)-th fill. Each team's stages after the slabs (kSmemRows: under them): x packs, then dy packs.
+    // kChunks (JAX_MEMOPS_NORM_BWD=v34-chunks, one stage): a stage's row in K parts, part k the packs k * tpr ..
+    // (k + 1) * tpr - 1 (each thread's pack k), each on its own mbarrier, so a thread reads pack k once part k has
+    // landed, not once the whole row has (with one stage the next row is copied only while this one is worked on:
+    // its last bytes are on the path).
     constexpr int kParts = kChunks ? K : 1;
     __shared__ uint64_t bar[kTeamThreads / 64][kStages][kParts];  // teams of >= 64 threads
-    uint4* const stages = reinterpret_cast<uint4*>(accs.end) + int64_t{team} * kStages * 2 * packs;
+    // kSmemRows: the stages from the start of the dynamic shared memory; the partial slabs take it after the rows.
+    static_assert(!kSmemRows || !kQuads, "rows in shared memory: the partials in registers");
+    uint4* const stages = reinterpret_cast<uint4*>(kSmemRows ? dynamic_smem() : static_cast<void*>(accs.end)) +
+                          int64_t{team} * kStages * 2 * packs;
     const auto part_packs = [&](int p) { return kChunks ? min(packs - p * tpr, tpr) : packs; };  // <= 0: empty
     const auto issue = [&](int64_t row, int st) {  // lane 0: row's x and dy into stage st
 #pragma unroll
@@ -330,19 +351,39 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
       stats(row + teams, next_rs, next_mean_rs);
       const uint4* const sx = stages + st * 2 * packs;
       if (active && !kChunks) mbar_wait(&bar[team][st][0], phase);
-      // kChunks: part k before pack k (a clamped empty slot reads the row's last pack, in part k or before it)
-      const auto part_ready = [&](int k) {
-        if (kChunks && active && part_packs(k) > 0) mbar_wait(&bar[team][st][k], phase);
-      };
-      load_lean_row_staged<T, kRms, K>(a, active ? sx : nullptr, sx + packs, rs, mean_rs, full, packs, lane, tpr,
-                                       part_ready);
       const int64_t refill = row + int64_t{kStages} * teams;
-      work(a, row, active, parity, [&] {
+      const auto refill_stage = [&] {
         if (lane == 0 && refill < blk.end) {
           fence_proxy_async_smem();  // the team's reads of the stage (before its barrier) before the copy
           issue(refill, st);
         }
-      });
+      };
+      if constexpr (kSmemRows) {
+        // Both passes read the row from its stage (the registers hold the partials instead); the stage takes its next
+        // row once the team's second pass is done (a second team barrier).
+        a.rs = rs;
+        a.mean_rs = mean_rs;
+        a.x0 = kRms || !active ? 0.0f : to_float(*reinterpret_cast<const T*>(sx));
+        const auto staged_pack = [&](int k, uint4& xw, uint4& dw) {
+          const int i = lane + k * tpr;
+          xw = dw = make_uint4(0u, 0u, 0u, 0u);
+          if (active) {
+            xw = sx[full ? i : min(i, packs - 1)];
+            if (full || i < packs) dw = sx[packs + i];
+          }
+        };
+        work(a, row, active, parity, [] {}, staged_pack);
+        team_barrier(1 + team, tpr);
+        refill_stage();
+      } else {
+        // kChunks: part k before pack k (a clamped empty slot reads the row's last pack, in part k or before it)
+        const auto part_ready = [&](int k) {
+          if (kChunks && active && part_packs(k) > 0) mbar_wait(&bar[team][st][k], phase);
+        };
+        load_lean_row_staged<T, kRms, K>(a, active ? sx : nullptr, sx + packs, rs, mean_rs, full, packs, lane, tpr,
+                                         part_ready);
+        work(a, row, active, parity, refill_stage, held_packs(a));
+      }
       parity ^= 1;
       rs = next_rs;
       mean_rs = next_mean_rs;
@@ -368,6 +409,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
     }
   }
   if constexpr (!kQuads) {
+    if constexpr (kSmemRows) __syncthreads();  // the slabs take the stages' memory: every team is done with its rows
     store_partials<E, K>(acc_a, reg.a);
     if constexpr (!kRms) store_partials<E, K>(acc_b, reg.b);
   }

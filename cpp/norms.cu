@@ -84,15 +84,15 @@ bool norm_fwd_half() {
 }
 
 // Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by every row;
-// lean_team): the default v34 — v33's kernels, and RMSNorm's f32 rows of 2049..3072 packs (C = 8196..12288), which
-// norm_bwd_fused_kernel ran (6 packs per thread, no row in flight while a row is worked on), on the lean kernel's
-// 512-thread teams of K = 6, partials by quads, their rows through one stage of shared memory (two do not fit beside
-// the partials) in K parts, each on its own mbarrier (kChunks): the stage takes the next row as soon as every thread
-// holds this one, and a thread reads its pack k once part k has landed. Measured against v33, one process each
-// (RESULTS.md "v34", A/A within 0.2%): bwd 1.08 / 1.04 / 1.02x at C = 9216 / 10000 / 12288; the whole row on one
-// mbarrier 1.02 / 1.03 / 0.93x. LayerNorm's f32 rows stay on norm_bwd_fused_kernel: the same kernels read 0.79-0.97x
-// there (two partial slabs by quads; ptxas spills 32-96 bytes at 128 registers). JAX_MEMOPS_NORM_BWD=v33 keeps
-// norm_bwd_fused_kernel for RMSNorm too.
+// lean_team): the default v34 — v33's kernels, and the f32 rows of 2049..3072 packs (C = 8196..12288), which
+// norm_bwd_fused_kernel ran (6 packs per thread in registers, nothing in flight while a row is worked on), on the lean
+// kernel's 512-thread teams of K = 6 with the row read from its stage in both passes (kSmemRows): the registers hold
+// the partials and the scale instead, two stages of shared memory fit (refilled after each row's second pass), and the
+// partial slabs take the stages' memory at the end. Measured against v33, one process each (RESULTS.md "v34"; A/A
+// within 0.3%): bwd LayerNorm 1.10 / 1.18 / 1.08 / 1.12x at C = 9216 / 10000 / 11264 / 12288, RMSNorm 1.09 / 1.06 /
+// 1.04 / 1.02x. JAX_MEMOPS_NORM_BWD=v34-chunks gives the first form (RMSNorm only: the row in registers, one stage in K
+// parts on their own mbarriers, kChunks; RMSNorm 1.07 / 1.04 / 1.04 / 1.01x, LayerNorm 0.79-0.86x with ptxas spilling
+// 96 bytes), =v33 norm_bwd_fused_kernel for these rows.
 // v33 — v32's kernels, but the 16-bit rows on teams of 256 or 512 threads or on teams of 128 of K = 2 packs (bf16 C =
 // 2048, 4096..12288) and f32 LayerNorm's on teams of 512 (C = 8192) take their rows through two stages of shared memory
 // per team, bulk-copied two rows ahead (norm_bwd_lean_kernel's kStages = 2, no register row ahead, the scale held), and
@@ -119,11 +119,12 @@ bool norm_fwd_half() {
 // 512-thread team beyond 768 packs), =v19 (one row ahead and the scale held for both ops: v19's default), =v19-hold
 // (no prefetch), =v19-lean (neither), =v19-deep (two rows ahead, the scale not held, both ops) or =v18
 // (norm_bwd_fused_kernel, the rule before v19). Read once per process.
-enum class NormBwd { kV34, kV33, kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
+enum class NormBwd { kV34, kV34Chunks, kV33, kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
 
 NormBwd norm_bwd_version() {
   static const NormBwd v = env_choice("JAX_MEMOPS_NORM_BWD",
-                                      {{"v33", NormBwd::kV33}, {"v32", NormBwd::kV32}, {"v19", NormBwd::kV19},
+                                      {{"v34-chunks", NormBwd::kV34Chunks}, {"v33", NormBwd::kV33},
+                                       {"v32", NormBwd::kV32}, {"v19", NormBwd::kV19},
                                        {"v19-hold", NormBwd::kV19Hold}, {"v19-lean", NormBwd::kV19Lean},
                                        {"v19-deep", NormBwd::kV19Deep},
                                        {"v18", NormBwd::kV18}, {"v30", NormBwd::kV30}, {"v31", NormBwd::kV31}},
@@ -133,7 +134,9 @@ NormBwd norm_bwd_version() {
 
 // Whether the version in use is `first` (v32, v33 or v34) or a later one (for the rules each of them added).
 bool norm_bwd_since(NormBwd first) {
-  const auto rank = [](NormBwd v) { return v == NormBwd::kV34 ? 3 : v == NormBwd::kV33 ? 2 : v == NormBwd::kV32; };
+  const auto rank = [](NormBwd v) {
+    return v == NormBwd::kV34 || v == NormBwd::kV34Chunks ? 3 : v == NormBwd::kV33 ? 2 : v == NormBwd::kV32;
+  };
   return rank(norm_bwd_version()) >= rank(first);
 }
 
@@ -329,9 +332,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   const int teams = static_cast<int>(blockDim.x) / tpr;
   const int packs = static_cast<int>(cols / V);  // <= tpr * K (the host checks)
   const float fcols = static_cast<float>(cols);
-  const PartialAccs accs = partial_accs<V, K>(slab_a, slab_b, static_cast<int>(blockDim.x));
-  float* const acc_a = accs.a;
-  float* const acc_b = accs.b;
+  const auto [acc_a, acc_b] = partial_accs<V, K>(slab_a, slab_b, static_cast<int>(blockDim.x));
   RegPartials<V, K> reg;  // kReg only (else dead)
   if constexpr (!kReg) {
     zero_partials<V, K>(acc_a);
@@ -566,14 +567,15 @@ template <int V, int K, typename T, typename Kernel>
 ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t stream, const char* what,
                              RowShape s, int tpr, const T* xp, ParamView scale, const float* mean,
                              const float* rstd, const T* dyp, T* dxp, const GradView& dscale,
-                             const GradView& dbias, const PartialsView& ws, int64_t stage_bytes = 0) {
+                             const GradView& dbias, const PartialsView& ws, int64_t stage_bytes = 0,
+                             bool shared = false) {
   const bool partials = dscale.data != nullptr || dbias.data != nullptr;
   const auto [groups, per_group, block] = bwd_grid(dev, s, tpr, partials, ws);
   float *a = nullptr, *b = nullptr;
   if (partials) partial_slabs(ws, dscale, dbias, &a, &b);
   const int64_t grid = groups * per_group;
   const auto smem = static_cast<size_t>(partial_smem_bytes<V, K>((a != nullptr) + (b != nullptr), block, tpr,
-                                                                   stage_bytes));
+                                                                   stage_bytes, shared));
   if (auto err = launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(block), smem, stream, what, xp, scale,
                         mean, rstd, dyp, dxp, s.rows, s.cols, tpr, groups, per_group, a, b);
       err.failure()) {
@@ -596,8 +598,8 @@ ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t 
 // their own barriers, out of phase where one team stalls the whole SM at each row's barrier (bf16 8192 +7.5%;
 // LayerNorm's K = 2 kernel, which holds its scale, beats the same change by 7%; K = 6 at 12288 lost 3-20%). v33:
 // with its rows staged (norm_bwd_lean), one 512-thread team of K = 2 again, over v31's teams staged or not (bf16 8192
-// +4%, RESULTS.md "v33"); JAX_MEMOPS_NORM_BWD=v31 or =v32 keeps v31's teams. v34: RMSNorm's f32 rows of 2049..3072
-// packs on one 512-thread team of K = 6 (norm_bwd_version's comment).
+// +4%, RESULTS.md "v33"); JAX_MEMOPS_NORM_BWD=v31 or =v32 keeps v31's teams. v34: f32 rows of 2049..3072 packs on
+// one 512-thread team of K = 6 (norm_bwd_version's comment; under v34-chunks RMSNorm's only).
 template <typename T, bool kRms>
 int lean_team(int64_t packs) {
   if (sizeof(T) == 2 && kRms && packs > 3 * int64_t{kFusedMinBlock} && packs <= 4 * int64_t{kFusedMinBlock} &&
@@ -605,7 +607,8 @@ int lean_team(int64_t packs) {
     return kFusedMinBlock;
   }
   if (sizeof(T) == 4 && packs > 4 * int64_t{kTeamThreads} && packs <= 6 * int64_t{kTeamThreads}) {
-    return kRms && norm_bwd_since(NormBwd::kV34) ? kTeamThreads : 0;
+    const NormBwd v = norm_bwd_version();
+    return v == NormBwd::kV34 || (kRms && v == NormBwd::kV34Chunks) ? kTeamThreads : 0;
   }
   const int tpr = team_size(packs, sizeof(T) == 2 ? 3 : 4);
   return tpr <= kTeamThreads && (sizeof(T) == 2 || packs > 3 * int64_t{tpr}) ? tpr : 0;
@@ -628,10 +631,11 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
   const int64_t packs = s.cols / V;
   // v33: the teams norm_bwd_version's comment names take their rows through two stages of shared memory per team
   // (norm_bwd_lean_kernel's kStages), where the block's shared memory holds them beside the partial slabs (half of
-  // an SM's where blocks of 256 threads are planned, two per SM). v34: RMSNorm's f32 rows of K = 6 through one.
+  // an SM's where blocks of 256 threads are planned, two per SM). v34: the f32 rows of K = 6 through two, read from
+  // them in both passes, the partial slabs in the same memory (shared); v34-chunks: RMSNorm's through one, in parts.
   constexpr int kStages = 2;
   const auto stage_bytes = [&](int stages) { return int64_t{stages} * 2 * packs * 16; };
-  const auto stages_fit = [&](auto k, int stages) {
+  const auto stages_fit = [&](auto k, int stages, bool shared) {
     constexpr int kK = decltype(k)::value;
     const bool teams =
         sizeof(T) == 2 ? tpr >= 256 || (tpr == 128 && kK == 2) : tpr == kTeamThreads && (!kRms || kK == 6);
@@ -639,25 +643,35 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
     const BwdGrid g = bwd_grid(dev, s, tpr, dscale.data != nullptr || dbias.data != nullptr, ws);
     const int slabs = (dscale.data != nullptr) + (!kRms && dbias.data != nullptr);
     const int64_t budget = g.block <= kFusedMinBlock ? dev.max_smem_optin / 2 - 2048 : dev.max_smem_optin - 1024;
-    return partial_smem_bytes<V, kK>(slabs, g.block, tpr, stage_bytes(stages)) <= budget;
+    return partial_smem_bytes<V, kK>(slabs, g.block, tpr, stage_bytes(stages), shared) <= budget;
   };
   // The staged kernel of K packs per thread and `stages` stages (its kStages), where stages_fit(K, stages).
-  const auto staged = [&](auto k, int stages, auto kernel) -> std::optional<ffi::Error> {
+  // shared: the kernel's kSmemRows (its slabs take the stages' memory).
+  const auto staged = [&](auto k, int stages, auto kernel, bool shared = false) -> std::optional<ffi::Error> {
     constexpr int kK = decltype(k)::value;
-    if (!stages_fit(k, stages)) return std::nullopt;
+    if (!stages_fit(k, stages, shared)) return std::nullopt;
     return norm_bwd_one_pass<V, kK>(kernel, dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp, dscale,
-                                    dbias, ws, stage_bytes(stages));
+                                    dbias, ws, stage_bytes(stages), shared);
   };
   if constexpr (sizeof(T) == 4) {
-    if constexpr (kRms) {
-      if (packs > 4 * int64_t{tpr}) {  // v34 (lean_team's): where the stage does not fit, the kernel before it
-        if (auto r = staged(K6{}, 1, norm_bwd_lean_kernel<T, kRms, 6, false, 0, true, true, 1, true>)) return *r;
-        return norm_bwd_one_pass<V, kFusedPacks<V>>(norm_bwd_fused_kernel<T, V, kRms>, dev, stream, what, s, tpr, xp,
-                                                    scale, mean, rstd, dyp, dxp, dscale, dbias, ws);
+    if (packs > 4 * int64_t{tpr}) {  // v34 (lean_team's): where the stage does not fit, the kernel before it
+      if (norm_bwd_version() == NormBwd::kV34) {
+        if (auto r = staged(K6{}, 2, norm_bwd_lean_kernel<T, kRms, 6, true, 0, true, false, 2, false, true>, true)) {
+          return *r;
+        }
       }
+      if constexpr (kRms) {
+        if (norm_bwd_version() == NormBwd::kV34Chunks) {
+          if (auto r = staged(K6{}, 1, norm_bwd_lean_kernel<T, kRms, 6, false, 0, true, true, 1, true>)) return *r;
+        }
+      }
+      return norm_bwd_one_pass<V, kFusedPacks<V>>(norm_bwd_fused_kernel<T, V, kRms>, dev, stream, what, s, tpr, xp,
+                                                  scale, mean, rstd, dyp, dxp, dscale, dbias, ws);
     }
     if constexpr (!kRms) {
-      if (auto r = staged(K4{}, kStages, norm_bwd_lean_kernel<T, kRms, 4, false, 0, true, true, kStages>)) return *r;
+      if (auto r = staged(K4{}, kStages, norm_bwd_lean_kernel<T, kRms, 4, false, 0, true, true, kStages>)) {
+        return *r;
+      }
     }
     return v30 ? run(norm_bwd_lean_kernel<T, kRms, 4, false, 0, false>, K4{})
                : run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, K4{});

@@ -94,16 +94,31 @@ __host__ __device__ constexpr int64_t partial_slab_floats(int threads = kTeamThr
 }
 
 // The block's accumulation slabs in dynamic shared memory for the gradients whose workspace slabs are given
-// (slab_a, then slab_b right after it; nullptr where a gradient is not wanted), `threads` x K x V floats each;
-// `end`: the dynamic shared memory after them (norm_bwd_lean_kernel's stages; 16-byte aligned, as the slabs' sizes).
+// (slab_a, then slab_b right after it; nullptr where a gradient is not wanted), `threads` x K x V floats each.
 struct PartialAccs {
+  float* a;
+  float* b;
+};
+
+template <int V, int K>
+__device__ __forceinline__ PartialAccs partial_accs(const float* slab_a, const float* slab_b, int threads) {
+  float* const smem = reinterpret_cast<float*>(dynamic_smem());
+  float* const a = slab_a != nullptr ? smem : nullptr;
+  float* const b = slab_b == nullptr ? nullptr : a != nullptr ? a + partial_slab_floats<V, K>(threads) : smem;
+  return {a, b};
+}
+
+// partial_accs and `end`, the dynamic shared memory after the slabs (norm_bwd_lean_kernel's stages; 16-byte aligned,
+// as the slabs' sizes). A struct of its own: with `end` in PartialAccs, nvcc compiled gelu_bwd_partials_kernel, which
+// never reads it, to different code (36 fewer predicates in its PTX; not measured).
+struct PartialAccsEnd {
   float* a;
   float* b;
   float* end;
 };
 
 template <int V, int K>
-__device__ __forceinline__ PartialAccs partial_accs(const float* slab_a, const float* slab_b, int threads) {
+__device__ __forceinline__ PartialAccsEnd partial_accs_end(const float* slab_a, const float* slab_b, int threads) {
   float* const smem = reinterpret_cast<float*>(dynamic_smem());
   const int64_t slab = partial_slab_floats<V, K>(threads);
   float* const a = slab_a != nullptr ? smem : nullptr;
@@ -112,10 +127,13 @@ __device__ __forceinline__ PartialAccs partial_accs(const float* slab_a, const f
 }
 
 // The host's side of it: the bytes of dynamic shared memory a launch of `block` threads needs for `slabs` partial
-// slabs of K packs of V, then `stage_bytes` for each team of tpr threads (norm_bwd_lean_kernel's stages; 0: none).
+// slabs of K packs of V, then `stage_bytes` for each team of tpr threads (norm_bwd_lean_kernel's stages; 0: none);
+// `shared`: the slabs take the stages' memory (norm_bwd_lean_kernel's kSmemRows), the larger of the two.
 template <int V, int K>
-inline int64_t partial_smem_bytes(int slabs, int block, int tpr, int64_t stage_bytes = 0) {
-  return slabs * partial_slab_floats<V, K>(block) * int64_t{sizeof(float)} + int64_t{block / tpr} * stage_bytes;
+inline int64_t partial_smem_bytes(int slabs, int block, int tpr, int64_t stage_bytes = 0, bool shared = false) {
+  const int64_t a = slabs * partial_slab_floats<V, K>(block) * int64_t{sizeof(float)};
+  const int64_t b = int64_t{block / tpr} * stage_bytes;
+  return shared ? std::max(a, b) : a + b;
 }
 
 // Zeroes this thread's slots of a slab (nullptr: not wanted).

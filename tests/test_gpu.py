@@ -471,12 +471,13 @@ def test_big_layer_norm_backward(big):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("op,c,dtype", [("rms_norm", 8192, "bfloat16"), ("rms_norm", 12288, "bfloat16"),
-                                        ("layer_norm", 12288, "bfloat16"), ("rms_norm", 12288, "float32")])
+                                        ("layer_norm", 12288, "bfloat16"), ("rms_norm", 12288, "float32"),
+                                        ("layer_norm", 12288, "float32")])
 def test_big_norm_backward_teams(gpu, op, c, dtype):
     """The norms' lean backward past element 2**31: v31's 256-thread teams of K = 4 packs (RMSNorm bf16 C = 8192),
     v32's 512-thread teams of K = 3 (bf16 12288: RMSNorm's partials in registers, LayerNorm's in shared memory by
-    quads) and v34's of K = 6 (RMSNorm f32 12288, one stage in parts); rows of dx on both sides of it against
-    float64, the parameter gradients against XLA's float32 column sums."""
+    quads) and v34's of K = 6 (f32 12288: the rows read from their stages, the partials in registers); rows of dx on
+    both sides of it against float64, the parameter gradients against XLA's float32 column sums."""
     dtype = mt.F32 if dtype == "float32" else mt.BF16
     n = 2**31 // c + 3
     first_beyond = 2**31 // c
@@ -792,6 +793,6 @@ print("OK")
 
 
 @pytest.mark.parametrize(
-    "version", ["", "v33", "v32", "v31", "v30", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
+    "version", ["", "v34-chunks", "v33", "v32", "v31", "v30", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
 def test_norm_backward_versions(gpu, version):
     mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version})
