@@ -619,9 +619,10 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
                          const T* xp, ParamView scale, const float* mean, const float* rstd, const T* dyp, T* dxp,
                          const GradView& dscale, const GradView& dbias, const PartialsView& ws) {
   constexpr int V = kVec<T>;
-  const auto run = [&](auto kernel, auto k) {
+  // `kernel` of K = k packs per thread; team_stages and shared: norm_bwd_one_pass's stage_bytes and shared.
+  const auto run = [&](auto kernel, auto k, int64_t team_stages = 0, bool shared = false) {
     return norm_bwd_one_pass<V, decltype(k)::value>(kernel, dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp,
-                                                    dxp, dscale, dbias, ws);
+                                                    dxp, dscale, dbias, ws, team_stages, shared);
   };
   using K2 = std::integral_constant<int, 2>;
   using K3 = std::integral_constant<int, 3>;
@@ -648,10 +649,8 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
   // The staged kernel of K packs per thread and `stages` stages (its kStages), where stages_fit(K, stages).
   // shared: the kernel's kSmemRows (its slabs take the stages' memory).
   const auto staged = [&](auto k, int stages, auto kernel, bool shared = false) -> std::optional<ffi::Error> {
-    constexpr int kK = decltype(k)::value;
     if (!stages_fit(k, stages, shared)) return std::nullopt;
-    return norm_bwd_one_pass<V, kK>(kernel, dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp, dscale,
-                                    dbias, ws, stage_bytes(stages), shared);
+    return run(kernel, k, stage_bytes(stages), shared);
   };
   if constexpr (sizeof(T) == 4) {
     if (packs > 4 * int64_t{tpr}) {  // v34 (lean_team's): where the stage does not fit, the kernel before it
@@ -665,8 +664,7 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
           if (auto r = staged(K6{}, 1, norm_bwd_lean_kernel<T, kRms, 6, false, 0, true, true, 1, true>)) return *r;
         }
       }
-      return norm_bwd_one_pass<V, kFusedPacks<V>>(norm_bwd_fused_kernel<T, V, kRms>, dev, stream, what, s, tpr, xp,
-                                                  scale, mean, rstd, dyp, dxp, dscale, dbias, ws);
+      return run(norm_bwd_fused_kernel<T, V, kRms>, std::integral_constant<int, kFusedPacks<V>>{});
     }
     if constexpr (!kRms) {
       if (auto r = staged(K4{}, kStages, norm_bwd_lean_kernel<T, kRms, 4, false, 0, true, true, kStages>)) {
