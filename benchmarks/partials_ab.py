@@ -11,6 +11,8 @@ gradients checked against the first's:
   teams=N   the default rule at PARTIALS_BYTES_TEAMS = N (what "the rows allow": rows * itemsize / N >= 248)
   bytes=N   the rule before (GELU's) at PARTIALS_BYTES = N (e.g. 64: 264 wherever the rows allow)
   target=N  the rule before (GELU's) at PARTIALS_TARGET = N (the most partial rows)
+  team_block=N  the default rule, 264 where a row's team (by its estimate) has <= N threads (TEAM_BLOCK)
+Settings joined by commas apply together (team_block=1024,teams=32).
 GELU (--ops gelu) has one rule, so only bytes= and target= change it. The kernels' own versions
 (JAX_MEMOPS_NORM_BWD, read once per process) take one process each.
 
@@ -32,18 +34,21 @@ from jax_memops import _primitive, bench
 def _set(variant: str) -> None:
     os.environ.pop("JAX_MEMOPS_NORM_PARTIALS", None)
     _primitive.PARTIALS_BYTES, _primitive.PARTIALS_TARGET, _primitive.PARTIALS_BYTES_TEAMS = 256, 264, 128
-    if variant == "v29":
-        os.environ["JAX_MEMOPS_NORM_PARTIALS"] = "v29"
-    elif variant.startswith("teams="):
-        _primitive.PARTIALS_BYTES_TEAMS = int(variant.split("=")[1])
-    elif variant.startswith("bytes="):
-        os.environ["JAX_MEMOPS_NORM_PARTIALS"] = "v29"
-        _primitive.PARTIALS_BYTES = int(variant.split("=")[1])
-    elif variant.startswith("target="):
-        os.environ["JAX_MEMOPS_NORM_PARTIALS"] = "v29"
-        _primitive.PARTIALS_TARGET = int(variant.split("=")[1])
-    elif variant != "default":
-        raise SystemExit(f"unknown variant {variant!r}")
+    _primitive.TEAM_BLOCK = 256
+    for part in variant.split(","):  # settings joined by commas apply together
+        name, _, value = part.partition("=")
+        if part == "v29" or name in ("bytes", "target"):
+            os.environ["JAX_MEMOPS_NORM_PARTIALS"] = "v29"
+        if name == "teams":
+            _primitive.PARTIALS_BYTES_TEAMS = int(value)
+        elif name == "bytes":
+            _primitive.PARTIALS_BYTES = int(value)
+        elif name == "team_block":
+            _primitive.TEAM_BLOCK = int(value)
+        elif name == "target":
+            _primitive.PARTIALS_TARGET = int(value)
+        elif part not in ("v29", "default"):
+            raise SystemExit(f"unknown variant {variant!r}")
 
 
 def main() -> None:

@@ -27,7 +27,8 @@
 // v31: each team at its own barrier; RMSNorm's 16-bit rows of 769..1024 packs at K = 4, partials in shared memory
 // (RESULTS.md "v31"). v32: the K = 3 rows one row ahead with the scale held, LayerNorm's partials by quads (norms.cu
 // norm_bwd_lean). v33: kStages, the rows of wide teams through stages of shared memory filled by bulk copies. v34:
-// f32 rows of C = 8196..12288 at K = 6 on 512-thread teams, read from their stages in both passes (kSmemRows).
+// f32 rows of C = 8196..12288 at K = 6 on 512-thread teams, read from their stages in both passes (kSmemRows). v35:
+// LayerNorm's 16-bit staged rows of K = 3 the same way.
 #pragma once
 
 #include "partials.cuh"
@@ -109,9 +110,25 @@ __device__ __forceinline__ void load_lean_row(LeanRow<K>& r, const T* x, const T
   }
 }
 
+// The thread's pack i of a row in its stage (sx, sdy: the row's x and dy packs; sx == nullptr: an inactive row, which
+// holds zeros): x clamped into the row (an empty slot's xhat stays finite) and zeros of dy past it, as load_lean_row.
+__device__ __forceinline__ void staged_pack(const uint4* sx, const uint4* sdy, int i, bool full, int packs, uint4& xw,
+                                            uint4& dw) {
+  xw = dw = make_uint4(0u, 0u, 0u, 0u);
+  if (sx != nullptr) {
+    xw = sx[full ? i : min(i, packs - 1)];
+    if (full || i < packs) dw = sdy[i];
+  }
+}
+
+// A staged row's first element (LayerNorm's saved mean is relative to it); 0 for RMSNorm and an inactive row.
+template <typename T, bool kRms>
+__device__ __forceinline__ float staged_x0(const uint4* sx) {
+  return kRms || sx == nullptr ? 0.0f : to_float(*reinterpret_cast<const T*>(sx));
+}
+
 // load_lean_row from a stage in shared memory (kStages: the row's x and dy packs, bulk-copied there) instead of
-// global memory; the statistics come from registers (rs, mean_rs: loaded a row ahead). Empty slots as there; an
-// inactive row (no stage: sx == nullptr) holds zeros.
+// global memory; the statistics come from registers (rs, mean_rs: loaded a row ahead).
 // ready(k): before the thread reads its pack k (kChunks: that part's copy has landed).
 template <typename T, bool kRms, int K, typename Ready>
 __device__ __forceinline__ void load_lean_row_staged(LeanRow<K>& r, const uint4* sx, const uint4* sdy, float rs,
@@ -119,17 +136,12 @@ __device__ __forceinline__ void load_lean_row_staged(LeanRow<K>& r, const uint4*
                                                      Ready&& ready) {
 #pragma unroll
   for (int k = 0; k < K; ++k) {
-    const int i = lane + k * tpr;
     ready(k);
-    r.x[k] = r.dy[k] = make_uint4(0u, 0u, 0u, 0u);
-    if (sx != nullptr) {
-      r.x[k] = sx[full ? i : min(i, packs - 1)];
-      if (full || i < packs) r.dy[k] = sdy[i];
-    }
+    staged_pack(sx, sdy, lane + k * tpr, full, packs, r.x[k], r.dy[k]);
   }
   r.rs = rs;
   r.mean_rs = mean_rs;
-  r.x0 = kRms || sx == nullptr ? 0.0f : to_float(*reinterpret_cast<const T*>(sx));
+  r.x0 = staged_x0<T, kRms>(sx);
 }
 
 // The quads of pack k in `slab` (nullptr: not wanted) += dy * xhat (kProduct) or += dy.
@@ -159,11 +171,13 @@ __device__ __forceinline__ void add_quads(float* slab, int k, int block, const f
 // into registers; once the team's row barrier has passed every thread holds it, and the stage takes the row kStages
 // ahead. Where one 512-thread team fills an SM, registers held one row ahead at most (32-48 KB of x and dy per SM in
 // flight); the stages hold two, for no registers.
-// kSmemRows (v34; kStages, not kQuads): the row is not copied into registers; both passes read it from its stage, and
-// the stage takes the row kStages ahead after a second team barrier, once the second pass is done. The registers hold
-// the partials and the scale instead, and the partial slabs (needed only at the end) take the stages' memory
+// kSmemRows (v34, v35; kStages, not kQuads): the row is not copied into registers; both passes read it from its stage,
+// and the stage takes the row kStages ahead after a second team barrier, once the second pass is done. The registers
+// hold the partials and the scale instead, and the partial slabs (needed only at the end) take the stages' memory
 // (norms.cu's `shared` size): at f32 K = 6 the row's 48 registers left no room for them (ptxas spilled 32-96 bytes with
-// the partials by quads), and LayerNorm's two slabs left room for one stage only.
+// the partials by quads), and LayerNorm's two slabs left room for one stage only. v35: LayerNorm's 16-bit K = 3 rows,
+// whose partials v32 put in shared memory by quads (a load and a store of each per pack and row, empty slots included),
+// hold them in registers this way (+5-9% where a third of the slots is empty, C = 8200..11264).
 template <typename T, bool kRms, int K, bool kHoldScale, int kAhead, bool kTeamBar = true, bool kQuads = (K >= 4),
           int kStages = 0, bool kChunks = false, bool kSmemRows = false>
 __global__ void __launch_bounds__(kTeamThreads, 1)
@@ -361,18 +375,14 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
       if constexpr (kSmemRows) {
         // Both passes read the row from its stage (the registers hold the partials instead); the stage takes its next
         // row once the team's second pass is done (a second team barrier).
+        const uint4* const row_sx = active ? sx : nullptr;
         a.rs = rs;
         a.mean_rs = mean_rs;
-        a.x0 = kRms || !active ? 0.0f : to_float(*reinterpret_cast<const T*>(sx));
-        const auto staged_pack = [&](int k, uint4& xw, uint4& dw) {
-          const int i = lane + k * tpr;
-          xw = dw = make_uint4(0u, 0u, 0u, 0u);
-          if (active) {
-            xw = sx[full ? i : min(i, packs - 1)];
-            if (full || i < packs) dw = sx[packs + i];
-          }
+        a.x0 = staged_x0<T, kRms>(row_sx);
+        const auto stage_pack = [&](int k, uint4& xw, uint4& dw) {
+          staged_pack(row_sx, sx + packs, lane + k * tpr, full, packs, xw, dw);
         };
-        work(a, row, active, parity, [] {}, staged_pack);
+        work(a, row, active, parity, [] {}, stage_pack);
         team_barrier(1 + team, tpr);
         refill_stage();
       } else {

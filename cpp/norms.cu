@@ -84,7 +84,17 @@ bool norm_fwd_half() {
 }
 
 // Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by every row;
-// lean_team): the default v34 — v33's kernels, and the f32 rows of 2049..3072 packs (C = 8196..12288), which
+// lean_team): the default v35 — v34's kernels, but LayerNorm's 16-bit rows of K = 3 packs on teams of 128, 256 or 512
+// (packs in (2 tpr, 3 tpr]: bf16 / f16 C = 2056..3072, 4104..6144, 8200..12288) read from their two stages in both
+// passes, the two partial rows in registers (kSmemRows, v34's form for the f32 rows; teams of 128 at K = 3 were not
+// staged before), where v32 / v33's kernels copy the row into registers and keep the partials in shared memory by
+// quads, which every slot reads and writes, a row's empty ones too. Measured against v34, one process each (RESULTS.md
+// "v35"; A/A within 0.1-0.9%): bf16 bwd LayerNorm 1.08x at C = 2560, 1.05x at 5000, 1.01-1.02x at 6144, 1.09x at 8200
+// and 9216, 1.07-1.08x at 10000, 1.05x at 11264, 1.00x at 3072 and 12288 (full rows). Measured and not taken: the same
+// for the 16-bit K = 2 rows (LayerNorm 1.00-1.01x at 2048 / 4096, 0.98x at 8192, 0.95x at 6152) and RMSNorm's K = 2 and
+// 3 (0.98-1.00x); three stages (0.93-0.97x); two 512-thread blocks per SM at 64 registers on the paired grid
+// (0.67-0.95x). JAX_MEMOPS_NORM_BWD=v34 gives v34's kernels.
+// v34 — v33's kernels, and the f32 rows of 2049..3072 packs (C = 8196..12288), which
 // norm_bwd_fused_kernel ran (6 packs per thread in registers, nothing in flight while a row is worked on), on the lean
 // kernel's 512-thread teams of K = 6 with the row read from its stage in both passes (kSmemRows): the registers hold
 // the partials and the scale instead, two stages of shared memory fit (refilled after each row's second pass), and the
@@ -119,23 +129,31 @@ bool norm_fwd_half() {
 // 512-thread team beyond 768 packs), =v19 (one row ahead and the scale held for both ops: v19's default), =v19-hold
 // (no prefetch), =v19-lean (neither), =v19-deep (two rows ahead, the scale not held, both ops) or =v18
 // (norm_bwd_fused_kernel, the rule before v19). Read once per process.
-enum class NormBwd { kV34, kV34Chunks, kV33, kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
+enum class NormBwd { kV35, kV34, kV34Chunks, kV33, kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
 
 NormBwd norm_bwd_version() {
   static const NormBwd v = env_choice("JAX_MEMOPS_NORM_BWD",
-                                      {{"v34-chunks", NormBwd::kV34Chunks}, {"v33", NormBwd::kV33},
+                                      {{"v35", NormBwd::kV35}, {"v34", NormBwd::kV34},
+                                       {"v34-chunks", NormBwd::kV34Chunks}, {"v33", NormBwd::kV33},
                                        {"v32", NormBwd::kV32}, {"v19", NormBwd::kV19},
                                        {"v19-hold", NormBwd::kV19Hold}, {"v19-lean", NormBwd::kV19Lean},
                                        {"v19-deep", NormBwd::kV19Deep},
                                        {"v18", NormBwd::kV18}, {"v30", NormBwd::kV30}, {"v31", NormBwd::kV31}},
-                                      NormBwd::kV34);
+                                      NormBwd::kV35);
   return v;
 }
 
-// Whether the version in use is `first` (v32, v33 or v34) or a later one (for the rules each of them added).
+// Whether the version in use is `first` (v32 ... v35) or a later one (for the rules each of them added).
 bool norm_bwd_since(NormBwd first) {
   const auto rank = [](NormBwd v) {
-    return v == NormBwd::kV34 || v == NormBwd::kV34Chunks ? 3 : v == NormBwd::kV33 ? 2 : v == NormBwd::kV32;
+    switch (v) {
+      case NormBwd::kV35: return 4;
+      case NormBwd::kV34:
+      case NormBwd::kV34Chunks: return 3;
+      case NormBwd::kV33: return 2;
+      case NormBwd::kV32: return 1;
+      default: return 0;
+    }
   };
   return rank(norm_bwd_version()) >= rank(first);
 }
@@ -607,8 +625,8 @@ int lean_team(int64_t packs) {
     return kFusedMinBlock;
   }
   if (sizeof(T) == 4 && packs > 4 * int64_t{kTeamThreads} && packs <= 6 * int64_t{kTeamThreads}) {
-    const NormBwd v = norm_bwd_version();
-    return v == NormBwd::kV34 || (kRms && v == NormBwd::kV34Chunks) ? kTeamThreads : 0;
+    const bool k6 = norm_bwd_version() == NormBwd::kV34Chunks ? kRms : norm_bwd_since(NormBwd::kV34);
+    return k6 ? kTeamThreads : 0;
   }
   const int tpr = team_size(packs, sizeof(T) == 2 ? 3 : 4);
   return tpr <= kTeamThreads && (sizeof(T) == 2 || packs > 3 * int64_t{tpr}) ? tpr : 0;
@@ -634,12 +652,13 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
   // (norm_bwd_lean_kernel's kStages), where the block's shared memory holds them beside the partial slabs (half of
   // an SM's where blocks of 256 threads are planned, two per SM). v34: the f32 rows of K = 6 through two, read from
   // them in both passes, the partial slabs in the same memory (shared); v34-chunks: RMSNorm's through one, in parts.
+  // v35: LayerNorm's 16-bit rows of K = 3 the same way as v34's f32 rows, on teams of 128 too.
   constexpr int kStages = 2;
   const auto stage_bytes = [&](int stages) { return int64_t{stages} * 2 * packs * 16; };
   const auto stages_fit = [&](auto k, int stages, bool shared) {
     constexpr int kK = decltype(k)::value;
-    const bool teams =
-        sizeof(T) == 2 ? tpr >= 256 || (tpr == 128 && kK == 2) : tpr == kTeamThreads && (!kRms || kK == 6);
+    const bool teams = sizeof(T) == 2 ? tpr >= 256 || (tpr == 128 && (kK == 2 || shared))
+                                      : tpr == kTeamThreads && (!kRms || kK == 6);
     if (!norm_bwd_since(NormBwd::kV33) || !teams) return false;
     const BwdGrid g = bwd_grid(dev, s, tpr, dscale.data != nullptr || dbias.data != nullptr, ws);
     const int slabs = (dscale.data != nullptr) + (!kRms && dbias.data != nullptr);
@@ -654,7 +673,7 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
   };
   if constexpr (sizeof(T) == 4) {
     if (packs > 4 * int64_t{tpr}) {  // v34 (lean_team's): where the stage does not fit, the kernel before it
-      if (norm_bwd_version() == NormBwd::kV34) {
+      if (norm_bwd_version() != NormBwd::kV34Chunks) {
         if (auto r = staged(K6{}, 2, norm_bwd_lean_kernel<T, kRms, 6, true, 0, true, false, 2, false, true>, true)) {
           return *r;
         }
@@ -680,6 +699,12 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
       }
     }
     if (packs > 2 * int64_t{tpr}) {
+      if constexpr (!kRms) {  // v35: LayerNorm's from their stages in both passes, teams of 128 too (version comment)
+        constexpr auto kSmemRows = norm_bwd_lean_kernel<T, false, 3, true, 0, true, false, kStages, false, true>;
+        if (norm_bwd_since(NormBwd::kV35)) {
+          if (auto r = staged(K3{}, kStages, kSmemRows, true)) return *r;
+        }
+      }
       if (auto r = staged(K3{}, kStages, norm_bwd_lean_kernel<T, kRms, 3, true, 0, true, !kRms, kStages>)) return *r;
       // v32: K = 3 rows one row ahead with the scale held; LayerNorm's partials in shared memory by quads, where its
       // two partial rows leave the registers no room for a second row (norm_bwd_version's comment).

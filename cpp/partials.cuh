@@ -6,8 +6,9 @@
 // Geometry shared by these kernels: blocks of up to kTeamThreads threads (blockDim.x, a multiple of
 // tpr), split into teams of `tpr` threads (a power of two) that each work on one row at a time; thread
 // `lane` of a team owns the packs first + lane + k*tpr, k < K, of every row it visits, so its partial
-// sums for those columns stay in its own shared-memory slots (partial_slot) across the rows. Block b works on partial j of group g (rows partial_range) and, for GELU
-// (no row reductions), on column tile `tile` of `tiles`: b = (g * P + j) * tiles + tile.
+// sums for those columns stay in its own shared-memory slots (partial_slot) across the rows. Block b works on
+// partial j of group g (rows partial_range) and, for GELU (no row reductions), on column tile `tile` of `tiles`:
+// b = (g * P + j) * tiles + tile.
 #pragma once
 
 #include "cuda_common.cuh"
@@ -119,11 +120,9 @@ struct PartialAccsEnd {
 
 template <int V, int K>
 __device__ __forceinline__ PartialAccsEnd partial_accs_end(const float* slab_a, const float* slab_b, int threads) {
+  const PartialAccs p = partial_accs<V, K>(slab_a, slab_b, threads);
   float* const smem = reinterpret_cast<float*>(dynamic_smem());
-  const int64_t slab = partial_slab_floats<V, K>(threads);
-  float* const a = slab_a != nullptr ? smem : nullptr;
-  float* const b = slab_b == nullptr ? nullptr : a != nullptr ? a + slab : smem;
-  return {a, b, smem + ((a != nullptr) + (b != nullptr)) * slab};
+  return {p.a, p.b, smem + ((p.a != nullptr) + (p.b != nullptr)) * partial_slab_floats<V, K>(threads)};
 }
 
 // The host's side of it: the bytes of dynamic shared memory a launch of `block` threads needs for `slabs` partial

@@ -694,21 +694,23 @@ def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid})
 
 
-# The fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default
-# (v33: v32's kernels, but 16-bit teams of 256 or 512 threads, or of 128 at K = 2, and f32 LayerNorm's teams of 512
-# take their rows through two stages of shared memory (bulk copies), and RMSNorm's 16-bit rows of 769..1024 packs
-# one 512-thread team of K = 2), v32 (v20's norm_bwd_lean.cuh — 16-bit registers prefetch the next row and hold the
-# scale in LayerNorm, two rows ahead in RMSNorm; K = 3 rows one row ahead with the scale held, LayerNorm's partials
-# in shared memory; f32 neither — with each team at its own barrier, and RMSNorm's 16-bit rows of 769..1024 packs on
-# 256-thread teams of K = 4, partials in shared memory), v31 (K = 3 rows without the prefetch), v30 (v20's kernels:
-# one barrier per block, RMSNorm as LayerNorm), v19 (one row ahead for both), v19-hold, v19-lean, v19-deep (two rows
-# ahead for both) and v18 (norm_bwd_fused_kernel). The lean kernel's 16-bit classes (C % 8 == 0, C <= 12288, one
-# scale row), with K = ceil(packs / tpr) packs per thread, tpr = team_size(packs, 3) (v31, v32: RMSNorm from 769 to
-# 1024 packs 256):
+# The fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default (v35: v34's
+# kernels, but LayerNorm's 16-bit staged rows of K = 3 read from their stages in both passes, the partials in
+# registers), v34 (v33's kernels, and the f32 rows of C = 8196..12288 on 512-thread teams of K = 6 read from two stages
+# in both passes), v34-chunks (those rows of RMSNorm in registers, through one stage in parts), v33 (v32's kernels, but
+# 16-bit teams of 256 or 512 threads, or of 128 at K = 2, and f32 LayerNorm's teams of 512 take their rows through two
+# stages of shared memory (bulk copies), and RMSNorm's 16-bit rows of 769..1024 packs one 512-thread team of K = 2), v32
+# (v20's norm_bwd_lean.cuh — 16-bit registers prefetch the next row and hold the scale in LayerNorm, two rows ahead in
+# RMSNorm; K = 3 rows one row ahead with the scale held, LayerNorm's partials in shared memory; f32 neither — with each
+# team at its own barrier, and RMSNorm's 16-bit rows of 769..1024 packs on 256-thread teams of K = 4, partials in shared
+# memory), v31 (K = 3 rows without the prefetch), v30 (v20's kernels: one barrier per block, RMSNorm as LayerNorm), v19
+# (one row ahead for both), v19-hold, v19-lean, v19-deep (two rows ahead for both) and v18 (norm_bwd_fused_kernel). The
+# lean kernel's 16-bit classes (C % 8 == 0, C <= 12288, one scale row), with K = ceil(packs / tpr) packs per thread, tpr
+# = team_size(packs, 3) (v31, v32: RMSNorm from 769 to 1024 packs 256):
 #   K = 2 full rows: C = 16 (tpr 1), 1024 (64), 2048 (128, staged), 4096 (256, staged), 8192 (512, staged); not
 #   full: C = 8 (one pack), 1000 (125 of 128), 6152 (769 packs, staged);
-#   K = 3 full: C = 24 (tpr 1), 768 (32), 6144 (256, staged), 12288 (512, staged); not full: C = 40, 600, 10000,
-#   8200 (staged);
+#   K = 3 full: C = 24 (tpr 1), 768 (32), 3072 (128, LayerNorm staged), 6144 (256, staged), 12288 (512, staged); not
+#   full: C = 40, 600, 2560 (128, LayerNorm staged), 5000 (256, staged), 10000, 8200 (512, staged);
 #   K = 4 (RMSNorm, v31 and v32): C = 8192 full, 6152 not;
 # f32 (v20: C % 4 == 0, tpr = team_size(packs, 4), K = 4 alone): 16 (tpr 1), 1024, 8192 full (LayerNorm staged),
 # 1000 not; the rest of the cases (K = 3, or C > 8192) the old kernel. Staged rows: one or two per team (a stage
@@ -734,7 +736,7 @@ ln0 = jax.jit(lambda x, g: jax.vjp(jm.layer_norm, x)[1](g))
 cases = [(1, 16), (3, 1024), (4097, 1024), (4098, 1024), (2, 8192), (301, 8192), (9, 8), (1000, 8), (5, 1000),
          (2001, 1000), (1, 24), (999, 24), (7, 768), (3001, 768), (2, 12288), (263, 12288), (5, 40), (77, 600),
          (3, 10000), (140, 10000), (2, 6144), (77, 6144), (3, 6152), (299, 6152), (1, 8200), (133, 8200),
-         (3, 2048), (1001, 2048), (2, 4096), (517, 4096)]
+         (3, 2048), (1001, 2048), (2, 4096), (517, 4096), (3, 5000), (261, 5000), (3, 2560), (1001, 3072)]
 for dtype in (mt.BF16, mt.F16, mt.F32):
     tol = mt.GRAD_TOL[dtype]
     for rows, c in cases:
@@ -793,6 +795,6 @@ print("OK")
 
 
 @pytest.mark.parametrize(
-    "version", ["", "v34-chunks", "v33", "v32", "v31", "v30", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
+    "version", ["", "v34", "v34-chunks", "v33", "v32", "v31", "v30", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
 def test_norm_backward_versions(gpu, version):
     mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version})
