@@ -9,7 +9,7 @@
 #   ab_norm_fwd_verify, ab_norm_sweep, ab_big_tests,
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
 #   ab_smxab, ab_san_cpu, ab_dbench, ab_version_table, ab_norm_btest, ab_norm_versions, ab_norm_ptest,
-#   ab_norm_nbench: below
+#   ab_norm_sanr, ab_norm_big, ab_norm_nbench: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -17,6 +17,9 @@ ab_init() {
   export PYTHONUNBUFFERED=1
   stages="${*:-build test ab}"
 }
+
+# stage_build: the default build stage of the drivers (a driver may define its own after sourcing this file).
+stage_build() { ab_build || exit 1; }
 
 ab_build() {
   JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
@@ -353,6 +356,17 @@ ab_norm_versions() {
 ab_norm_ptest() {
   ab_gpu_tests ptest 300 "paired_blocks or backward_deterministic or backward_partials or (test_norms and grad)" 280
 }
+
+# ab_norm_sanr TAG: ab_sanitize_resume's memcheck and racecheck side by side over the norms' backward kernels (150 s
+# per try).
+ab_norm_sanr() {
+  ab_sanitize_resume memcheck "$1" kns=norm_bwd 150 --only layer_norm rms_norm &
+  ab_sanitize_resume racecheck "$1" kns=norm_bwd 150 --only layer_norm rms_norm
+  wait
+}
+
+# ab_norm_big: the > 2^31-element LayerNorm and RMSNorm backward tests.
+ab_norm_big() { ab_big_tests "big_layer_norm_backward or big_norm_backward_teams"; }
 
 # ab_norm_nbench: the bench's LayerNorm and RMSNorm backward and forward + backward, f32 and bf16, device timing.
 ab_norm_nbench() { ab_dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }

@@ -20,8 +20,6 @@
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
-stage_build() { ab_build || exit 1; }
-
 stage_btest() { ab_norm_btest "default v33" 3; }
 
 stage_ab() {
@@ -38,13 +36,9 @@ stage_verify() {
   stage_big
 }
 
-stage_sanr() {
-  ab_sanitize_resume memcheck v34 kns=norm_bwd 150 --only layer_norm rms_norm &
-  ab_sanitize_resume racecheck v34 kns=norm_bwd 150 --only layer_norm rms_norm
-  wait
-}
+stage_sanr() { ab_norm_sanr v34; }
 
-stage_big() { ab_big_tests "big_layer_norm_backward or big_norm_backward_teams"; }
+stage_big() { ab_norm_big; }
 
 stage_nbench() { ab_norm_nbench; }
 

@@ -19,8 +19,6 @@
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
-stage_build() { ab_build || exit 1; }
-
 stage_btest() { ab_norm_btest "default v34" 3; }
 
 stage_ab() {
@@ -29,13 +27,9 @@ stage_ab() {
     --dirs ${AB_DIRS:-bwd} --cols ${AB_COLS:-5000 6144 8200 10000 12288} --dtypes ${AB_DTYPES:-bfloat16}
 }
 
-stage_sanr() {
-  ab_sanitize_resume memcheck v35 kns=norm_bwd 150 --only layer_norm rms_norm &
-  ab_sanitize_resume racecheck v35 kns=norm_bwd 150 --only layer_norm rms_norm
-  wait
-}
+stage_sanr() { ab_norm_sanr v35; }
 
-stage_big() { ab_big_tests "big_layer_norm_backward or big_norm_backward_teams"; }
+stage_big() { ab_norm_big; }
 
 stage_ptest() { ab_norm_ptest; }
 

@@ -700,9 +700,9 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
     }
     if (packs > 2 * int64_t{tpr}) {
       if constexpr (!kRms) {  // v35: LayerNorm's from their stages in both passes, teams of 128 too (version comment)
-        constexpr auto kSmemRows = norm_bwd_lean_kernel<T, false, 3, true, 0, true, false, kStages, false, true>;
+        constexpr auto rows_from_stages = norm_bwd_lean_kernel<T, false, 3, true, 0, true, false, kStages, false, true>;
         if (norm_bwd_since(NormBwd::kV35)) {
-          if (auto r = staged(K3{}, kStages, kSmemRows, true)) return *r;
+          if (auto r = staged(K3{}, kStages, rows_from_stages, true)) return *r;
         }
       }
       if (auto r = staged(K3{}, kStages, norm_bwd_lean_kernel<T, kRms, 3, true, 0, true, !kRms, kStages>)) return *r;
