@@ -16,6 +16,8 @@
 #   ptest    the norms' backward GPU tests (paired blocks, determinism, partials, gradients).
 #   verify   btest then big, beside ptest and sanr.
 #   nbench   the bench's RMSNorm and LayerNorm backward and forward + backward, f32 and bf16, device timing.
+#   packs    benchmarks/norm_fwd_ab.cu packs-more, two rounds (the f32 forward's lean rows at 3, 4, 6, 8 packs per
+#            thread against v29's rule at C = 2048 / 4096; call 7 ran the same by hand).
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -41,6 +43,8 @@ stage_verify() {
 }
 
 stage_nbench() { ab_norm_nbench; }
+
+stage_packs() { IN_OPS=packs-more IN_ROUNDS="1 2" ab_inproc; }
 
 ab_init "$@"
 ab_run v35

@@ -19,7 +19,8 @@
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/norm_fwd_ab.cu \
-//        -o /tmp/norm_fwd_ab && /tmp/norm_fwd_ab [ln-bf16 rms-bf16 ln-f32 rms-f32 ln-params early]
+//        -o /tmp/norm_fwd_ab && /tmp/norm_fwd_ab [ln-bf16 rms-bf16 ln-f32 rms-f32 ln-params early packs-f32 packs-more
+//        packs-bf16 v29]
 //   (default: the first four)
 #include <algorithm>
 #include <cmath>
@@ -388,21 +389,32 @@ bool lean_np(const Bufs<T>& b, const Out<T>& o, std::string* plan_name) {
 }
 
 template <typename T, bool kRms>
-bool run_packs(const char* title) {
-  constexpr int kNps[] = {1, 2, 3, 4};
-  std::printf("\n**%s: packs per thread** (per sample: median (q1, q3) of the default's time over the variant's; "
-              "%% of the 1-pack copy)\n\n| C | copy 1 / copy 4s GB/s | default GB/s (%%) | A/A | NP = 1 | 2 | 3 | 4 | "
-              "check |\n|---|---|---|---|---|---|---|---|---|\n", title);
+void launch_v29(const Bufs<T>& b, const Out<T>& o);
+
+// The lean rows at each of NPs packs per thread against `base` (launch_base; twice, the A/A pair) and both copies, at
+// `widths`. packs-f32 / packs-bf16: NP = 1..4 against v28's rule (v29's question); packs-more: f32 NP = 3, 4, 6, 8 at
+// C = 2048 / 4096 against v29's rule (fewer threads per row: fewer warps to meet at each reduction's barrier).
+template <typename T, bool kRms, int... NPs>
+bool run_packs(const char* title, const char* base, void (*launch_base)(const Bufs<T>&, const Out<T>&),
+               const std::vector<int>& widths) {
+  constexpr int kN = sizeof...(NPs);
+  constexpr int kNps[] = {NPs...};
+  std::string head = "| C | copy 1 / copy 4s GB/s | " + std::string(base) + " GB/s (%) | A/A |";
+  for (int np : kNps) head += " NP = " + std::to_string(np) + " |";
+  std::printf("\n**%s: packs per thread** (per sample: median (q1, q3) of %s's time over the variant's; "
+              "%% of the 1-pack copy)\n\n%s check |\n|---|---|---|---|", title, base, head.c_str());
+  for (int i = 0; i <= kN; ++i) std::printf("---|");
+  std::printf("\n");
   bool all_ok = true;
-  for (int cols : kWidths) {
-    Case<T> c(cols, 8);  // outputs: copy 1, copy 4s, default, default again, NP = 1..4
+  for (int cols : widths) {
+    Case<T> c(cols, 4 + kN);  // outputs: copy 1, copy 4s, base, base again, one per NP
     std::vector<inproc::Variant> vs;
     vs.push_back({"copy 1", [&] { inproc::copy<1, false>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
     vs.push_back({"copy 4s", [&] { inproc::copy<4, true>(c.b.x, c.outs[1].y, c.n * int64_t{sizeof(T)}); }, {}});
-    vs.push_back({"default", [&] { launch_v28<T, kRms>(c.b, c.outs[2]); }, {}});
-    vs.push_back({"default again", [&] { launch_v28<T, kRms>(c.b, c.outs[3]); }, {}});
-    std::string names[4];
-    std::vector<int> np_at(4, -1);  // variant index of NP = kNps[i], -1 where the plan does not take the width
+    vs.push_back({base, [&] { launch_base(c.b, c.outs[2]); }, {}});
+    vs.push_back({std::string(base) + " again", [&] { launch_base(c.b, c.outs[3]); }, {}});
+    std::string names[kN];
+    std::vector<int> np_at(kN, -1);  // variant index of NP = kNps[i], -1 where the plan does not take the width
     const auto add = [&](int i, auto np) {
       std::string name;
       if (!lean_np<decltype(np)::value, T, kRms>(c.b, c.outs[4 + i], &name)) return;  // probe (and warm) the plan
@@ -413,10 +425,8 @@ bool run_packs(const char* title) {
                       lean_np<decltype(np)::value, T, kRms>(c.b, c.outs[4 + i], &n);
                     }, {}});
     };
-    add(0, std::integral_constant<int, kNps[0]>{});
-    add(1, std::integral_constant<int, kNps[1]>{});
-    add(2, std::integral_constant<int, kNps[2]>{});
-    add(3, std::integral_constant<int, kNps[3]>{});
+    int next = 0;
+    (add(next++, std::integral_constant<int, NPs>{}), ...);
     CK(cudaDeviceSynchronize());
     inproc::time_rotated(vs, kWarmup, kSamples);
     CK(cudaDeviceSynchronize());
@@ -424,19 +434,19 @@ bool run_packs(const char* title) {
     const double copy1 = c.gbps(vs, 0, io), copy4 = c.gbps(vs, 1, io), d = c.gbps(vs, 2, bytes);
     double aa[3];
     inproc::sample_ratio(vs[3], vs[2], aa);
-    std::string cells[4], why;
+    std::string cells, why;
     bool ok = true;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kN; ++i) {
       if (np_at[i] < 0) {
-        cells[i] = "-";
+        cells += " - |";
         continue;
       }
       double r[3];
       inproc::sample_ratio(vs[np_at[i]], vs[2], r);
       char buf[128];
-      std::snprintf(buf, sizeof buf, "%.3f (%.3f, %.3f) %s, %.0f%%", r[0], r[1], r[2], names[i].c_str(),
+      std::snprintf(buf, sizeof buf, " %.3f (%.3f, %.3f) %s, %.0f%% |", r[0], r[1], r[2], names[i].c_str(),
                     100 * c.gbps(vs, np_at[i], bytes) / copy1);
-      cells[i] = buf;
+      cells += buf;
       std::string w;
       ok = check_out<T, kRms>(c.b, c.outs[4 + i], c.outs[2], &w) && ok;
       why += " NP " + std::to_string(kNps[i]) + ": " + w + ";";
@@ -447,9 +457,8 @@ bool run_packs(const char* title) {
       why += " " + vs[i].name + ": " + w + ";";
     }
     all_ok = all_ok && ok;
-    std::printf("| %d | %.0f / %.0f | %.0f (%.0f%%) | %.3f (%.3f, %.3f) | %s | %s | %s | %s | %s:%s |\n", cols, copy1,
-                copy4, d, 100 * d / copy1, aa[0], aa[1], aa[2], cells[0].c_str(), cells[1].c_str(), cells[2].c_str(),
-                cells[3].c_str(), ok ? "ok" : "FAILED", why.c_str());
+    std::printf("| %d | %.0f / %.0f | %.0f (%.0f%%) | %.3f (%.3f, %.3f) |%s %s:%s |\n", cols, copy1, copy4, d,
+                100 * d / copy1, aa[0], aa[1], aa[2], cells.c_str(), ok ? "ok" : "FAILED", why.c_str());
   }
   return all_ok;
 }
@@ -509,7 +518,7 @@ bool run_v29(const char* title) {
 }  // namespace
 
 // Arguments: the ops to run, of ln-bf16 rms-bf16 ln-f32 rms-f32 (default these four), ln-params, early, packs-f32,
-// packs-bf16 and v29.
+// packs-more, packs-bf16 and v29.
 int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -529,9 +538,14 @@ int main(int argc, char** argv) {
   if (want("rms-f32")) ok = run_op<float, true>("RMSNorm, f32") && ok;
   if (argc > 1 && want("ln-params")) ok = run_params() && ok;
   if (argc > 1 && want("early")) ok = run_early() && ok;
+  const std::vector<int> all_widths(std::begin(kWidths), std::end(kWidths));
   if (argc > 1 && want("packs-f32")) {
-    ok = run_packs<float, false>("LayerNorm, f32") && ok;
-    ok = run_packs<float, true>("RMSNorm, f32") && ok;
+    ok = run_packs<float, false, 1, 2, 3, 4>("LayerNorm, f32", "v28", launch_v28<float, false>, all_widths) && ok;
+    ok = run_packs<float, true, 1, 2, 3, 4>("RMSNorm, f32", "v28", launch_v28<float, true>, all_widths) && ok;
+  }
+  if (argc > 1 && want("packs-more")) {
+    ok = run_packs<float, false, 3, 4, 6, 8>("LayerNorm, f32", "v29", launch_v29<float, false>, {2048, 4096}) && ok;
+    ok = run_packs<float, true, 3, 4, 6, 8>("RMSNorm, f32", "v29", launch_v29<float, true>, {2048, 4096}) && ok;
   }
   if (argc > 1 && want("v29")) {
     ok = run_v29<float, false>("LayerNorm, f32") && ok;
@@ -540,8 +554,10 @@ int main(int argc, char** argv) {
     ok = run_v29<__nv_bfloat16, true>("RMSNorm, bf16") && ok;
   }
   if (argc > 1 && want("packs-bf16")) {
-    ok = run_packs<__nv_bfloat16, false>("LayerNorm, bf16") && ok;
-    ok = run_packs<__nv_bfloat16, true>("RMSNorm, bf16") && ok;
+    ok = run_packs<__nv_bfloat16, false, 1, 2, 3, 4>("LayerNorm, bf16", "v28", launch_v28<__nv_bfloat16, false>,
+                                                     all_widths) && ok;
+    ok = run_packs<__nv_bfloat16, true, 1, 2, 3, 4>("RMSNorm, bf16", "v28", launch_v28<__nv_bfloat16, true>,
+                                                    all_widths) && ok;
   }
   std::printf("\n%s\n", ok ? "all outputs checked: ok" : "SOME OUTPUTS FAILED THEIR CHECK");
   return ok ? 0 : 1;
