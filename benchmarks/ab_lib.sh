@@ -259,13 +259,14 @@ Registers Per" "$out/$tag.txt" | cut -c1-120
   python3 benchmarks/ncu_source.py "$out/$tag"-src-*.csv --top 4 --elements 67108864 | tee "$out/$tag-source.md"
 }
 
-# ab_nvcc_harness SRC BIN: an in-process A/B harness (benchmarks/SRC) built for sm_90 into BIN; on failure the
-# log's tail, status 1.
+# ab_nvcc_harness SRC BIN [SOURCES...]: an in-process A/B harness (benchmarks/SRC, with SOURCES) built for sm_90
+# into BIN; on failure the log's tail, status 1.
 ab_nvcc_harness() {
-  local inc
+  local inc src=$1 exe=$2
+  shift 2
   inc=$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())")
-  nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -I"$inc" -Icpp "benchmarks/$1" -o "$2" \
-    > "$out/$(basename "$1" .cu)-build.log" 2>&1 || { tail -5 "$out/$(basename "$1" .cu)-build.log"; return 1; }
+  nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -I"$inc" -Icpp "benchmarks/$src" "$@" -o "$exe" \
+    > "$out/$(basename "$src" .cu)-build.log" 2>&1 || { tail -5 "$out/$(basename "$src" .cu)-build.log"; return 1; }
 }
 
 # ab_inproc: benchmarks/norm_fwd_ab.cu (the norms' forward rows against the rule before, inside one process),

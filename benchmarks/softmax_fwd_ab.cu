@@ -13,7 +13,7 @@
 //        bf16:512)
 #include <cmath>
 
-#include "inproc_ab.cuh"
+#include "softmax_ab_common.cuh"
 #include "softmax_fwd_regs.cuh"
 
 namespace jm::cuda::smx {
@@ -84,36 +84,6 @@ using jm::cuda::kVec;
 using inproc::kElems;
 using inproc::kSamples;
 using inproc::kWarmup;
-
-template <typename T>
-__global__ void fill_x(T* x, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float u = static_cast<float>(inproc::hash(static_cast<uint32_t>(i), seed) & 0xffffff) / 1048576.0f - 8;
-    x[i] = jm::cuda::from_float<T>(u);  // uniform in [-8, 8): exps over ~7 decades
-  }
-}
-
-// Max over sampled rows of max |y - softmax(x)| / max softmax(x) (float64).
-template <typename T>
-double check_rows(const T* xd, const T* yd, int64_t rows, int cols) {
-  const int64_t n = rows * cols;
-  std::vector<T> x(n), y(n);
-  CK(cudaMemcpy(x.data(), xd, n * sizeof(T), cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(y.data(), yd, n * sizeof(T), cudaMemcpyDeviceToHost));
-  double worst = 0;
-  for (int64_t r = 0; r < rows; r += std::max<int64_t>(1, rows / 211)) {
-    const T* xr = x.data() + r * cols;
-    double m = -INFINITY, s = 0, top = 0;
-    for (int c = 0; c < cols; ++c) m = std::max(m, double(inproc::to_f(xr[c])));
-    for (int c = 0; c < cols; ++c) s += std::exp(double(inproc::to_f(xr[c])) - m);
-    for (int c = 0; c < cols; ++c) top = std::max(top, std::exp(double(inproc::to_f(xr[c])) - m) / s);
-    for (int c = 0; c < cols; ++c) {
-      const double want = std::exp(double(inproc::to_f(xr[c])) - m) / s, got = inproc::to_f(y[r * cols + c]);
-      worst = std::max(worst, std::isfinite(got) ? std::fabs(got - want) / top : 1e30);
-    }
-  }
-  return worst;
-}
 
 // The smallest power of two >= min_tpr threads that holds the row (softmax.cu's rule: min_tpr = kMinTpr, 4).
 int rule_tpr(int cols, int elems_per_thread, int min_tpr = smx::kMinTpr) {

@@ -28,7 +28,8 @@
 // (RESULTS.md "v31"). v32: the K = 3 rows one row ahead with the scale held, LayerNorm's partials by quads (norms.cu
 // norm_bwd_lean). v33: kStages, the rows of wide teams through stages of shared memory filled by bulk copies. v34:
 // f32 rows of C = 8196..12288 at K = 6 on 512-thread teams, read from their stages in both passes (kSmemRows). v35:
-// LayerNorm's 16-bit staged rows of K = 3 the same way.
+// LayerNorm's 16-bit staged rows of K = 3 the same way. v36 (an A/B option): kOddTeams, staged teams of any multiple of
+// 32 threads (norms.cu odd_team).
 #pragma once
 
 #include "partials.cuh"
@@ -42,7 +43,10 @@ namespace jm::cuda {
 // a block run out of phase, as blocks do; else at __syncthreads (every team of the block at each row). The
 // parity argument holds per team: its warps write only their own slots of `red`. (norm_bwd_fused_kernel's
 // team_sum2 the same way measured a tie at f32 C = 768 / 1536: not taken.)
-template <int N, bool kTeamBar>
+// kOddTeams (v36, an A/B option: norms.cu odd_team): teams of any multiple of 32 threads (wpt warps); the butterfly
+// spans the power of two at or above wpt, its lanes past the team's warps adding zeros. Its per-row index arithmetic
+// (a modulo by wpt) cost the lean kernels 1-8% where it replaced the power-of-two form (RESULTS.md "v36").
+template <int N, bool kTeamBar, bool kOddTeams = false>
 __device__ __forceinline__ void team_sum_lean(float (&v)[N], int tpr, TeamRed& red, int parity) {
   static_assert(N <= 2);
   if (tpr <= 32) {
@@ -62,10 +66,18 @@ __device__ __forceinline__ void team_sum_lean(float (&v)[N], int tpr, TeamRed& r
   } else {
     __syncthreads();
   }
-  const int src = (warp & ~(wpt - 1)) + (lane & (wpt - 1));  // the team's warps, repeated across the lanes
+  if constexpr (kOddTeams) {
+    const int width = 1 << (32 - __clz(wpt - 1));  // wpt >= 2
+    const int w = lane & (width - 1);               // the team's warps, repeated across the lanes
 #pragma unroll
-  for (int n = 0; n < N; ++n) v[n] = red[parity][n][src];
-  warp_reduce(v, SumOp{}, wpt);
+    for (int n = 0; n < N; ++n) v[n] = w < wpt ? red[parity][n][warp - warp % wpt + w] : 0.0f;
+    warp_reduce(v, SumOp{}, width);
+  } else {
+    const int src = (warp & ~(wpt - 1)) + (lane & (wpt - 1));  // the team's warps, repeated across the lanes
+#pragma unroll
+    for (int n = 0; n < N; ++n) v[n] = red[parity][n][src];
+    warp_reduce(v, SumOp{}, wpt);
+  }
 }
 
 // One row's registers: its x and dy packs, raw, and its statistics (x0: the row's first element, the
@@ -178,8 +190,9 @@ __device__ __forceinline__ void add_quads(float* slab, int k, int block, const f
 // the partials by quads), and LayerNorm's two slabs left room for one stage only. v35: LayerNorm's 16-bit K = 3 rows,
 // whose partials v32 put in shared memory by quads (a load and a store of each per pack and row, empty slots included),
 // hold them in registers this way (+5-9% where a third of the slots is empty, C = 8200..11264).
+// kOddTeams (v36, staged rows only): tpr any multiple of 32 (team_sum_lean's), else a power of two.
 template <typename T, bool kRms, int K, bool kHoldScale, int kAhead, bool kTeamBar = true, bool kQuads = (K >= 4),
-          int kStages = 0, bool kChunks = false, bool kSmemRows = false>
+          int kStages = 0, bool kChunks = false, bool kSmemRows = false, bool kOddTeams = false>
 __global__ void __launch_bounds__(kTeamThreads, 1)
     norm_bwd_lean_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
                          const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
@@ -190,7 +203,9 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   __shared__ TeamRed red;
   const PartialBlock blk = partial_block(rows, groups, per_group, 1);
   const int cols = static_cast<int>(cols64);  // <= 512 * K * E
-  const int lane = static_cast<int>(threadIdx.x) & (tpr - 1);
+  static_assert(!kOddTeams || kStages > 0, "odd teams: staged rows only (norms.cu norm_bwd_lean)");
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = kOddTeams ? tid - tid / tpr * tpr : tid & (tpr - 1);
   const int team = static_cast<int>(threadIdx.x) / tpr;
   const int block = static_cast<int>(blockDim.x);
   const int teams = block / tpr;
@@ -257,7 +272,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
         if constexpr (!kRms) sums[N - 1] += g;
       }
     }
-    team_sum_lean<N, kTeamBar>(sums, tpr, red, parity);
+    team_sum_lean<N, kTeamBar, kOddTeams>(sums, tpr, red, parity);
     after_sums();
     // dx = rs * (g - mean(g) - xhat * mean(g*xhat)) = rs * g + (xhat * gx + g0), rs folded into the row's
     // two constants (C >= E >= 4 here: no exact-zero case to keep, as C == 1 has in norm_bwd_fused_kernel).

@@ -94,6 +94,12 @@ bool norm_fwd_half() {
 // for the 16-bit K = 2 rows (LayerNorm 1.00-1.01x at 2048 / 4096, 0.98x at 8192, 0.95x at 6152) and RMSNorm's K = 2 and
 // 3 (0.98-1.00x); three stages (0.93-0.97x); two 512-thread blocks per SM at 64 registers on the paired grid
 // (0.67-0.95x). JAX_MEMOPS_NORM_BWD=v34 gives v34's kernels.
+// JAX_MEMOPS_NORM_BWD=v36 (an A/B option, not the default): 16-bit rows whose power-of-two team leaves slots empty on
+// teams of a multiple of 32 threads (odd_team; the kernels' kOddTeams). Against v35 in a build where every lean kernel
+// had kOddTeams' team sums, bf16 LayerNorm bwd 1.10-1.14x at C = 2056, 2304, 4104, 4608, 8200, 9216 (RMSNorm 1.07-1.09x
+// at 2056 / 2304); but those team sums' per-row index arithmetic had cost that build's power-of-two rows 1-8% (the
+// bench against v35's build, RESULTS.md "v36"), so the net gain is ~3-6% where measured (2304, 4608) and a loss at
+// 3584, 5120 and 7168. =v36-k2 / =v36-k3 take odd teams of K = 2 / 3 packs wherever they fit.
 // v34 — v33's kernels, and the f32 rows of 2049..3072 packs (C = 8196..12288), which
 // norm_bwd_fused_kernel ran (6 packs per thread in registers, nothing in flight while a row is worked on), on the lean
 // kernel's 512-thread teams of K = 6 with the row read from its stage in both passes (kSmemRows): the registers hold
@@ -129,11 +135,14 @@ bool norm_fwd_half() {
 // 512-thread team beyond 768 packs), =v19 (one row ahead and the scale held for both ops: v19's default), =v19-hold
 // (no prefetch), =v19-lean (neither), =v19-deep (two rows ahead, the scale not held, both ops) or =v18
 // (norm_bwd_fused_kernel, the rule before v19). Read once per process.
-enum class NormBwd { kV35, kV34, kV34Chunks, kV33, kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18 };
+enum class NormBwd {
+  kV36, kV36K2, kV36K3, kV35, kV34, kV34Chunks, kV33, kV32, kV31, kV30, kV19, kV19Hold, kV19Lean, kV19Deep, kV18
+};
 
 NormBwd norm_bwd_version() {
   static const NormBwd v = env_choice("JAX_MEMOPS_NORM_BWD",
-                                      {{"v35", NormBwd::kV35}, {"v34", NormBwd::kV34},
+                                      {{"v36", NormBwd::kV36}, {"v36-k2", NormBwd::kV36K2},
+                                       {"v36-k3", NormBwd::kV36K3}, {"v35", NormBwd::kV35}, {"v34", NormBwd::kV34},
                                        {"v34-chunks", NormBwd::kV34Chunks}, {"v33", NormBwd::kV33},
                                        {"v32", NormBwd::kV32}, {"v19", NormBwd::kV19},
                                        {"v19-hold", NormBwd::kV19Hold}, {"v19-lean", NormBwd::kV19Lean},
@@ -143,10 +152,13 @@ NormBwd norm_bwd_version() {
   return v;
 }
 
-// Whether the version in use is `first` (v32 ... v35) or a later one (for the rules each of them added).
+// Whether the version in use is `first` (v32 ... v36) or a later one (for the rules each of them added).
 bool norm_bwd_since(NormBwd first) {
   const auto rank = [](NormBwd v) {
     switch (v) {
+      case NormBwd::kV36:
+      case NormBwd::kV36K2:
+      case NormBwd::kV36K3: return 5;
       case NormBwd::kV35: return 4;
       case NormBwd::kV34:
       case NormBwd::kV34Chunks: return 3;
@@ -569,10 +581,37 @@ inline BwdGrid bwd_grid(const DeviceInfo& dev, RowShape s, int tpr, bool partial
   const int64_t groups = partials ? ws.groups : 1;
   const int64_t per_group = partials ? ws.per_group : std::min<int64_t>(s.rows, 4 * int64_t{dev.sm_count});
   // 256-thread blocks only when (nearly) every SM gets two: else one 512-thread block per SM holds twice
-  // the rows in flight.
+  // the rows in flight. As many teams as such a block holds (a team of more threads: one team; v36's teams of a
+  // multiple of 32 threads that is not a power of two leave the rest of the block's threads out).
   const int64_t sms = dev.sm_count;
-  const int block = std::max(tpr, groups * per_group >= 2 * sms - sms / 8 ? kFusedMinBlock : kTeamThreads);
-  return {groups, per_group, block};
+  const int threads = groups * per_group >= 2 * sms - sms / 8 ? kFusedMinBlock : kTeamThreads;
+  return {groups, per_group, tpr * std::max(1, threads / tpr)};
+}
+
+// The threads of teams of tpr resident per SM on that grid: blocks of tpr * max(1, threads / tpr), two per SM where
+// threads = kFusedMinBlock, one otherwise (at 128 registers an SM holds 512 threads).
+inline int bwd_resident_threads(int tpr, int threads) {
+  const int block = tpr * std::max(1, threads / tpr);
+  return block * std::min(kTeamThreads / block, kTeamThreads / threads);
+}
+
+// The fused backward's launch for K packs per thread on teams of tpr threads: its grid (bwd_grid), partial slabs (a,
+// b: nullptr where a gradient is not wanted) and shared memory (partial_smem_bytes: the slabs, and stage_bytes per
+// team beyond them, or under them where `shared`). norm_bwd_lean's fit check and norm_bwd_one_pass both plan by it.
+struct BwdLaunch {
+  BwdGrid grid;
+  float *a = nullptr, *b = nullptr;
+  int64_t smem = 0;
+};
+
+template <int V, int K>
+BwdLaunch bwd_launch(const DeviceInfo& dev, RowShape s, int tpr, const GradView& dscale, const GradView& dbias,
+                     const PartialsView& ws, int64_t stage_bytes, bool shared) {
+  const bool partials = dscale.data != nullptr || dbias.data != nullptr;
+  BwdLaunch l{bwd_grid(dev, s, tpr, partials, ws)};
+  if (partials) partial_slabs(ws, dscale, dbias, &l.a, &l.b);
+  l.smem = partial_smem_bytes<V, K>((l.a != nullptr) + (l.b != nullptr), l.grid.block, tpr, stage_bytes, shared);
+  return l;
 }
 
 // The fused backward's launch (K packs per thread, teams of tpr threads): dx and, through the workspace,
@@ -587,19 +626,15 @@ ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t 
                              const float* rstd, const T* dyp, T* dxp, const GradView& dscale,
                              const GradView& dbias, const PartialsView& ws, int64_t stage_bytes = 0,
                              bool shared = false) {
-  const bool partials = dscale.data != nullptr || dbias.data != nullptr;
-  const auto [groups, per_group, block] = bwd_grid(dev, s, tpr, partials, ws);
-  float *a = nullptr, *b = nullptr;
-  if (partials) partial_slabs(ws, dscale, dbias, &a, &b);
-  const int64_t grid = groups * per_group;
-  const auto smem = static_cast<size_t>(partial_smem_bytes<V, K>((a != nullptr) + (b != nullptr), block, tpr,
-                                                                   stage_bytes, shared));
-  if (auto err = launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(block), smem, stream, what, xp, scale,
-                        mean, rstd, dyp, dxp, s.rows, s.cols, tpr, groups, per_group, a, b);
+  const BwdLaunch l = bwd_launch<V, K>(dev, s, tpr, dscale, dbias, ws, stage_bytes, shared);
+  const auto [groups, per_group, block] = l.grid;
+  if (auto err = launch(kernel, dim3(static_cast<unsigned>(groups * per_group)), dim3(block),
+                        static_cast<size_t>(l.smem), stream, what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols,
+                        tpr, groups, per_group, l.a, l.b);
       err.failure()) {
     return err;
   }
-  if (!partials) return ffi::Error::Success();
+  if (l.a == nullptr && l.b == nullptr) return ffi::Error::Success();
   return sum_partials(stream, ws, s.cols, dscale, dbias, what);
 }
 
@@ -618,8 +653,39 @@ ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t 
 // with its rows staged (norm_bwd_lean), one 512-thread team of K = 2 again, over v31's teams staged or not (bf16 8192
 // +4%, RESULTS.md "v33"); JAX_MEMOPS_NORM_BWD=v31 or =v32 keeps v31's teams. v34: f32 rows of 2049..3072 packs on
 // one 512-thread team of K = 6 (norm_bwd_version's comment; under v34-chunks RMSNorm's only).
+// v36 (JAX_MEMOPS_NORM_BWD=v36, an A/B option): a 16-bit row whose power-of-two team (tpr threads of K = 2 or 3 packs)
+// leaves more than a tenth of its slots empty may take a team of a multiple of 32 threads instead, of 96..512 threads
+// (staged, the kernels' kOddTeams, norm_bwd_lean): the fewest warps that hold the row at K = 3 packs per thread, or at
+// K = 2 — whichever an SM holds more threads of, and only where it holds at least as many as the power-of-two team
+// keeps busy (its resident threads times its share of full slots). `threads`: bwd_grid's block rule (256: two blocks
+// per SM). Measured against v35 in one build (RESULTS.md "v36"; bf16 LayerNorm bwd, one process each, A/A
+// 0.986-1.004): taken, 2056 / 2304 (96 x 3, two blocks of two teams per SM) 1.12 / 1.14x, 3584 (224 x 2) 1.05x, 4104
+// / 4608 (192 x 3, two teams a block) 1.10 / 1.11x, 5000 / 5120 (224 x 3) 1.03 / 1.04x, 6152 (416 x 2) 0.99x, 7168
+// (448 x 2) 1.01x, 8200 (352 x 3) 1.14x, 9216 (384 x 3) 1.11x, 10000 (448 x 3) 1.00x; not taken, where an SM holds
+// only 288-320 threads: 2560 (160 x 2) 0.87x, 3584 (160 x 3) 0.88x, 4608 (288 x 2) 0.83x, 5120 (320 x 2) 0.85x, 7168
+// (320 x 3) 0.88x. In that build every lean kernel ran kOddTeams' team sums, 1-8% slower than v35's (norm_bwd_version's
+// comment). RMSNorm: lean_team. =v36-k2 / =v36-k3 take that K's team wherever it fits. 0: keep tpr.
+int odd_team(int64_t packs, int tpr, int threads) {
+  const int64_t k = packs > 2 * int64_t{tpr} ? 3 : 2;
+  if (packs * 10 >= k * tpr * 9) return 0;
+  const auto team_of = [&](int64_t kk) {  // 0 where it does not fit a 512-thread team or is too small to stage
+    const int64_t t = 32 * ceil_div(packs, 32 * kk);
+    return t >= 96 && t <= kTeamThreads ? static_cast<int>(t) : 0;
+  };
+  const int t3 = team_of(3), t2 = team_of(2);
+  switch (norm_bwd_version()) {
+    case NormBwd::kV36K2: return t2;
+    case NormBwd::kV36K3: return t3;
+    default: break;
+  }
+  const int64_t busy = bwd_resident_threads(tpr, threads) * packs / (k * tpr);
+  const auto held = [&](int t) { return t == 0 ? 0 : bwd_resident_threads(t, threads); };
+  const int t = held(t3) >= held(t2) ? t3 : t2;
+  return t != 0 && held(t) >= busy ? t : 0;
+}
+
 template <typename T, bool kRms>
-int lean_team(int64_t packs) {
+int lean_team(int64_t packs, int threads) {
   if (sizeof(T) == 2 && kRms && packs > 3 * int64_t{kFusedMinBlock} && packs <= 4 * int64_t{kFusedMinBlock} &&
       (norm_bwd_version() == NormBwd::kV31 || norm_bwd_version() == NormBwd::kV32)) {
     return kFusedMinBlock;
@@ -629,6 +695,11 @@ int lean_team(int64_t packs) {
     return k6 ? kTeamThreads : 0;
   }
   const int tpr = team_size(packs, sizeof(T) == 2 ? 3 : 4);
+  // v36 (A/B): LayerNorm's odd teams wherever odd_team takes them, RMSNorm's on the paired grid only (threads 256: bf16
+  // 2056 / 2304 1.07-1.09x, 3584 1.02x; on one block per SM 0.99-1.01x, a mean of -0.3%: RESULTS.md "v36").
+  if (sizeof(T) == 2 && tpr <= kTeamThreads && norm_bwd_since(NormBwd::kV36) && (!kRms || threads == kFusedMinBlock)) {
+    if (const int odd = odd_team(packs, tpr, threads); odd > 0) return odd;
+  }
   return tpr <= kTeamThreads && (sizeof(T) == 2 || packs > 3 * int64_t{tpr}) ? tpr : 0;
 }
 
@@ -657,13 +728,12 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
   const auto stage_bytes = [&](int stages) { return int64_t{stages} * 2 * packs * 16; };
   const auto stages_fit = [&](auto k, int stages, bool shared) {
     constexpr int kK = decltype(k)::value;
-    const bool teams = sizeof(T) == 2 ? tpr >= 256 || (tpr == 128 && (kK == 2 || shared))
+    const bool odd = (tpr & (tpr - 1)) != 0;  // v36's teams (odd_team): staged at every size they take
+    const bool teams = sizeof(T) == 2 ? tpr >= 256 || (tpr == 128 && (kK == 2 || shared)) || odd
                                       : tpr == kTeamThreads && (!kRms || kK == 6);
     if (!norm_bwd_since(NormBwd::kV33) || !teams) return false;
-    const BwdGrid g = bwd_grid(dev, s, tpr, dscale.data != nullptr || dbias.data != nullptr, ws);
-    const int slabs = (dscale.data != nullptr) + (!kRms && dbias.data != nullptr);
-    const int64_t budget = g.block <= kFusedMinBlock ? dev.max_smem_optin / 2 - 2048 : dev.max_smem_optin - 1024;
-    return partial_smem_bytes<V, kK>(slabs, g.block, tpr, stage_bytes(stages), shared) <= budget;
+    const BwdLaunch l = bwd_launch<V, kK>(dev, s, tpr, dscale, dbias, ws, stage_bytes(stages), shared);
+    return l.smem <= (l.grid.block <= kFusedMinBlock ? dev.max_smem_optin / 2 - 2048 : dev.max_smem_optin - 1024);
   };
   // The staged kernel of K packs per thread and `stages` stages (its kStages), where stages_fit(K, stages).
   // shared: the kernel's kSmemRows (its slabs take the stages' memory).
@@ -677,11 +747,8 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
         if (auto r = staged(K6{}, 2, norm_bwd_lean_kernel<T, kRms, 6, true, 0, true, false, 2, false, true>, true)) {
           return *r;
         }
-      }
-      if constexpr (kRms) {
-        if (norm_bwd_version() == NormBwd::kV34Chunks) {
-          if (auto r = staged(K6{}, 1, norm_bwd_lean_kernel<T, kRms, 6, false, 0, true, true, 1, true>)) return *r;
-        }
+      } else if constexpr (kRms) {
+        if (auto r = staged(K6{}, 1, norm_bwd_lean_kernel<T, kRms, 6, false, 0, true, true, 1, true>)) return *r;
       }
       return run(norm_bwd_fused_kernel<T, V, kRms>, std::integral_constant<int, kFusedPacks<V>>{});
     }
@@ -693,6 +760,14 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
     return v30 ? run(norm_bwd_lean_kernel<T, kRms, 4, false, 0, false>, K4{})
                : run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, K4{});
   } else {
+    if ((tpr & (tpr - 1)) != 0) {  // v36's odd teams (odd_team): their staged kernels, else v35's power-of-two team
+      constexpr bool kLn = !kRms;  // LayerNorm's K = 3 rows from their stages (v35's form), RMSNorm's copied out
+      constexpr auto odd3 = norm_bwd_lean_kernel<T, kRms, 3, true, 0, true, false, kStages, false, kLn, true>;
+      constexpr auto odd2 = norm_bwd_lean_kernel<T, kRms, 2, true, 0, true, false, kStages, false, false, true>;
+      const auto r = packs > 2 * int64_t{tpr} ? staged(K3{}, kStages, odd3, kLn) : staged(K2{}, kStages, odd2);
+      if (r) return *r;
+      tpr = team_size(packs, 3);
+    }
     if constexpr (kRms) {
       if (packs > 3 * int64_t{tpr}) {  // lean_team's
         return run(norm_bwd_lean_kernel<T, kRms, 4, false, 0>, K4{});  // v31, v32
@@ -748,7 +823,8 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
       constexpr int V = decltype(v)::value;
       if (!want || ws.data != nullptr) {
         if constexpr (V * sizeof(T) == 16) {  // kVec<T>: the alias fails in g++ inside this nested lambda
-          const int tpr = lean_team<T, kRms>(s.cols / V);
+          // bwd_grid's block for teams of one thread: its rule's 256 or 512 threads
+          const int tpr = lean_team<T, kRms>(s.cols / V, bwd_grid(dev, s, 1, want, ws).block);
           const bool one_scale = scale.data != nullptr && scale.rows_per_group >= s.rows;
           if (tpr > 0 && one_scale && norm_bwd_version() != NormBwd::kV18) {
             return norm_bwd_lean<T, kRms>(dev, stream, what, s, tpr, xp, scale, mean, rstd, dyp, dxp, dscale, dbias,

@@ -472,12 +472,14 @@ def test_big_layer_norm_backward(big):
 @pytest.mark.slow
 @pytest.mark.parametrize("op,c,dtype", [("rms_norm", 8192, "bfloat16"), ("rms_norm", 12288, "bfloat16"),
                                         ("layer_norm", 12288, "bfloat16"), ("rms_norm", 12288, "float32"),
-                                        ("layer_norm", 12288, "float32")])
+                                        ("layer_norm", 12288, "float32"), ("layer_norm", 4608, "bfloat16")])
 def test_big_norm_backward_teams(gpu, op, c, dtype):
     """The norms' lean backward past element 2**31: v31's 256-thread teams of K = 4 packs (RMSNorm bf16 C = 8192),
     v32's 512-thread teams of K = 3 (bf16 12288: RMSNorm's partials in registers, LayerNorm's in shared memory by
-    quads) and v34's of K = 6 (f32 12288: the rows read from their stages, the partials in registers); rows of dx on
-    both sides of it against float64, the parameter gradients against XLA's float32 column sums."""
+    quads), v34's of K = 6 (f32 12288: the rows read from their stages, the partials in registers) and v35's 256-thread
+    teams of K = 3 with a quarter of their slots empty (bf16 4608; JAX_MEMOPS_NORM_BWD=v36: two teams of 192 threads a
+    block); rows of dx on both sides of it against float64, the parameter gradients against XLA's float32 column
+    sums."""
     dtype = mt.F32 if dtype == "float32" else mt.BF16
     n = 2**31 // c + 3
     first_beyond = 2**31 // c
@@ -736,7 +738,8 @@ ln0 = jax.jit(lambda x, g: jax.vjp(jm.layer_norm, x)[1](g))
 cases = [(1, 16), (3, 1024), (4097, 1024), (4098, 1024), (2, 8192), (301, 8192), (9, 8), (1000, 8), (5, 1000),
          (2001, 1000), (1, 24), (999, 24), (7, 768), (3001, 768), (2, 12288), (263, 12288), (5, 40), (77, 600),
          (3, 10000), (140, 10000), (2, 6144), (77, 6144), (3, 6152), (299, 6152), (1, 8200), (133, 8200),
-         (3, 2048), (1001, 2048), (2, 4096), (517, 4096), (3, 5000), (261, 5000), (3, 2560), (1001, 3072)]
+         (3, 2048), (1001, 2048), (2, 4096), (517, 4096), (3, 5000), (261, 5000), (3, 2560), (1001, 3072),
+         (3, 2304), (1001, 2304), (517, 4608), (299, 3584), (263, 5120), (133, 7168), (140, 9216)]
 for dtype in (mt.BF16, mt.F16, mt.F32):
     tol = mt.GRAD_TOL[dtype]
     for rows, c in cases:
@@ -795,6 +798,7 @@ print("OK")
 
 
 @pytest.mark.parametrize(
-    "version", ["", "v34", "v34-chunks", "v33", "v32", "v31", "v30", "v19", "v19-hold", "v19-lean", "v19-deep", "v18"])
+    "version", ["", "v36", "v36-k2", "v36-k3", "v34", "v34-chunks", "v33", "v32", "v31", "v30", "v19", "v19-hold",
+                "v19-lean", "v19-deep", "v18"])
 def test_norm_backward_versions(gpu, version):
     mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version})
