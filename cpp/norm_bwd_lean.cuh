@@ -44,8 +44,10 @@ namespace jm::cuda {
 // parity argument holds per team: its warps write only their own slots of `red`. (norm_bwd_fused_kernel's
 // team_sum2 the same way measured a tie at f32 C = 768 / 1536: not taken.)
 // kOddTeams (v36, an A/B option: norms.cu odd_team): teams of any multiple of 32 threads (wpt warps); the butterfly
-// spans the power of two at or above wpt, its lanes past the team's warps adding zeros. Its per-row index arithmetic
-// (a modulo by wpt) cost the lean kernels 1-8% where it replaced the power-of-two form (RESULTS.md "v36").
+// spans the power of two at or above wpt, its lanes past the team's warps adding zeros. The team's first warp is
+// team * wpt, from the barrier's division. v36's first form took it as warp - warp % wpt, a modulo per row that the
+// compiler left in the loop (it sat under the lanes' condition): 1-8% slower where it replaced the power-of-two
+// form on the H200 (RESULTS.md "v36").
 template <int N, bool kTeamBar, bool kOddTeams = false>
 __device__ __forceinline__ void team_sum_lean(float (&v)[N], int tpr, TeamRed& red, int parity) {
   static_assert(N <= 2);
@@ -61,8 +63,9 @@ __device__ __forceinline__ void team_sum_lean(float (&v)[N], int tpr, TeamRed& r
 #pragma unroll
     for (int n = 0; n < N; ++n) red[parity][n][warp] = v[n];
   }
+  const int team = static_cast<int>(threadIdx.x) / tpr;
   if constexpr (kTeamBar) {
-    team_barrier(1 + static_cast<int>(threadIdx.x) / tpr, tpr);
+    team_barrier(1 + team, tpr);
   } else {
     __syncthreads();
   }
@@ -70,7 +73,7 @@ __device__ __forceinline__ void team_sum_lean(float (&v)[N], int tpr, TeamRed& r
     const int width = 1 << (32 - __clz(wpt - 1));  // wpt >= 2
     const int w = lane & (width - 1);               // the team's warps, repeated across the lanes
 #pragma unroll
-    for (int n = 0; n < N; ++n) v[n] = w < wpt ? red[parity][n][warp - warp % wpt + w] : 0.0f;
+    for (int n = 0; n < N; ++n) v[n] = w < wpt ? red[parity][n][team * wpt + w] : 0.0f;
     warp_reduce(v, SumOp{}, width);
   } else {
     const int src = (warp & ~(wpt - 1)) + (lane & (wpt - 1));  // the team's warps, repeated across the lanes

@@ -97,9 +97,10 @@ bool norm_fwd_half() {
 // JAX_MEMOPS_NORM_BWD=v36 (an A/B option, not the default): 16-bit rows whose power-of-two team leaves slots empty on
 // teams of a multiple of 32 threads (odd_team; the kernels' kOddTeams). Against v35 in a build where every lean kernel
 // had kOddTeams' team sums, bf16 LayerNorm bwd 1.10-1.14x at C = 2056, 2304, 4104, 4608, 8200, 9216 (RMSNorm 1.07-1.09x
-// at 2056 / 2304); but those team sums' per-row index arithmetic had cost that build's power-of-two rows 1-8% (the
-// bench against v35's build, RESULTS.md "v36"), so the net gain is ~3-6% where measured (2304, 4608) and a loss at
-// 3584, 5120 and 7168. =v36-k2 / =v36-k3 take odd teams of K = 2 / 3 packs wherever they fit.
+// at 2056 / 2304); but those team sums' modulo per row had cost that build's power-of-two rows 1-8% (the bench against
+// v35's build, RESULTS.md "v36"). Since then the power-of-two kernels are v35's (PTX identical) and the odd teams'
+// sums take no modulo (team_sum_lean); that form is not measured yet. =v36-k2 / =v36-k3 take odd teams of K = 2 / 3
+// packs wherever they fit.
 // v34 — v33's kernels, and the f32 rows of 2049..3072 packs (C = 8196..12288), which
 // norm_bwd_fused_kernel ran (6 packs per thread in registers, nothing in flight while a row is worked on), on the lean
 // kernel's 512-thread teams of K = 6 with the row read from its stage in both passes (kSmemRows): the registers hold
