@@ -89,6 +89,11 @@ SOFTMAX_V5_SHAPES = [((40000, 33), jnp.float32), ((3, 8193), jnp.float32), ((60,
 # 4 packs per thread (the f32 default; here every dtype): team rows (33; 64 with many rows; 1001
 # misaligned), f32 block rows of 64 (1028) with more rows than resident blocks (4000 x 768), block rows
 # (2056; 4097 misaligned; 12288: 768 f32 / 384 16-bit threads), and v3's kernel beyond (f32 12292).
+# v37 (JAX_MEMOPS_SOFTMAX_BWD=v37, an A/B option: the backward's clusters of 5 packs per thread, cpp/softmax.cu
+# launch_bwd_wide) at the barrier's merge: f32 16385 on 2 CTAs, bf16 50257 on 3 (the default: 3 and 4 CTAs). By
+# messages under v37: SOFTMAX_CLASS_SHAPES' f32 50257 on 5, bf16 131072 on 7, f16 262144 on 13; SOFTMAX_V5_SHAPES' bf16
+# 131073 on 7, f32 131072 on 13.
+SOFTMAX_WIDE_SHAPES = [((3, 16385), jnp.float32), ((5, 50257), jnp.bfloat16)]
 SOFTMAX_AB_SHAPES = [((3, 8193), jnp.float32), ((68, 131072), jnp.float32), ((5, 50257), jnp.float16)]
 NORM_V4_SHAPES = [((5, 33), jnp.float32), ((300, 64), jnp.bfloat16), ((3, 1001), jnp.float16),
                   ((3, 1028), jnp.float32), ((4000, 768), jnp.float32), ((2, 2056), jnp.bfloat16),
@@ -230,12 +235,13 @@ def main():
         empty = jnp.zeros((0,), jnp.float32)
         run_check(f"softmax[auto] masked {jnp.dtype(dtype).name} {shape} {direction}", softmax_fb, softmax_fb_ref,
                   (x, empty, empty), 10 * TOL[dtype])
-    for shape, dtype in SOFTMAX_V5_SHAPES:
-        key, kx = jax.random.split(key)
-        x = (2 * jax.random.normal(kx, shape)).at[..., 1::3].set(-jnp.inf).astype(dtype)
-        empty = jnp.zeros((0,), jnp.float32)
-        run_check(f"softmax[auto] v5 masked {jnp.dtype(dtype).name} {shape} {direction}", softmax_fb, softmax_fb_ref,
-                  (x, empty, empty), 10 * TOL[dtype])
+    for tag, shapes in (("v5", SOFTMAX_V5_SHAPES), ("v37", SOFTMAX_WIDE_SHAPES)):
+        for shape, dtype in shapes:
+            key, kx = jax.random.split(key)
+            x = (2 * jax.random.normal(kx, shape)).at[..., 1::3].set(-jnp.inf).astype(dtype)
+            empty = jnp.zeros((0,), jnp.float32)
+            run_check(f"softmax[auto] {tag} masked {jnp.dtype(dtype).name} {shape} {direction}", softmax_fb,
+                      softmax_fb_ref, (x, empty, empty), 10 * TOL[dtype])
     print(f"sanitize workload: {n - min(first, n)} checks passed on {jax.devices()[0].device_kind}")
 
 

@@ -801,11 +801,41 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
 
 // The backward's register-cluster order (launch_auto): v2's (16 CTAs of 512 threads before 8 of 1024)
 // again since v12. JAX_MEMOPS_SOFTMAX_BWD (A/B, read once per process): "v9": v9's order (8 of 1024 before
-// 16 of 512); "v9-1024": 1024-thread CTAs (1 per SM, half the cluster size) before 512-thread ones.
+// 16 of 512); "v9-1024": 1024-thread CTAs (1 per SM, half the cluster size) before 512-thread ones; "v37": v2's
+// order, and launch_bwd_wide's clusters first.
 ClusterOrder bwd_cluster_order() {
   static const ClusterOrder order = env_choice(
       "JAX_MEMOPS_SOFTMAX_BWD", {{"v9-1024", ClusterOrder::kFullFirst}, {"v9", ClusterOrder::kV9}}, ClusterOrder::kV2);
   return order;
+}
+
+bool bwd_wide_clusters() {
+  static const bool on = env_value("JAX_MEMOPS_SOFTMAX_BWD") == "v37";
+  return on;
+}
+
+// v37 (JAX_MEMOPS_SOFTMAX_BWD=v37, an A/B option; not measured yet): a long row whose register cluster of
+// 512-thread CTAs needs fewer CTAs when each thread holds kBwdWidePacks packs of y and of dy instead of kBwdPacks
+// takes that cluster (bf16 / f16 C = 50257: 4 -> 3 CTAs, 131072: 8 -> 7; f32 50257: 7 -> 5, 131072: 16 -> 13).
+// Why: an SM's two CTAs then hold a larger share of a row (bf16 50257: two thirds of one instead of a half, ~134 KB
+// of y and dy in flight instead of ~100 KB), and each row's sum crosses fewer CTAs. The backward's cells at 50257
+// (f32 86%, bf16 84% of the copy; issue 4 asks 85%) run on clusters that leave 12-23% of their slots empty; 131072's,
+// full, read 89%. *launched = false where it does not apply or no such cluster can be resident (launch_auto then).
+template <typename T>
+ffi::Error launch_bwd_wide(cudaStream_t stream, RowShape s, const T* yp, const T* dyp, T* dxp, bool* launched) {
+  *launched = false;
+  constexpr int kBlock = kMaxBlock / 2;
+  constexpr int kNarrow = smx::bwd_elems_per_thread<T>();
+  constexpr int kWide = smx::bwd_elems_per_thread<T, smx::kBwdWidePacks>();
+  const int64_t k_narrow = ceil_div(s.cols, int64_t{kNarrow} * kBlock);
+  const int64_t k_wide = ceil_div(s.cols, int64_t{kWide} * kBlock);
+  if (k_wide < 2 || k_wide >= k_narrow || k_wide > kMaxClusterNonPortable) return ffi::Error::Success();
+  DeviceInfo dev;
+  if (auto err = device_info(&dev); err.failure() || dev.cc_major < 9) return err;
+  return launch_cluster_rows<smx::softmax_bwd_rows_kernel<T, true, false, smx::kBwdWidePacks>,
+                             smx::softmax_bwd_rows_kernel<T, true, true, smx::kBwdWidePacks>>(
+      dev, stream, s, kWide, {{kBlock, kMaxCluster}, {kBlock, kMaxClusterNonPortable}}, launched, "softmax_bwd v37",
+      yp, dyp, dxp);
 }
 
 ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
@@ -821,6 +851,10 @@ ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
     const T* yp = static_cast<const T*>(y.untyped_data());
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx->untyped_data());
+    if (bwd_wide_clusters() && same_alignment({yp, dyp, dxp})) {
+      bool launched = false;
+      if (auto err = launch_bwd_wide(stream, s, yp, dyp, dxp, &launched); err.failure() || launched) return err;
+    }
     // Register clusters of k >= push_min_cluster() CTAs merge each row's sum by messages (kMail).
     return launch_auto<smx::softmax_bwd_rows_kernel<T, false>, smx::softmax_bwd_rows_kernel<T, true>,
                        smx::softmax_bwd_stream_kernel<T, kVec<T>>, smx::softmax_bwd_stream_kernel<T, 1>,

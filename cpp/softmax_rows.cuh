@@ -40,15 +40,18 @@ constexpr int kMaxClusterNonPortable = 16;  // Hopper's limit, after an opt-in p
 // float eagerly (2x the registers), which unpack_fresh (cuda_common.cuh) prevents.
 constexpr int kFwdPacks = 4;
 constexpr int kBwdPacks = 4;
+// v37 (an A/B option, softmax.cu launch_bwd_wide): the backward's register clusters with 5 packs of y and dy per
+// thread where that takes fewer CTAs per row; 62-64 registers, no spill (ptxas -v, sm_90; 6 packs spill 4-28 bytes).
+constexpr int kBwdWidePacks = 5;
 
 // Row elements one thread of a register kernel holds (its capacity is rt times this).
 template <typename T>
 constexpr int fwd_elems_per_thread() {
   return kFwdPacks * kVec<T>;
 }
-template <typename T>
+template <typename T, int N = kBwdPacks>
 constexpr int bwd_elems_per_thread() {
-  return kBwdPacks * kVec<T>;
+  return N * kVec<T>;
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -430,14 +433,14 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
 
 // dx = y * (dy - sum(dy * y)) per row, y and dy in registers (raw packs, converted at each use).
 // kMail (clusters only; v12, clusters of 4 CTAs or more): the cluster's sum by messages (mail_merge)
-// instead of a cluster barrier and DSMEM reads.
-template <typename T, bool kCluster, bool kMail = false>
+// instead of a cluster barrier and DSMEM reads. N: the packs of y and of dy a thread holds (kBwdPacks;
+// kBwdWidePacks for v37's clusters, softmax.cu launch_bwd_wide).
+template <typename T, bool kCluster, bool kMail = false, int N = kBwdPacks>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_bwd_rows_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
                      int cols, int tpr) {
   static_assert(kCluster || !kMail, "messages merge over a cluster");
   constexpr int V = kVec<T>;
-  constexpr int N = kBwdPacks;
   using P = Pack<T, V>;
   const RowIter<kCluster> it(tpr);
   __shared__ ClusterMail<float> mail;

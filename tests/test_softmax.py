@@ -739,6 +739,29 @@ def test_gpu_bwd_push_reduce(gpu, order, push):
     assert {merge for _, merge in plans} == merges, f"PUSH={push!r}: merges {plans}\n" + err[-4000:]
 
 
+# v37 (JAX_MEMOPS_SOFTMAX_BWD=v37, cpp/softmax.cu launch_bwd_wide): a long row whose register cluster of 512-thread
+# CTAs takes fewer CTAs at 5 packs of y and dy per thread than at 4 runs that cluster (kBwdWidePacks). BWD_WIDE_SHAPES
+# against float64 under it (many rows per cluster, one row, the special rows; misaligned rows), and the plan log
+# must show exactly the clusters the rule gives: f32 16385 / 50257 / 131072 / 131073 on k = 2 / 5 / 13 / 13 (131073
+# takes the stream class by default: 17 of 512 or 9 of 1024 CTAs), 16-bit 50257 / 131072 / 131073 / 262147 on 3 / 7 /
+# 7 / 13 (16-bit 16385, k = 1, and f32 262147, k = 26, keep the default classes), each merged by the barrier below
+# k = 4 and by messages from there (JAX_MEMOPS_SOFTMAX_PUSH unset).
+BWD_WIDE_SHAPES = [(3, 16385), (1, 50257), (320, 50257), (40, 131072), (60, 131073), (12, 262147)]
+BWD_WIDE_PLANS = {(16385, 2), (50257, 5), (131072, 13), (131073, 13), (50257, 3), (131072, 7), (131073, 7),
+                  (262147, 13)}
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_bwd_wide_clusters(gpu):
+    err = _run_script(_BWD_SCRIPT, BWD_WIDE_SHAPES, JAX_MEMOPS_SOFTMAX_BWD="v37", JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    plans = re.findall(r"softmax_bwd v37: register cluster k=(\d+) x (\d+) threads, merge by (\w+), rows=\d+ "
+                       r"cols=(\d+)", err)
+    assert {(int(c), int(k)) for k, _, _, c in plans} == BWD_WIDE_PLANS, f"plans {plans}\n" + err[-4000:]
+    for k, threads, merge, c in plans:
+        assert threads == "512" and merge == ("messages" if int(k) >= 4 else "barrier"), (k, threads, merge, c)
+
+
 # The bulk-copy planner's ties (cpp/softmax.cu tie_to_messages): by default the smallest k that merges by
 # messages (k >= 4) wins a tie in score over a smaller k, so at C = 50257 every dtype's plan is k = 4 by
 # messages; JAX_MEMOPS_SOFTMAX_TIE=small restores the smallest k (f32 k = 2, 16-bit k = 1, by the barrier).
