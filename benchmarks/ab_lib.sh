@@ -9,7 +9,7 @@
 #   ab_norm_fwd_verify, ab_norm_sweep, ab_big_tests,
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
 #   ab_smxab, ab_san_cpu, ab_dbench, ab_version_table, ab_norm_btest, ab_norm_versions, ab_norm_ptest,
-#   ab_norm_sanr, ab_norm_big, ab_norm_nbench: below
+#   ab_norm_sanr, ab_norm_verify, ab_norm_big, ab_norm_nbench: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -363,6 +363,15 @@ ab_norm_ptest() {
 ab_norm_sanr() {
   ab_sanitize_resume memcheck "$1" kns=norm_bwd 150 --only layer_norm rms_norm &
   ab_sanitize_resume racecheck "$1" kns=norm_bwd 150 --only layer_norm rms_norm
+  wait
+}
+
+# ab_norm_verify: the driver's stage_btest then stage_big, beside its stage_ptest and stage_sanr (the norm drivers'
+# verify stage since v35).
+ab_norm_verify() {
+  { stage_btest; stage_big; } &
+  stage_ptest &
+  stage_sanr
   wait
 }
 

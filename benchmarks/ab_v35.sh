@@ -35,12 +35,7 @@ stage_big() { ab_norm_big; }
 
 stage_ptest() { ab_norm_ptest; }
 
-stage_verify() {
-  { stage_btest; stage_big; } &
-  stage_ptest &
-  stage_sanr
-  wait
-}
+stage_verify() { ab_norm_verify; }
 
 stage_nbench() { ab_norm_nbench; }
 

@@ -47,12 +47,7 @@ stage_big() { ab_norm_big; }
 
 stage_ptest() { ab_norm_ptest; }
 
-stage_verify() {
-  { stage_btest; stage_big; } &
-  stage_ptest &
-  stage_sanr
-  wait
-}
+stage_verify() { ab_norm_verify; }
 
 stage_final() {
   BT_VERSIONS=default stage_btest

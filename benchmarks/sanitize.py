@@ -222,26 +222,16 @@ def main():
     # softmax "auto" in every size class, forward and backward, masked (no row all -inf).
     softmax_fb = fwd_bwd(lambda x, s, b: jm.softmax(x))
     softmax_fb_ref = fwd_bwd(lambda x, s, b: reference.softmax(x))
-    for shape, dtype in SOFTMAX_SHORT_SHAPES:
+    cases = [("short ", shape, dtype) for shape, dtype in SOFTMAX_SHORT_SHAPES]
+    cases += [("", shape, dtypes[i % len(dtypes)]) for i, shape in enumerate(SOFTMAX_CLASS_SHAPES)]
+    cases += [("v5 ", shape, dtype) for shape, dtype in SOFTMAX_V5_SHAPES]
+    cases += [("v37 ", shape, dtype) for shape, dtype in SOFTMAX_WIDE_SHAPES]
+    empty = jnp.zeros((0,), jnp.float32)
+    for tag, shape, dtype in cases:
         key, kx = jax.random.split(key)
         x = (2 * jax.random.normal(kx, shape)).at[..., 1::3].set(-jnp.inf).astype(dtype)
-        empty = jnp.zeros((0,), jnp.float32)
-        run_check(f"softmax[auto] short masked {jnp.dtype(dtype).name} {shape} {direction}", softmax_fb,
+        run_check(f"softmax[auto] {tag}masked {jnp.dtype(dtype).name} {shape} {direction}", softmax_fb,
                   softmax_fb_ref, (x, empty, empty), 10 * TOL[dtype])
-    for i, shape in enumerate(SOFTMAX_CLASS_SHAPES):
-        dtype = dtypes[i % len(dtypes)]
-        key, kx = jax.random.split(key)
-        x = (2 * jax.random.normal(kx, shape)).at[..., 1::3].set(-jnp.inf).astype(dtype)
-        empty = jnp.zeros((0,), jnp.float32)
-        run_check(f"softmax[auto] masked {jnp.dtype(dtype).name} {shape} {direction}", softmax_fb, softmax_fb_ref,
-                  (x, empty, empty), 10 * TOL[dtype])
-    for tag, shapes in (("v5", SOFTMAX_V5_SHAPES), ("v37", SOFTMAX_WIDE_SHAPES)):
-        for shape, dtype in shapes:
-            key, kx = jax.random.split(key)
-            x = (2 * jax.random.normal(kx, shape)).at[..., 1::3].set(-jnp.inf).astype(dtype)
-            empty = jnp.zeros((0,), jnp.float32)
-            run_check(f"softmax[auto] {tag} masked {jnp.dtype(dtype).name} {shape} {direction}", softmax_fb,
-                      softmax_fb_ref, (x, empty, empty), 10 * TOL[dtype])
     print(f"sanitize workload: {n - min(first, n)} checks passed on {jax.devices()[0].device_kind}")
 
 

@@ -222,10 +222,7 @@ bool run_case(const char* dtype, int cols, int sms) {
   for (size_t i = 0; i < gs.size(); ++i) {
     vs.push_back({gs[i].name, [&, i] { launch_geometry<T>(x, ys[i], rows, cols, gs[i], sms); }, {}});
   }
-  const size_t c0 = gs.size();
-  vs.push_back({"copy: 4 words per thread, streaming", [&] { inproc::copy<4, true>(x, ys[c0], bytes); }, {}});
-  vs.push_back({"copy: 4 words per thread, plain", [&] { inproc::copy<4, false>(x, ys[c0 + 1], bytes); }, {}});
-  vs.push_back({"copy: 1 word per thread, plain", [&] { inproc::copy<1, false>(x, ys[c0 + 2], bytes); }, {}});
+  add_copies(vs, x, reinterpret_cast<void* const*>(ys.data() + gs.size()), bytes);
   inproc::time_rotated(vs, kWarmup, kSamples);
   CK(cudaDeviceSynchronize());
   std::printf("\n**%s, C = %d, %lld rows** (rule: tpr %d)\n\n| variant | GB/s | / rule (per sample: median, q1, q3) "
@@ -236,15 +233,7 @@ bool run_case(const char* dtype, int cols, int sms) {
     const double gbs = 2.0 * bytes / inproc::median(vs[i].ms) / 1e6;
     double r[3];
     inproc::sample_ratio(vs[i], vs[0], r);
-    std::string check = "-";
-    if (i < gs.size()) {
-      const double err = check_rows(x, ys[i], rows, cols);
-      const bool good = err < (sizeof(T) == 4 ? 1e-5 : 1.0 / 64);
-      ok = ok && good;
-      char buf[48];
-      std::snprintf(buf, sizeof buf, "%s %.1e", good ? "ok" : "FAILED", err);
-      check = buf;
-    }
+    const std::string check = i < gs.size() ? check_cell(x, ys[i], rows, cols, &ok) : "-";
     std::printf("| %s | %.0f | %.3f (%.3f, %.3f) | %s |\n", vs[i].name.c_str(), gbs, r[0], r[1], r[2], check.c_str());
   }
   for (T* y : ys) CK(cudaFree(y));
@@ -256,24 +245,6 @@ bool run_case(const char* dtype, int cols, int sms) {
 
 // Arguments: cases as dtype:C (f32 or bf16), default f32:128 bf16:128 f32:512 bf16:512.
 int main(int argc, char** argv) {
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
-  const int sms = prop.multiProcessorCount;
-  std::printf("%s, %d SMs, L2 %d MB; softmax forward, %d samples, each variant once per sample in a rotated order\n",
-              prop.name, sms, prop.l2CacheSize >> 20, kSamples);
-  std::vector<std::string> cases(argv + 1, argv + argc);
-  if (cases.empty()) cases = {"f32:128", "bf16:128", "f32:512", "bf16:512"};
-  bool ok = true;
-  for (const std::string& c : cases) {
-    const size_t colon = c.find(':');
-    const std::string dtype = c.substr(0, colon);
-    const int cols = colon == std::string::npos ? 0 : std::atoi(c.c_str() + colon + 1);
-    if (cols <= 0 || (dtype != "f32" && dtype != "bf16")) {
-      std::fprintf(stderr, "bad case %s: expected f32:C or bf16:C\n", c.c_str());
-      return 2;
-    }
-    ok = (dtype == "f32" ? run_case<float>("f32", cols, sms) : run_case<__nv_bfloat16>("bf16", cols, sms)) && ok;
-  }
-  std::printf("\n%s\n", ok ? "all outputs checked: ok" : "SOME OUTPUTS FAILED THEIR CHECK");
-  return ok ? 0 : 1;
+  return run_cases(argc, argv, {"f32:128", "bf16:128", "f32:512", "bf16:512"}, "softmax forward", run_case<float>,
+                   run_case<__nv_bfloat16>);
 }

@@ -152,9 +152,7 @@ bool run_case(const char* dtype, int cols, int sms) {
   std::vector<inproc::Variant> vs;
   for (size_t i = 0; i < ks.size(); ++i) vs.push_back({ks[i].name, [&, i] { ks[i].launch(x, ys[i]); }, {}});
   const size_t c0 = ks.size();
-  vs.push_back({"copy: 4 words per thread, streaming", [&] { inproc::copy<4, true>(x, ys[c0], bytes); }, {}});
-  vs.push_back({"copy: 4 words per thread, plain", [&] { inproc::copy<4, false>(x, ys[c0 + 1], bytes); }, {}});
-  vs.push_back({"copy: 1 word per thread, plain", [&] { inproc::copy<1, false>(x, ys[c0 + 2], bytes); }, {}});
+  add_copies(vs, x, reinterpret_cast<void* const*>(ys.data() + c0), bytes);
   inproc::time_rotated(vs, kWarmup, kSamples);
   CK(cudaDeviceSynchronize());
   double best_copy = 0;
@@ -167,15 +165,7 @@ bool run_case(const char* dtype, int cols, int sms) {
     const double gbs = 2.0 * bytes / inproc::median(vs[i].ms) / 1e6;
     double r[3];
     inproc::sample_ratio(vs[i], vs[0], r);
-    std::string check = "-";
-    if (i < c0) {
-      const double err = check_rows(x, ys[i], rows, cols);
-      const bool good = err < (sizeof(T) == 4 ? 1e-5 : 1.0 / 64);
-      ok = ok && good;
-      char buf[48];
-      std::snprintf(buf, sizeof buf, "%s %.1e", good ? "ok" : "FAILED", err);
-      check = buf;
-    }
+    const std::string check = i < c0 ? check_cell(x, ys[i], rows, cols, &ok) : "-";
     std::printf("| %s | %.0f | %.1f | %.3f (%.3f, %.3f) | %s |\n", vs[i].name.c_str(), gbs, 100 * gbs / best_copy,
                 r[0], r[1], r[2], check.c_str());
   }
@@ -188,24 +178,6 @@ bool run_case(const char* dtype, int cols, int sms) {
 
 // Arguments: cases as dtype:C (f32 or bf16), default f32:50257 bf16:50257 f32:131072 bf16:131072.
 int main(int argc, char** argv) {
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
-  const int sms = prop.multiProcessorCount;
-  std::printf("%s, %d SMs, L2 %d MB; softmax forward, long rows, %d samples, each variant once per sample in a "
-              "rotated order\n", prop.name, sms, prop.l2CacheSize >> 20, kSamples);
-  std::vector<std::string> cases(argv + 1, argv + argc);
-  if (cases.empty()) cases = {"f32:50257", "bf16:50257", "f32:131072", "bf16:131072"};
-  bool ok = true;
-  for (const std::string& c : cases) {
-    const size_t colon = c.find(':');
-    const std::string dtype = c.substr(0, colon);
-    const int cols = colon == std::string::npos ? 0 : std::atoi(c.c_str() + colon + 1);
-    if (cols <= 0 || (dtype != "f32" && dtype != "bf16")) {
-      std::fprintf(stderr, "bad case %s: expected f32:C or bf16:C\n", c.c_str());
-      return 2;
-    }
-    ok = (dtype == "f32" ? run_case<float>("f32", cols, sms) : run_case<__nv_bfloat16>("bf16", cols, sms)) && ok;
-  }
-  std::printf("\n%s\n", ok ? "all outputs checked: ok" : "SOME OUTPUTS FAILED THEIR CHECK");
-  return ok ? 0 : 1;
+  return run_cases(argc, argv, {"f32:50257", "bf16:50257", "f32:131072", "bf16:131072"},
+                   "softmax forward, long rows", run_case<float>, run_case<__nv_bfloat16>);
 }
