@@ -55,23 +55,7 @@ __global__ void __launch_bounds__(NT, kMinBlocks)
       for (int j = 0; j < B; ++j) {
         if (i0 + j * NT < sq.body) b[j] = load_stream<V>(qb, i0 + j * NT);  // L2, its last use
       }
-      float bm = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < B; ++j) {
-        if (i0 + j * NT < sp.body) bm = pack_max_nan(a[j], bm);
-      }
-      const float ref = safe_max(bm);
-      float s = 0.0f;
-#pragma unroll
-      for (int j = 0; j < B; ++j) {
-        if (i0 + j * NT < sp.body) {
-          float v[V];
-          unpack_fresh(a[j], v);
-#pragma unroll
-          for (int e = 0; e < V; ++e) s += ex2_ftz((v[e] - ref) * kLog2e);
-        }
-      }
-      acc = MergeOp()(acc, MaxSum{bm, s});
+      acc = MergeOp()(acc, batch_max_sum<NT>(a, i0, sp.body));
 #pragma unroll
       for (int j = 0; j < B; ++j) {
         if (i0 + j * NT < sq.body) {

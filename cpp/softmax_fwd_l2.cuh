@@ -19,6 +19,29 @@ namespace jm::cuda::smx {
 constexpr int kL2Block = 512;  // CTA size: 2 per SM under the 64-register bound
 constexpr int kL2Batch = 8;    // packs per thread in flight in pass 1 (pass 2, from L2: half)
 
+// One batch's (max, sum) term: the packs p[b] at i0 + b * NT below `body`, their max (NaN-propagating) and the sum of
+// their exps about it (safe_max: an all -inf batch sums 0). Also benchmarks/softmax_long_ab.cu's pipelined kernel.
+template <int NT, int B, typename T, int V>
+__device__ __forceinline__ MaxSum batch_max_sum(const Pack<T, V> (&p)[B], int i0, int body) {
+  float bm = -INFINITY;
+#pragma unroll
+  for (int b = 0; b < B; ++b) {
+    if (i0 + b * NT < body) bm = pack_max_nan(p[b], bm);
+  }
+  const float ref = safe_max(bm);
+  float s = 0.0f;
+#pragma unroll
+  for (int b = 0; b < B; ++b) {
+    if (i0 + b * NT < body) {
+      float v[V];
+      unpack_fresh(p[b], v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) s += ex2_ftz((v[j] - ref) * kLog2e);
+    }
+  }
+  return MaxSum{bm, s};
+}
+
 // NT is a compile-time stride, so a batch's addresses are one base plus immediates and the 64-register
 // bound holds B = 8 packs without spills. The same -inf / NaN rules as the register rows (a NaN makes
 // the row NaN, an all -inf row is NaN, other -inf entries give 0).
@@ -45,23 +68,7 @@ __global__ void __launch_bounds__(NT, kMaxBlock / NT)
       for (int b = 0; b < B; ++b) {
         if (i0 + b * NT < sp.body) p[b] = load_raw<V>(xb, i0 + b * NT);
       }
-      float bm = -INFINITY;
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        if (i0 + b * NT < sp.body) bm = pack_max_nan(p[b], bm);
-      }
-      const float ref = safe_max(bm);
-      float s = 0.0f;
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        if (i0 + b * NT < sp.body) {
-          float v[V];
-          unpack_fresh(p[b], v);
-#pragma unroll
-          for (int j = 0; j < V; ++j) s += ex2_ftz((v[j] - ref) * kLog2e);
-        }
-      }
-      acc = MergeOp()(acc, MaxSum{bm, s});
+      acc = MergeOp()(acc, batch_max_sum<NT>(p, i0, sp.body));
     }
     const MaxSum ms = block_reduce_rows<MergeOp>(with_edges(acc, xr, sp, cols, it), parity);
     const float inv = 1.0f / ms.s;
