@@ -134,12 +134,12 @@ ab_sanitize() {
 # ab_sanitize_resume TOOL TAG FILTER SECONDS SANITIZE-ARGS...: compute-sanitizer TOOL (--kernel-name FILTER)
 # over benchmarks/sanitize.py SANITIZE-ARGS (e.g. --fwd --only softmax), a line per run ($out/TOOL-TAG-<run>.log).
 # A crash of the tool itself (its SIGSEGV, "Internal Sanitizer Error") ends a run in check N, the last it
-# printed: the next run starts at N again (sanitize.py --from), past it when it crashed there twice; four runs
-# at most.
+# printed: the next run starts at N again (sanitize.py --from), past it when it crashed there twice; SAN_TRIES
+# runs (default 4) at most.
 ab_sanitize_resume() {
   local tool=$1 tag=$2 filter=$3 secs=$4 from=0 try rc last log
   shift 4
-  for try in 1 2 3 4; do
+  for try in $(seq "${SAN_TRIES:-4}"); do
     log="$out/$tool-$tag-$try.log"
     XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout "$secs" \
       compute-sanitizer --tool "$tool" --kernel-name "$filter" --error-exitcode 3 \

@@ -1,7 +1,8 @@
 """The cluster kernels' workload for compute-sanitizer (racecheck, memcheck): jm.softmax forward and its VJP
-at shapes that run the bulk-copy forward and the backward's register clusters (k = 2 .. 16 by the plans,
-misaligned rows, many rows per cluster), and v14's two-pass forward of 16-bit rows (misaligned; 300 rows,
-more than its 264 CTAs: CTAs reuse their double-buffered block partials), checked against float64. Small
+at shapes that run the bulk-copy forward and the backward's register clusters (k = 2 .. 16 by the plans; v38's 4
+or 5 packs per thread on 512 or 1024 threads; misaligned rows, many rows per cluster), and v14's two-pass
+forward of 16-bit rows (misaligned; 300 rows, more than its 264 CTAs: CTAs reuse their double-buffered block
+partials), checked against float64. Small
 enough for the sanitizers; run it under a kernel filter, e.g. compute-sanitizer --tool racecheck
 --kernel-name kns=softmax_ python3 benchmarks/cluster_race.py (benchmarks/ab_v11.sh .. ab_v14.sh, race
 stages)."""
@@ -15,7 +16,8 @@ import jax_memops as jm
 SHAPES = (((3, 50257), np.float32), ((68, 131072), np.float32), ((9, 262147), np.float32),
           ((60, 131073), jnp.bfloat16), ((5, 65536), np.float32), ((30, 50257), np.float32),
           ((7, 32768), jnp.bfloat16), ((5, 16385), np.float32), ((6, 50257), jnp.bfloat16),
-          ((300, 40001), jnp.float16))
+          ((300, 40001), jnp.float16), ((2, 262144), np.float32), ((2, 524288), jnp.bfloat16),
+          ((3, 327680), jnp.float16))
 Y_TOL = {np.float32: 1e-5, jnp.bfloat16: 1e-2, jnp.float16: 2e-3}  # of max |y|
 DX_TOL = {np.float32: 4e-5, jnp.bfloat16: 8e-2, jnp.float16: 1e-2}  # of max |dx|
 

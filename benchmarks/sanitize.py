@@ -89,11 +89,14 @@ SOFTMAX_V5_SHAPES = [((40000, 33), jnp.float32), ((3, 8193), jnp.float32), ((60,
 # 4 packs per thread (the f32 default; here every dtype): team rows (33; 64 with many rows; 1001
 # misaligned), f32 block rows of 64 (1028) with more rows than resident blocks (4000 x 768), block rows
 # (2056; 4097 misaligned; 12288: 768 f32 / 384 16-bit threads), and v3's kernel beyond (f32 12292).
-# v37 (JAX_MEMOPS_SOFTMAX_BWD=v37, an A/B option: the backward's clusters of 5 packs per thread, cpp/softmax.cu
-# launch_bwd_wide) at the barrier's merge: f32 16385 on 2 CTAs, bf16 50257 on 3 (the default: 3 and 4 CTAs). By
-# messages under v37: SOFTMAX_CLASS_SHAPES' f32 50257 on 5, bf16 131072 on 7, f16 262144 on 13; SOFTMAX_V5_SHAPES' bf16
-# 131073 on 7, f32 131072 on 13.
-SOFTMAX_WIDE_SHAPES = [((3, 16385), jnp.float32), ((5, 50257), jnp.bfloat16)]
+# The backward's clusters of 5 packs per thread (cpp/softmax.cu launch_bwd_v38) at the barrier's merge: f32 16385 on 2
+# CTAs (v38, the default, and v37), bf16 50257 on 3 (v37 only; the default: 4 of 4 packs by messages). By messages:
+# SOFTMAX_CLASS_SHAPES' f32 50257 on 5 (v38, v37), f32 262147 on 13 of 1024 threads (v38), bf16 131072 and f16 262144
+# on 7 and 13 (v37); SOFTMAX_V5_SHAPES' bf16 131073 on 7 (both), bf16 600001 on 15 of 1024 and f32 262147 on 13 of
+# 1024 (v38), f32 131072 on 13 (v37). v38's 16 CTAs of 1024 threads, 4 packs: f32 262144, bf16 524288 (beside 5 packs
+# on 16 of 512: f16 327680).
+SOFTMAX_WIDE_SHAPES = [((3, 16385), jnp.float32), ((5, 50257), jnp.bfloat16), ((2, 262144), jnp.float32),
+                       ((2, 524288), jnp.bfloat16), ((2, 327680), jnp.float16)]
 SOFTMAX_AB_SHAPES = [((3, 8193), jnp.float32), ((68, 131072), jnp.float32), ((5, 50257), jnp.float16)]
 NORM_V4_SHAPES = [((5, 33), jnp.float32), ((300, 64), jnp.bfloat16), ((3, 1001), jnp.float16),
                   ((3, 1028), jnp.float32), ((4000, 768), jnp.float32), ((2, 2056), jnp.bfloat16),
@@ -225,7 +228,7 @@ def main():
     cases = [("short ", shape, dtype) for shape, dtype in SOFTMAX_SHORT_SHAPES]
     cases += [("", shape, dtypes[i % len(dtypes)]) for i, shape in enumerate(SOFTMAX_CLASS_SHAPES)]
     cases += [("v5 ", shape, dtype) for shape, dtype in SOFTMAX_V5_SHAPES]
-    cases += [("v37 ", shape, dtype) for shape, dtype in SOFTMAX_WIDE_SHAPES]
+    cases += [("wide ", shape, dtype) for shape, dtype in SOFTMAX_WIDE_SHAPES]
     empty = jnp.zeros((0,), jnp.float32)
     for tag, shape, dtype in cases:
         key, kx = jax.random.split(key)

@@ -20,15 +20,18 @@
 //                                                                                        L2 (H200: C <~ 66700)
 //  cluster    1024..8192  k <= 8 CTAs of 512 threads     registers of k CTAs; the        <= 131072 | 262144
 //                         (k <= 16 where the device      row's (max, sum) or dot via     (8 x 512: 65536
-//                         allows it, else 8 of 1024),    DSMEM (backward k >= 4:         | 131072)
-//                         one row                        messages)
+//                         allows it, else 8 of 1024),    DSMEM (backward k >= 2:         | 131072; the
+//                         one row; the backward: 4 or 5  messages)                       backward: 327680
+//                         packs per thread, 16 x 1024                                    | 655360)
+//                         threads past 16 x 512 (v38)
 //  stream     any         up to 1024 threads, one row    HBM: two passes (3 fwd, 5 bwd   longer
 //                                                        tensor passes)
 // The forward takes the L2 two-pass kernel for the 16-bit rows where it applies (launch_fwd_l2), else the
 // bulk-copy cluster for every row beyond the block class where it can launch;
 // the register cluster class serves the backward, and the forward only where no bulk-copy one can
-// launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below). Since v12 the backward's clusters of 4 or more
-// CTAs merge each row's sum by messages instead of the cluster barrier and DSMEM (push_min_cluster).
+// launch (or under JAX_MEMOPS_SOFTMAX_FWD=v2, below). Since v12 the backward's clusters of 4 or more (v38: 2 or
+// more) CTAs merge each row's sum by messages instead of the cluster barrier and DSMEM (bwd_push_min_cluster);
+// since v38 its long rows take launch_bwd_v38's plans first.
 // Why: every register kernel is __launch_bounds__(1024, 1), <= 64 registers (ptxas -v: 48-64, no
 // spills), so an SM holds 1024 threads. More elements per thread spill (ptxas converts 16-bit packs
 // to float eagerly: unpack_fresh in cuda_common.cuh stops that). Sub-warp rows put several rows in a
@@ -79,6 +82,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -224,14 +228,21 @@ ffi::Error launch_persistent(const DeviceInfo& dev, cudaStream_t stream, int64_t
 // DSMEM reads below. Measured on the H200 (RESULTS.md, "v11", "v12"): forward messages +10 to +18% at
 // k = 8, 16 (f32 131072, 262144), +2 to +9% at k = 4, 8 (f32 65536, bf16 131072, 262144), -1 to -4% at
 // k = 2 (f32 50257, bf16 65536); backward +4 to +12% at k = 4, 7, 8 (f32 32768, 50257, 131072; bf16
-// 50257, 131072), -1 to +7% at k = 2 (bf16 32768). JAX_MEMOPS_SOFTMAX_PUSH (A/B, read once per process):
-// "0" the barrier for every k, "1" messages for every k; anything else: this rule.
+// 50257, 131072), -1 to +7% at k = 2 (bf16 32768). Since v38 the backward merges by messages from k = 2
+// (kPushMinClusterBwd): messages at every k measured +14% at k = 2 (f32 8193, bf16 16385), +4% (f32 16385, v38's 5
+// packs), +3% (bf16 32768), +0% at bf16 50257 on 3 CTAs against 4 (RESULTS.md "v38"). JAX_MEMOPS_SOFTMAX_PUSH (A/B,
+// read once per process): "0" the barrier for every k, "1" messages for every k; anything else: these rules.
 constexpr int kPushMinCluster = 4;
+constexpr int kPushMinClusterBwd = 2;
 
-int push_min_cluster() {
-  static const int k = env_choice("JAX_MEMOPS_SOFTMAX_PUSH", {{"0", INT_MAX}, {"1", 1}}, kPushMinCluster);
-  return k;
+int push_rule(int rule) {
+  static const int forced = env_choice("JAX_MEMOPS_SOFTMAX_PUSH", {{"0", INT_MAX}, {"1", 1}}, 0);
+  return forced != 0 ? forced : rule;
 }
+
+// The smallest cluster that merges by messages: the bulk-copy forward's, the backward's register clusters'.
+int push_min_cluster() { return push_rule(kPushMinCluster); }
+int bwd_push_min_cluster() { return push_rule(kPushMinClusterBwd); }
 
 // JAX_MEMOPS_SOFTMAX_PLAN_LOG=1: the cluster launches are described on stderr (log_tma_plan,
 // log_cluster_rows), for A/B runs and the tests.
@@ -269,9 +280,9 @@ struct ClusterShape {
 // One row per cluster of k CTAs of ClusterK (args..., rows, int cols, block), a persistent grid of
 // clusters: the first of `shapes` whose k = ceil(C / (elems x block)) is at most its max_k (and above
 // an earlier shape's max_k for the same block: already tried) and can be resident. MailK (the same
-// signature; ClusterK itself where there is none): the kernel that merges by messages, run instead of
-// ClusterK where k >= push_min_cluster(). *launched = false (and success) when none launches (the
-// caller's fallback takes the rows).
+// signature; ClusterK itself where there is none; only the backward's clusters have one): the kernel that merges by
+// messages, run instead of ClusterK where k >= bwd_push_min_cluster(). *launched = false (and success) when none
+// launches (the caller's fallback takes the rows).
 template <auto ClusterK, auto MailK = ClusterK, typename... A>
 ffi::Error launch_cluster_rows(const DeviceInfo& dev, cudaStream_t stream, RowShape s, int elems,
                                std::initializer_list<ClusterShape> shapes, bool* launched, const char* what,
@@ -285,7 +296,7 @@ ffi::Error launch_cluster_rows(const DeviceInfo& dev, cudaStream_t stream, RowSh
     const bool skip = k > c.max_k || k <= tried;
     tried = std::max(tried, c.max_k);
     if (skip) continue;
-    const bool mail = kHasMail && k >= push_min_cluster();
+    const bool mail = kHasMail && k >= bwd_push_min_cluster();
     const int active = mail ? active_clusters<MailK>(dev, c.block, static_cast<int>(k))
                             : active_clusters<ClusterK>(dev, c.block, static_cast<int>(k));
     if (active == 0) continue;
@@ -799,43 +810,94 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
   });
 }
 
-// The backward's register-cluster order (launch_auto): v2's (16 CTAs of 512 threads before 8 of 1024)
-// again since v12. JAX_MEMOPS_SOFTMAX_BWD (A/B, read once per process): "v9": v9's order (8 of 1024 before
-// 16 of 512); "v9-1024": 1024-thread CTAs (1 per SM, half the cluster size) before 512-thread ones; "v37": v2's
-// order, and launch_bwd_wide's clusters first.
+// The backward's versions (JAX_MEMOPS_SOFTMAX_BWD, A/B, read once per process). v38 (the default): before
+// launch_auto, launch_bwd_v38 plans the long rows (below). "v37": its register clusters of 5 packs per thread wherever
+// they take fewer 512-thread CTAs. "v35" (the rule before v37), "v9" and "v9-1024": launch_auto alone, in the cluster
+// order bwd_cluster_order gives.
+enum class BwdVersion { kV35, kV37, kV38 };
+
+BwdVersion bwd_version() {
+  static const BwdVersion v = env_choice("JAX_MEMOPS_SOFTMAX_BWD",
+                                         {{"v35", BwdVersion::kV35}, {"v37", BwdVersion::kV37},
+                                          {"v9", BwdVersion::kV35}, {"v9-1024", BwdVersion::kV35}},
+                                         BwdVersion::kV38);
+  return v;
+}
+
+// launch_auto's register-cluster order for the backward: v2's (16 CTAs of 512 threads before 8 of 1024) again
+// since v12; "v9": v9's order (8 of 1024 before 16 of 512); "v9-1024": 1024-thread CTAs (1 per SM, half the
+// cluster size) before 512-thread ones.
 ClusterOrder bwd_cluster_order() {
   static const ClusterOrder order = env_choice(
       "JAX_MEMOPS_SOFTMAX_BWD", {{"v9-1024", ClusterOrder::kFullFirst}, {"v9", ClusterOrder::kV9}}, ClusterOrder::kV2);
   return order;
 }
 
-bool bwd_wide_clusters() {
-  static const bool on = env_value("JAX_MEMOPS_SOFTMAX_BWD") == "v37";
-  return on;
+// One register cluster of the backward: k CTAs of `block` threads, `packs` packs of y and of dy per thread.
+struct BwdCluster {
+  int block, packs;
+  int64_t k;
+};
+
+template <typename T>
+BwdCluster bwd_cluster(int64_t cols, int block, int packs) {
+  const int elems = packs == smx::kBwdWidePacks ? smx::bwd_elems_per_thread<T, smx::kBwdWidePacks>()
+                                                : smx::bwd_elems_per_thread<T>();
+  return {block, packs, ceil_div(cols, int64_t{elems} * block)};
 }
 
-// v37 (JAX_MEMOPS_SOFTMAX_BWD=v37, an A/B option; not measured yet): a long row whose register cluster of
-// 512-thread CTAs needs fewer CTAs when each thread holds kBwdWidePacks packs of y and of dy instead of kBwdPacks
-// takes that cluster (bf16 / f16 C = 50257: 4 -> 3 CTAs, 131072: 8 -> 7; f32 50257: 7 -> 5, 131072: 16 -> 13).
-// Why: an SM's two CTAs then hold a larger share of a row (bf16 50257: two thirds of one instead of a half, ~134 KB
-// of y and dy in flight instead of ~100 KB), and each row's sum crosses fewer CTAs. The backward's cells at 50257
-// (f32 86%, bf16 84% of the copy; issue 4 asks 85%) run on clusters that leave 12-23% of their slots empty; 131072's,
-// full, read 89%. *launched = false where it does not apply or no such cluster can be resident (launch_auto then).
+// v38's choice between a row's clusters of 4 packs per thread (kBwdPacks, launch_auto's) and of 5 (kBwdWidePacks)
+// for CTAs of one size; nullopt: neither fits 16 CTAs. The wide one where the narrow one does not fit, or where
+// it has fewer thread slots for the row (less of the cluster idle: k x packs smaller) without giving up the merge by
+// messages (k >= bwd_push_min_cluster()) that the narrow one has. Measured (RESULTS.md "v37"): wide, fewer slots, the
+// same merge: f32 16385 +10%, 50257 +1%, bf16 100000 +4%, 131073 +5%; wide where the narrow cluster has fewer
+// slots (f32 65536, 131072; bf16 131072, 262144): -2 to -3%; bf16 50257, wide on 3 CTAs merged by the barrier
+// against 4 by messages: -7% (both by messages since v38: +0.3%, RESULTS.md "v38").
 template <typename T>
-ffi::Error launch_bwd_wide(cudaStream_t stream, RowShape s, const T* yp, const T* dyp, T* dxp, bool* launched) {
+std::optional<BwdCluster> bwd_v38_choice(int64_t cols, int block) {
+  const BwdCluster narrow = bwd_cluster<T>(cols, block, smx::kBwdPacks);
+  const BwdCluster wide = bwd_cluster<T>(cols, block, smx::kBwdWidePacks);
+  if (wide.k > kMaxClusterNonPortable) return std::nullopt;
+  if (narrow.k > kMaxClusterNonPortable) return wide;
+  const bool fewer_slots = wide.k * wide.packs < narrow.k * narrow.packs;
+  const bool keeps_merge = wide.k >= bwd_push_min_cluster() || narrow.k < bwd_push_min_cluster();
+  return wide.k >= 2 && fewer_slots && keeps_merge ? wide : narrow;
+}
+
+// The long rows' register clusters before launch_auto (which runs where *launched stays false):
+//   v38: CTAs of 512 threads (2 per SM), 4 or 5 packs per thread by bwd_v38_choice, k <= 16 (where that is
+//        launch_auto's narrow cluster, launch_auto runs it); past 16 x 512 threads' reach, CTAs of 1024 threads
+//        (1 per SM) by the same choice, k <= 16 (f32 C <= 327680, 16-bit 655360), which launch_auto never tries
+//        (its capacity is 8 x 1024 = 16 x 512): those rows took the stream class, two passes over y and dy from HBM
+//        (5 tensor passes; f32 131073 / 262144 measured 58-59% of the copy, v37).
+//   v37: the wide cluster of 512-thread CTAs wherever it takes fewer CTAs than the narrow one (k >= 2).
+template <typename T>
+ffi::Error launch_bwd_v38(cudaStream_t stream, RowShape s, BwdVersion version, const T* yp, const T* dyp, T* dxp,
+                          bool* launched) {
   *launched = false;
-  constexpr int kBlock = kMaxBlock / 2;
-  constexpr int kNarrow = smx::bwd_elems_per_thread<T>();
-  constexpr int kWide = smx::bwd_elems_per_thread<T, smx::kBwdWidePacks>();
-  const int64_t k_narrow = ceil_div(s.cols, int64_t{kNarrow} * kBlock);
-  const int64_t k_wide = ceil_div(s.cols, int64_t{kWide} * kBlock);
-  if (k_wide < 2 || k_wide >= k_narrow || k_wide > kMaxClusterNonPortable) return ffi::Error::Success();
+  constexpr int kHalf = kMaxBlock / 2;
+  std::optional<BwdCluster> plan;
+  if (version == BwdVersion::kV37) {
+    const BwdCluster narrow = bwd_cluster<T>(s.cols, kHalf, smx::kBwdPacks);
+    const BwdCluster wide = bwd_cluster<T>(s.cols, kHalf, smx::kBwdWidePacks);
+    if (wide.k >= 2 && wide.k < narrow.k && wide.k <= kMaxClusterNonPortable) plan = wide;
+  } else {
+    plan = bwd_v38_choice<T>(s.cols, kHalf);
+    if (!plan) plan = bwd_v38_choice<T>(s.cols, kMaxBlock);
+  }
+  if (!plan || (plan->block == kHalf && plan->packs == smx::kBwdPacks)) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure() || dev.cc_major < 9) return err;
-  return launch_cluster_rows<smx::softmax_bwd_rows_kernel<T, true, false, smx::kBwdWidePacks>,
-                             smx::softmax_bwd_rows_kernel<T, true, true, smx::kBwdWidePacks>>(
-      dev, stream, s, kWide, {{kBlock, kMaxCluster}, {kBlock, kMaxClusterNonPortable}}, launched, "softmax_bwd v37",
-      yp, dyp, dxp);
+  const std::initializer_list<ClusterShape> shapes = {{plan->block, kMaxClusterNonPortable}};
+  const char* what = version == BwdVersion::kV37 ? "softmax_bwd v37" : "softmax_bwd v38";
+  if (plan->packs == smx::kBwdWidePacks) {
+    constexpr int kWide = smx::bwd_elems_per_thread<T, smx::kBwdWidePacks>();
+    return launch_cluster_rows<smx::softmax_bwd_rows_kernel<T, true, false, smx::kBwdWidePacks>,
+                               smx::softmax_bwd_rows_kernel<T, true, true, smx::kBwdWidePacks>>(
+        dev, stream, s, kWide, shapes, launched, what, yp, dyp, dxp);
+  }
+  return launch_cluster_rows<smx::softmax_bwd_rows_kernel<T, true>, smx::softmax_bwd_rows_kernel<T, true, true>>(
+      dev, stream, s, smx::bwd_elems_per_thread<T>(), shapes, launched, what, yp, dyp, dxp);
 }
 
 ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
@@ -851,11 +913,13 @@ ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
     const T* yp = static_cast<const T*>(y.untyped_data());
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx->untyped_data());
-    if (bwd_wide_clusters() && same_alignment({yp, dyp, dxp})) {
+    if (bwd_version() != BwdVersion::kV35 && same_alignment({yp, dyp, dxp})) {
       bool launched = false;
-      if (auto err = launch_bwd_wide(stream, s, yp, dyp, dxp, &launched); err.failure() || launched) return err;
+      if (auto err = launch_bwd_v38(stream, s, bwd_version(), yp, dyp, dxp, &launched); err.failure() || launched) {
+        return err;
+      }
     }
-    // Register clusters of k >= push_min_cluster() CTAs merge each row's sum by messages (kMail).
+    // Register clusters of k >= bwd_push_min_cluster() CTAs merge each row's sum by messages (kMail).
     return launch_auto<smx::softmax_bwd_rows_kernel<T, false>, smx::softmax_bwd_rows_kernel<T, true>,
                        smx::softmax_bwd_stream_kernel<T, kVec<T>>, smx::softmax_bwd_stream_kernel<T, 1>,
                        Grid::kFull, smx::softmax_bwd_rows_kernel<T, true, true>>(

@@ -132,8 +132,10 @@ def test_big_softmax_backward(big):
 # copies and stores; the backward the register cluster, a row over 8 CTAs of 512 threads, its sums merged
 # by messages), 42731 rows of 50257 (the forward's two-pass kernel with L2 as the row buffer, v14;
 # misaligned rows: scalar heads and tails) and 2147484 rows of 1000 (the forward's sub-warp rows of 8 packs
-# per thread, v23: 16 threads a row, the last one's packs partly beyond it).
-SIZE_CLASS_CASES = [131072, 50257, 1000]
+# per thread, v23: 16 threads a row, the last one's packs partly beyond it); v38's backward clusters: 8193 rows of
+# 262147 (13 CTAs of 512 threads, 5 packs of y and dy per thread; misaligned rows) and 4097 of 524288 (16 CTAs of
+# 1024 threads, 4 packs).
+SIZE_CLASS_CASES = [131072, 50257, 1000, 262147, 524288]
 
 
 @pytest.mark.slow

@@ -465,12 +465,14 @@ def test_kernels_reject_unknown_index(device, index):
 # the most CTAs resident (counted up to 2 per SM), ties to the smallest k that merges by messages (k >= 4)
 # (H200: f32 k = 4 at 50257, 8 at 131072; 16-bit k = 4 at 50257 in registers, 4 at 131072: the buffer
 # where it plans a smaller cluster than registers), one buffer up to 16 x ~226 KB per row (f32 ~925K, so
-# 1000003 is the stream class; 16-bit 1000003: one buffer, past the registers' limit); the backward (and
-# the forward on other GPUs) a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512 threads: 65536 /
-# 131072; 16 of 512 before 8 of 1024), the stream class beyond. Values on both sides of each limit; C
+# 1000003 is the stream class; 16-bit 1000003: one buffer, past the registers' limit); the forward on other
+# GPUs a cluster of CTAs up to 131072 / 262144 (8 CTAs of 512 threads: 65536 / 131072; 16 of 512 before 8 of
+# 1024), the stream class beyond; the backward (v38) clusters of 512-thread CTAs holding 4 or 5 packs of y and dy
+# per thread up to 163840 / 327680, then of 16 CTAs of 1024 threads up to 327680 / 655360, the stream class
+# beyond. Values on both sides of each limit; C
 CLASS_COLS = [1, 2, 7, 31, 32, 33, 64, 65, 127, 128, 129, 256, 512, 513, 1000, 1023, 1024, 1025, 2047, 2048, 2049, 4096,
               4097, 8191, 8192, 8193, 12289, 16384, 16385, 32768, 50257, 65536, 65537, 131072, 131073, 262144,
-              262147, 600001, 1000003]
+              262147, 327680, 524288, 600001, 1000003]
 
 
 def _class_rows(c):
@@ -621,7 +623,8 @@ def test_gpu_fwd_l2_rule(gpu, share):
 
 # JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for) forces one grid on every row kernel: persistent (the
 # register classes, forward and backward, launch one CTA per row group by default) or full (both stream
-# classes too: 600001 f32 forward, 262147 backward; the row groups of 33 and 8192 far outnumber the
+# classes too: 600001 f32 forward, 700001 backward (262147: the stream class before v38); the row groups of 33 and
+# 8192 far outnumber the
 # resident CTAs). The backward: dx of jm.softmax's VJP against the float64 reference
 # over its classes (sub-warp, block, register cluster from 8193, stream), with _special_rows (NaN, +inf
 # and all -inf rows give NaN; -inf entries give dx exactly 0).
@@ -650,7 +653,7 @@ for dtype in mt.DTYPES:
 print("OK")
 """
 BWD_GRID_SHAPES = [(40000, 33), (5000, 255), (3000, 257), (300, 1000), (50, 4097), (600, 8192), (20, 8193),
-                   (30, 50257), (12, 262147)]
+                   (30, 50257), (12, 262147), (4, 700001)]
 
 
 @pytest.mark.gpu
@@ -715,11 +718,12 @@ def test_gpu_fwd_push_reduce(gpu, version, k, push):
 
 # The backward's register clusters under JAX_MEMOPS_SOFTMAX_PUSH: each row's sum(dy * y) merged by
 # messages (mail_merge, softmax_rows.cuh) for every k ("1"), by the cluster barrier and DSMEM reads for
-# every k ("0"), or by the rule (messages from k = 4: ""), in the default cluster order and v9's.
+# every k ("0"), or by the rule (messages from k = 2 since v38, k = 4 before: ""), in the default cluster order and
+# v9's.
 # Clusters of k = 2 (f32 8193, bf16 32768), 3 (f32 16385), 4, 7 (f32 32768, 50257), 8, 9 (bf16 131073;
 # under v9's order 5 of 1024 threads), 16 (f32 131072; under v9's order 8 of 1024); many rows per
 # cluster (the inbox slots and barrier phases cycle), the special rows. The plan log must show every
-# launch's merge as the variable asks and the rule's both merges.
+# launch's merge as the variable asks (v38's plans among them: f32 16385 on 2 CTAs of 5 packs).
 BWD_CLUSTER_SHAPES = [(20, 8193), (3, 16385), (470, 32768), (1, 50257), (320, 50257), (40, 131072), (60, 131073)]
 
 
@@ -730,22 +734,22 @@ BWD_CLUSTER_SHAPES = [(20, 8193), (3, 16385), (470, 32768), (1, 50257), (320, 50
 def test_gpu_bwd_push_reduce(gpu, order, push):
     err = _run_script(_BWD_SCRIPT, BWD_CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_BWD=order, JAX_MEMOPS_SOFTMAX_PUSH=push,
                       JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
-    plans = re.findall(r"softmax_bwd: register cluster k=(\d+) x \d+ threads, merge by (\w+),", err)
+    plans = re.findall(r"softmax_bwd(?: v38)?: register cluster k=(\d+) x \d+ threads, merge by (\w+),", err)
     assert plans, "no register-cluster launch:\n" + err[-4000:]
     for k, merge in plans:
-        want = "messages" if push == "1" or (push == "" and int(k) >= 4) else "barrier"
+        want = "messages" if push == "1" or (push == "" and int(k) >= 2) else "barrier"
         assert merge == want, f"PUSH={push!r}: k = {k} merged by {merge}\n" + err[-4000:]
-    merges = {"": {"barrier", "messages"}, "0": {"barrier"}, "1": {"messages"}}[push]
+    merges = {"": {"messages"}, "0": {"barrier"}, "1": {"messages"}}[push]
     assert {merge for _, merge in plans} == merges, f"PUSH={push!r}: merges {plans}\n" + err[-4000:]
 
 
-# v37 (JAX_MEMOPS_SOFTMAX_BWD=v37, cpp/softmax.cu launch_bwd_wide): a long row whose register cluster of 512-thread
+# v37 (JAX_MEMOPS_SOFTMAX_BWD=v37, cpp/softmax.cu launch_bwd_v38): a long row whose register cluster of 512-thread
 # CTAs takes fewer CTAs at 5 packs of y and dy per thread than at 4 runs that cluster (kBwdWidePacks). BWD_WIDE_SHAPES
 # against float64 under it (many rows per cluster, one row, the special rows; misaligned rows), and the plan log
 # must show exactly the clusters the rule gives: f32 16385 / 50257 / 131072 / 131073 on k = 2 / 5 / 13 / 13 (131073
-# takes the stream class by default: 17 of 512 or 9 of 1024 CTAs), 16-bit 50257 / 131072 / 131073 / 262147 on 3 / 7 /
-# 7 / 13 (16-bit 16385, k = 1, and f32 262147, k = 26, keep the default classes), each merged by the barrier below
-# k = 4 and by messages from there (JAX_MEMOPS_SOFTMAX_PUSH unset).
+# took the stream class before v38: 17 of 512 or 9 of 1024 CTAs), 16-bit 50257 / 131072 / 131073 / 262147 on 3 / 7 /
+# 7 / 13 (16-bit 16385, k = 1, and f32 262147, k = 26, keep the default classes), each merged by messages (k >= 2
+# since v38; JAX_MEMOPS_SOFTMAX_PUSH unset).
 BWD_WIDE_SHAPES = [(3, 16385), (1, 50257), (320, 50257), (40, 131072), (60, 131073), (12, 262147)]
 BWD_WIDE_PLANS = {(16385, 2), (50257, 5), (131072, 13), (131073, 13), (50257, 3), (131072, 7), (131073, 7),
                   (262147, 13)}
@@ -759,7 +763,35 @@ def test_gpu_bwd_wide_clusters(gpu):
                        r"cols=(\d+)", err)
     assert {(int(c), int(k)) for k, _, _, c in plans} == BWD_WIDE_PLANS, f"plans {plans}\n" + err[-4000:]
     for k, threads, merge, c in plans:
-        assert threads == "512" and merge == ("messages" if int(k) >= 4 else "barrier"), (k, threads, merge, c)
+        assert threads == "512" and merge == "messages", (k, threads, merge, c)  # k >= 2 (kPushMinClusterBwd)
+
+
+# v38, the default (cpp/softmax.cu launch_bwd_v38): the long rows' register clusters of 4 or 5 packs per thread
+# (bwd_v38_choice: 5 where 4 does not fit 16 CTAs, or where 5 leave fewer thread slots idle without trading the
+# messages' merge for the barrier's), on 512-thread CTAs, else on 16 of 1024 threads (rows that took the stream
+# class before). BWD_V38_SHAPES against float64; the plan log must show exactly the clusters the rule gives beyond
+# launch_auto's own: f32 16385 / 50257 / 100000 / 131073 on 2 / 5 / 10 / 13 of 512 threads (5 packs), 262144 on 16 of
+# 1024 (4 packs), 262147 / 327680 on 13 / 16 of 1024 (5 packs); 16-bit 100000 / 131073 / 262147 / 327680 on 5 / 7 / 13
+# / 16 of 512 (5 packs), 50257 on 3 of 512 (5 packs: both merge by messages), 524288 on 16 of 1024 (4 packs), every
+# one merged by messages. launch_auto keeps f32 131072 (16 of 512), 16-bit 16385, 131072 and 262144; f32 524288
+# takes the stream class.
+BWD_V38_SHAPES = [(3, 16385), (1, 50257), (320, 50257), (2, 100000), (40, 131072), (60, 131073), (4, 262144),
+                  (12, 262147), (2, 327680), (3, 524288)]
+BWD_V38_PLANS = {(16385, 2, 512), (50257, 5, 512), (100000, 10, 512), (131073, 13, 512), (262144, 16, 1024),
+                 (262147, 13, 1024), (327680, 16, 1024), (100000, 5, 512), (131073, 7, 512), (262147, 13, 512),
+                 (327680, 16, 512), (50257, 3, 512), (524288, 16, 1024)}
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_bwd_v38_clusters(gpu):
+    err = _run_script(_BWD_SCRIPT, BWD_V38_SHAPES, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    plans = re.findall(r"softmax_bwd v38: register cluster k=(\d+) x (\d+) threads, merge by (\w+), rows=\d+ "
+                       r"cols=(\d+)", err)
+    assert {(int(c), int(k), int(t)) for k, t, _, c in plans} == BWD_V38_PLANS, f"plans {plans}\n" + err[-4000:]
+    assert {merge for _, _, merge, _ in plans} == {"messages"}, plans  # k >= 2 (kPushMinClusterBwd)
+    narrow = r"softmax_bwd: register cluster k=16 x 512 threads, merge by messages, rows=\d+ cols=131072"
+    assert re.search(narrow, err), err[-4000:]  # f32 131072: launch_auto's cluster
 
 
 # The bulk-copy planner's ties (cpp/softmax.cu tie_to_messages): by default the smallest k that merges by
