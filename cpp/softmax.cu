@@ -811,15 +811,17 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
 }
 
 // The backward's versions (JAX_MEMOPS_SOFTMAX_BWD, A/B, read once per process). v38 (the default): before
-// launch_auto, launch_bwd_v38 plans the long rows (below). "v37": its register clusters of 5 packs per thread wherever
+// launch_auto, launch_bwd_v38 plans the long rows (below). "v39": v38 with clusters that hold y alone where v38's do
+// not fit 16 CTAs of 512 threads, or none of its fits. "v37": its register clusters of 5 packs per thread wherever
 // they take fewer 512-thread CTAs. "v35" (the rule before v37), "v9" and "v9-1024": launch_auto alone, in the cluster
 // order bwd_cluster_order gives.
-enum class BwdVersion { kV35, kV37, kV38 };
+enum class BwdVersion { kV35, kV37, kV38, kV39 };
 
 BwdVersion bwd_version() {
   static const BwdVersion v = env_choice("JAX_MEMOPS_SOFTMAX_BWD",
                                          {{"v35", BwdVersion::kV35}, {"v37", BwdVersion::kV37},
-                                          {"v9", BwdVersion::kV35}, {"v9-1024", BwdVersion::kV35}},
+                                          {"v39", BwdVersion::kV39}, {"v9", BwdVersion::kV35},
+                                          {"v9-1024", BwdVersion::kV35}},
                                          BwdVersion::kV38);
   return v;
 }
@@ -833,17 +835,31 @@ ClusterOrder bwd_cluster_order() {
   return order;
 }
 
-// One register cluster of the backward: k CTAs of `block` threads, `packs` packs of y and of dy per thread.
+// One register cluster of the backward: k CTAs of `block` threads, `packs` packs of y and of dy per thread (of y
+// alone where !hold_dy: v39).
 struct BwdCluster {
   int block, packs;
   int64_t k;
+  bool hold_dy = true;
 };
 
 template <typename T>
 BwdCluster bwd_cluster(int64_t cols, int block, int packs) {
-  const int elems = packs == smx::kBwdWidePacks ? smx::bwd_elems_per_thread<T, smx::kBwdWidePacks>()
-                                                : smx::bwd_elems_per_thread<T>();
-  return {block, packs, ceil_div(cols, int64_t{elems} * block)};
+  return {block, packs, ceil_div(cols, int64_t{packs} * kVec<T> * block)};
+}
+
+// v39's cluster of `block`-thread CTAs holding kBwdYPacks packs of y per thread, dy read twice (the second time
+// from L2: the rows in flight, 14 clusters of 16 x 512 threads at f32 262144, hold 14 MB of dy); nullopt past 16
+// CTAs. Why: v38's clusters of 1024 threads (f32 C > 163840, 16-bit 327680) read 65-75% of the copy, 7 of them
+// resident (112 of 132 SMs, 1 CTA per SM: nothing overlaps a row's merge; its 512-thread clusters of 16 use the same
+// SMs, 2 CTAs each, at 86%); these are 512-thread CTAs up to f32 C = 262144 (16-bit 524288), and on 1024 threads up to
+// twice that where v38 has none (the stream class). Not measured yet (RESULTS.md "v39").
+template <typename T>
+std::optional<BwdCluster> bwd_y_held(int64_t cols, int block) {
+  BwdCluster c = bwd_cluster<T>(cols, block, smx::kBwdYPacks);
+  c.hold_dy = false;
+  if (c.k > kMaxClusterNonPortable) return std::nullopt;
+  return c;
 }
 
 // v38's choice between a row's clusters of 4 packs per thread (kBwdPacks, launch_auto's) and of 5 (kBwdWidePacks)
@@ -870,6 +886,8 @@ std::optional<BwdCluster> bwd_v38_choice(int64_t cols, int block) {
 //        (1 per SM) by the same choice, k <= 16 (f32 C <= 327680, 16-bit 655360), which launch_auto never tries
 //        (its capacity is 8 x 1024 = 16 x 512): those rows took the stream class, two passes over y and dy from HBM
 //        (5 tensor passes; f32 131073 / 262144 measured 58-59% of the copy, v37).
+//   v39 (A/B): v38, but bwd_y_held's cluster of 512 threads before v38's of 1024, and of 1024 threads where v38's
+//        fits none (f32 C <= 524288, 16-bit 1048576).
 //   v37: the wide cluster of 512-thread CTAs wherever it takes fewer CTAs than the narrow one (k >= 2).
 template <typename T>
 ffi::Error launch_bwd_v38(cudaStream_t stream, RowShape s, BwdVersion version, const T* yp, const T* dyp, T* dxp,
@@ -882,14 +900,25 @@ ffi::Error launch_bwd_v38(cudaStream_t stream, RowShape s, BwdVersion version, c
     const BwdCluster wide = bwd_cluster<T>(s.cols, kHalf, smx::kBwdWidePacks);
     if (wide.k >= 2 && wide.k < narrow.k && wide.k <= kMaxClusterNonPortable) plan = wide;
   } else {
+    const bool y_held = version == BwdVersion::kV39;
     plan = bwd_v38_choice<T>(s.cols, kHalf);
+    if (!plan && y_held) plan = bwd_y_held<T>(s.cols, kHalf);
     if (!plan) plan = bwd_v38_choice<T>(s.cols, kMaxBlock);
+    if (!plan && y_held) plan = bwd_y_held<T>(s.cols, kMaxBlock);
   }
   if (!plan || (plan->block == kHalf && plan->packs == smx::kBwdPacks)) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure() || dev.cc_major < 9) return err;
   const std::initializer_list<ClusterShape> shapes = {{plan->block, kMaxClusterNonPortable}};
-  const char* what = version == BwdVersion::kV37 ? "softmax_bwd v37" : "softmax_bwd v38";
+  const char* what = version == BwdVersion::kV37 ? "softmax_bwd v37"
+                     : version == BwdVersion::kV39 ? (plan->hold_dy ? "softmax_bwd v39" : "softmax_bwd v39 y-held")
+                                                   : "softmax_bwd v38";
+  if (!plan->hold_dy) {
+    constexpr int kY = smx::bwd_elems_per_thread<T, smx::kBwdYPacks>();
+    return launch_cluster_rows<smx::softmax_bwd_rows_kernel<T, true, false, smx::kBwdYPacks, false>,
+                               smx::softmax_bwd_rows_kernel<T, true, true, smx::kBwdYPacks, false>>(
+        dev, stream, s, kY, shapes, launched, what, yp, dyp, dxp);
+  }
   if (plan->packs == smx::kBwdWidePacks) {
     constexpr int kWide = smx::bwd_elems_per_thread<T, smx::kBwdWidePacks>();
     return launch_cluster_rows<smx::softmax_bwd_rows_kernel<T, true, false, smx::kBwdWidePacks>,

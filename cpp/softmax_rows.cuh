@@ -40,9 +40,12 @@ constexpr int kMaxClusterNonPortable = 16;  // Hopper's limit, after an opt-in p
 // float eagerly (2x the registers), which unpack_fresh (cuda_common.cuh) prevents.
 constexpr int kFwdPacks = 4;
 constexpr int kBwdPacks = 4;
-// v37 (an A/B option, softmax.cu launch_bwd_wide): the backward's register clusters with 5 packs of y and dy per
-// thread where that takes fewer CTAs per row; 62-64 registers, no spill (ptxas -v, sm_90; 6 packs spill 4-28 bytes).
+// v37, v38 (softmax.cu launch_bwd_v38): the backward's register clusters with 5 packs of y and dy per thread where
+// that leaves fewer thread slots idle; 62-64 registers, no spill (ptxas -v, sm_90; 6 packs spill 4-28 bytes).
 constexpr int kBwdWidePacks = 5;
+// v39 (an A/B option, launch_bwd_v38): clusters that hold 8 packs of y per thread and read dy twice, the second time
+// from L2 (softmax_bwd_rows_kernel's kHoldDy = false), for rows past what y and dy held together reach on 512 threads.
+constexpr int kBwdYPacks = 8;
 
 // Row elements one thread of a register kernel holds (its capacity is rt times this).
 template <typename T>
@@ -431,11 +434,35 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
 // ---- Backward -----------------------------------------------------------------------------------------
 
 
+// The packs of dy at this thread's N pack indices lane + k * rt below `body`, kBwdYBatch at a time: every load of a
+// batch issued before use(k, index, pack) takes any of them (one load in flight per use would wait out a round trip
+// per pack). For softmax_bwd_rows_kernel's clusters that hold y alone.
+constexpr int kBwdYBatch = 2;
+
+template <int N, typename Load, typename Use>
+__device__ __forceinline__ void dy_batches(int lane, int rt, int body, Load load, Use use) {
+  static_assert(N % kBwdYBatch == 0);
+#pragma unroll
+  for (int b = 0; b < N; b += kBwdYBatch) {
+    decltype(load(0)) d[kBwdYBatch];
+#pragma unroll
+    for (int j = 0; j < kBwdYBatch; ++j) {
+      if (lane + (b + j) * rt < body) d[j] = load(lane + (b + j) * rt);
+    }
+#pragma unroll
+    for (int j = 0; j < kBwdYBatch; ++j) {
+      if (lane + (b + j) * rt < body) use(b + j, lane + (b + j) * rt, d[j]);
+    }
+  }
+}
+
 // dx = y * (dy - sum(dy * y)) per row, y and dy in registers (raw packs, converted at each use).
-// kMail (clusters only; v12, clusters of 4 CTAs or more): the cluster's sum by messages (mail_merge)
+// kMail (clusters only; v12, clusters of 4 CTAs or more, v38: 2 or more): the cluster's sum by messages (mail_merge)
 // instead of a cluster barrier and DSMEM reads. N: the packs of y and of dy a thread holds (kBwdPacks;
-// kBwdWidePacks for v37's clusters, softmax.cu launch_bwd_wide).
-template <typename T, bool kCluster, bool kMail = false, int N = kBwdPacks>
+// kBwdWidePacks for v37's and v38's clusters, softmax.cu launch_bwd_v38). kHoldDy = false (v39): only y is held (N
+// = kBwdYPacks); dy is read for the sum with default caching, so that the rows in flight keep it in L2, and again,
+// evict-first, for dx: HBM still moves y, dy and dx once where the rows in flight fit L2.
+template <typename T, bool kCluster, bool kMail = false, int N = kBwdPacks, bool kHoldDy = true>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_bwd_rows_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
                      int cols, int tpr) {
@@ -459,25 +486,37 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
     const T* dyr = dy + offset;
     const RowSpan<T, V, int> sp(yr, cols, valid);
 
-    P ry[N], rd[N];
+    P ry[N], rd[kHoldDy ? N : 1];
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const int i = it.lane + k * it.rt;
       if (i < sp.body) {
         ry[k] = load_stream<V>(yr + sp.head, i);
-        rd[k] = load_stream<V>(dyr + sp.head, i);
+        if constexpr (kHoldDy) rd[k] = load_stream<V>(dyr + sp.head, i);
       }
     }
     float dot = 0.0f;
+    if constexpr (kHoldDy) {
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      if (it.lane + k * it.rt < sp.body) {
-        float yv[V], dv[V];
-        unpack_fresh(ry[k], yv);
-        unpack_fresh(rd[k], dv);
+      for (int k = 0; k < N; ++k) {
+        if (it.lane + k * it.rt < sp.body) {
+          float yv[V], dv[V];
+          unpack_fresh(ry[k], yv);
+          unpack_fresh(rd[k], dv);
 #pragma unroll
-        for (int j = 0; j < V; ++j) dot += yv[j] * dv[j];
+          for (int j = 0; j < V; ++j) dot += yv[j] * dv[j];
+        }
       }
+    } else {
+      dy_batches<N>(
+          it.lane, it.rt, sp.body, [&](int i) { return load_raw<V>(dyr + sp.head, i); },
+          [&](int k, int, const P& d) {
+            float yv[V], dv[V];
+            unpack_fresh(ry[k], yv);
+            unpack_fresh(d, dv);
+#pragma unroll
+            for (int j = 0; j < V; ++j) dot += yv[j] * dv[j];
+          });
     }
     for (int e = it.lane; e < sp.edges(); e += it.rt) {  // edges: re-read at the output, not kept
       const int c = sp.edge_col(e, cols);
@@ -490,18 +529,32 @@ __global__ void __launch_bounds__(kMaxBlock, 1)
     }
 
     T* dxr = dx + offset;
+    if constexpr (kHoldDy) {
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const int i = it.lane + k * it.rt;
-      if (i < sp.body) {
-        float yv[V], dv[V];
-        unpack_fresh(ry[k], yv);
-        unpack_fresh(rd[k], dv);
-        P out;
+      for (int k = 0; k < N; ++k) {
+        const int i = it.lane + k * it.rt;
+        if (i < sp.body) {
+          float yv[V], dv[V];
+          unpack_fresh(ry[k], yv);
+          unpack_fresh(rd[k], dv);
+          P out;
 #pragma unroll
-        for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(yv[j] * (dv[j] - dot));
-        store_stream<V>(dxr + sp.head, i, out);
+          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(yv[j] * (dv[j] - dot));
+          store_stream<V>(dxr + sp.head, i, out);
+        }
       }
+    } else {  // dx at pack k (index i) from y's held pack and dy's pack d, read again (from L2 if it stayed)
+      dy_batches<N>(
+          it.lane, it.rt, sp.body, [&](int i) { return load_stream<V>(dyr + sp.head, i); },
+          [&](int k, int i, const P& d) {
+            float yv[V], dv[V];
+            unpack_fresh(ry[k], yv);
+            unpack_fresh(d, dv);
+            P out;
+#pragma unroll
+            for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(yv[j] * (dv[j] - dot));
+            store_stream<V>(dxr + sp.head, i, out);
+          });
     }
     for (int e = it.lane; e < sp.edges(); e += it.rt) {
       const int c = sp.edge_col(e, cols);

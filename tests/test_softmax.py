@@ -794,6 +794,28 @@ def test_gpu_bwd_v38_clusters(gpu):
     assert re.search(narrow, err), err[-4000:]  # f32 131072: launch_auto's cluster
 
 
+# v39 (JAX_MEMOPS_SOFTMAX_BWD=v39, an A/B option; cpp/softmax.cu bwd_y_held): where v38's clusters of 512 threads do
+# not fit, clusters that hold 8 packs of y per thread and read dy twice (softmax_bwd_rows_kernel's kHoldDy = false) on
+# 512 threads, then v38's of 1024, then the y-held ones on 1024 threads. BWD_V39_SHAPES against float64, and exactly
+# these y-held plans: f32 196608 / 262144 on 12 / 16 of 512 threads, 524288 on 16 of 1024; 16-bit 524288 on 16 of
+# 512, 1000003 on 16 of 1024 (misaligned); more rows than resident clusters at 196608 and 524288 (the inboxes
+# cycle). v38's plans in between: f32 327680 16 of 1024 (5 packs), 16-bit 327680 16 of
+# 512 (5 packs), 600001 15 of 1024 (5 packs); f32 600001 and 1000003 take the stream class.
+BWD_V39_SHAPES = [(40, 196608), (12, 262144), (2, 327680), (20, 524288), (3, 600001), (1, 1000003)]
+BWD_V39_Y_HELD = {(196608, 12, 512), (262144, 16, 512), (524288, 16, 1024), (524288, 16, 512), (1000003, 16, 1024)}
+BWD_V39_V38 = {(327680, 16, 1024), (327680, 16, 512), (600001, 15, 1024)}
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_bwd_v39_y_held(gpu):
+    err = _run_script(_BWD_SCRIPT, BWD_V39_SHAPES, JAX_MEMOPS_SOFTMAX_BWD="v39", JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    pat = r"softmax_bwd v39{}: register cluster k=(\d+) x (\d+) threads, merge by messages, rows=\d+ cols=(\d+)"
+    held = {(int(c), int(k), int(t)) for k, t, c in re.findall(pat.format(" y-held"), err)}
+    v38 = {(int(c), int(k), int(t)) for k, t, c in re.findall(pat.format(""), err)}
+    assert held == BWD_V39_Y_HELD and v38 == BWD_V39_V38, f"y-held {held}, v38's {v38}\n" + err[-4000:]
+
+
 # The bulk-copy planner's ties (cpp/softmax.cu tie_to_messages): by default the smallest k that merges by
 # messages (k >= 4) wins a tie in score over a smaller k, so at C = 50257 every dtype's plan is k = 4 by
 # messages; JAX_MEMOPS_SOFTMAX_TIE=small restores the smallest k (f32 k = 2, 16-bit k = 1, by the barrier).
