@@ -9,7 +9,7 @@
 #   ab_norm_fwd_verify, ab_norm_sweep, ab_big_tests,
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
 #   ab_smxab, ab_san_cpu, ab_dbench, ab_version_table, ab_norm_btest, ab_norm_versions, ab_norm_ptest,
-#   ab_norm_sanr, ab_norm_verify, ab_norm_big, ab_norm_nbench: below
+#   ab_norm_sanr, ab_norm_verify, ab_norm_big, ab_norm_nver, ab_norm_nbench: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -377,6 +377,14 @@ ab_norm_verify() {
 
 # ab_norm_big: the > 2^31-element LayerNorm and RMSNorm backward tests.
 ab_norm_big() { ab_big_tests "big_layer_norm_backward or big_norm_backward_teams"; }
+
+# ab_norm_nver VERSION: a norm backward version's checks before it becomes the default: the versions tests (default,
+# VERSION), the > 2^31-element tests, memcheck and racecheck, each under VERSION.
+ab_norm_nver() {
+  BT_VERSIONS="default $1" ab_norm_btest "default $1" 4
+  JAX_MEMOPS_NORM_BWD=$1 ab_norm_big
+  JAX_MEMOPS_NORM_BWD=$1 ab_norm_sanr "$1"
+}
 
 # ab_norm_nbench: the bench's LayerNorm and RMSNorm backward and forward + backward, f32 and bf16, device timing.
 ab_norm_nbench() { ab_dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }

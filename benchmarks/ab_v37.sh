@@ -48,11 +48,7 @@ stage_ssan() {
 
 stage_sbig() { JAX_MEMOPS_SOFTMAX_BWD=v37 ab_big_tests "big_softmax_size_class and (50257 or 131072)"; }
 
-stage_nver() {
-  BT_VERSIONS="default v36" ab_norm_btest "default v36" 4
-  JAX_MEMOPS_NORM_BWD=v36 ab_norm_big
-  JAX_MEMOPS_NORM_BWD=v36 ab_norm_sanr v36
-}
+stage_nver() { ab_norm_nver v36; }
 
 stage_verify() {
   { stage_stest; stage_sbig; } &

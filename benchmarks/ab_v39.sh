@@ -30,11 +30,7 @@ stage_vtest() {
 
 stage_race() { ab_cluster_race v39 JAX_MEMOPS_SOFTMAX_BWD=v39; }
 
-stage_nver() {
-  BT_VERSIONS="default v36" ab_norm_btest "default v36" 4
-  JAX_MEMOPS_NORM_BWD=v36 ab_norm_big
-  JAX_MEMOPS_NORM_BWD=v36 ab_norm_sanr v36
-}
+stage_nver() { ab_norm_nver v36; }
 
 ab_init "$@"
 ab_run v39

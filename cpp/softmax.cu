@@ -236,8 +236,9 @@ constexpr int kPushMinCluster = 4;
 constexpr int kPushMinClusterBwd = 2;
 
 int push_rule(int rule) {
-  static const int forced = env_choice("JAX_MEMOPS_SOFTMAX_PUSH", {{"0", INT_MAX}, {"1", 1}}, 0);
-  return forced != 0 ? forced : rule;
+  static const std::optional<int> forced =
+      env_choice<std::optional<int>>("JAX_MEMOPS_SOFTMAX_PUSH", {{"0", INT_MAX}, {"1", 1}}, std::nullopt);
+  return forced.value_or(rule);
 }
 
 // The smallest cluster that merges by messages: the bulk-copy forward's, the backward's register clusters'.
@@ -913,20 +914,17 @@ ffi::Error launch_bwd_v38(cudaStream_t stream, RowShape s, BwdVersion version, c
   const char* what = version == BwdVersion::kV37 ? "softmax_bwd v37"
                      : version == BwdVersion::kV39 ? (plan->hold_dy ? "softmax_bwd v39" : "softmax_bwd v39 y-held")
                                                    : "softmax_bwd v38";
-  if (!plan->hold_dy) {
-    constexpr int kY = smx::bwd_elems_per_thread<T, smx::kBwdYPacks>();
-    return launch_cluster_rows<smx::softmax_bwd_rows_kernel<T, true, false, smx::kBwdYPacks, false>,
-                               smx::softmax_bwd_rows_kernel<T, true, true, smx::kBwdYPacks, false>>(
-        dev, stream, s, kY, shapes, launched, what, yp, dyp, dxp);
-  }
-  if (plan->packs == smx::kBwdWidePacks) {
-    constexpr int kWide = smx::bwd_elems_per_thread<T, smx::kBwdWidePacks>();
-    return launch_cluster_rows<smx::softmax_bwd_rows_kernel<T, true, false, smx::kBwdWidePacks>,
-                               smx::softmax_bwd_rows_kernel<T, true, true, smx::kBwdWidePacks>>(
-        dev, stream, s, kWide, shapes, launched, what, yp, dyp, dxp);
-  }
-  return launch_cluster_rows<smx::softmax_bwd_rows_kernel<T, true>, smx::softmax_bwd_rows_kernel<T, true, true>>(
-      dev, stream, s, smx::bwd_elems_per_thread<T>(), shapes, launched, what, yp, dyp, dxp);
+  const auto run = [&](auto packs, auto hold_dy) {
+    constexpr int kN = decltype(packs)::value;
+    constexpr bool kHold = decltype(hold_dy)::value;
+    return launch_cluster_rows<smx::softmax_bwd_rows_kernel<T, true, false, kN, kHold>,
+                               smx::softmax_bwd_rows_kernel<T, true, true, kN, kHold>>(
+        dev, stream, s, smx::bwd_elems_per_thread<T, kN>(), shapes, launched, what, yp, dyp, dxp);
+  };
+  using std::integral_constant;
+  if (!plan->hold_dy) return run(integral_constant<int, smx::kBwdYPacks>{}, std::false_type{});
+  if (plan->packs == smx::kBwdWidePacks) return run(integral_constant<int, smx::kBwdWidePacks>{}, std::true_type{});
+  return run(integral_constant<int, smx::kBwdPacks>{}, std::true_type{});
 }
 
 ffi::Error SoftmaxBwd(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer dy,
