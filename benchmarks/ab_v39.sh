@@ -10,6 +10,8 @@
 #   race    compute-sanitizer over cluster_race.py under v39: racecheck (the rule, then messages at every k), memcheck.
 #   nver    the norms' backward versions tests (default, v36), their > 2^31-element tests, memcheck and racecheck
 #           under v36 (ab_v37.sh's nver).
+#   dverify the default's checks left from v38's calls (merge by messages from k = 2): the backward's size classes
+#           and many rows in process, and the > 2^31-element bf16 50257 test (its 3-CTA plan past 2^31 elements).
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -31,6 +33,12 @@ stage_vtest() {
 stage_race() { ab_cluster_race v39 JAX_MEMOPS_SOFTMAX_BWD=v39; }
 
 stage_nver() { ab_norm_nver v36; }
+
+stage_dverify() {
+  ab_gpu_tests dverify 250 "gpu and softmax and (auto_size_classes_backward or auto_many_rows)" 240
+  ab_big_tests "big_softmax_size_class and 50257"
+  mv "$out/big.log" "$out/big-dverify.log"
+}
 
 ab_init "$@"
 ab_run v39

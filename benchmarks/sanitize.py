@@ -51,12 +51,13 @@ from jax_memops import reference, unfused
 # (its mbarrier's phase flips): 16-bit (1201, 4096) on 256-thread teams, (411, 8192) and (530, 12288) on 512-thread
 # teams of K = 2 / 3, f32 LayerNorm (700, 8192) on 512-thread teams of K = 4. v34's f32 rows of K = 6 on 512-thread
 # teams, read from two stages: (397, 10000) f32, slots left empty, each stage filled once or twice per block (three or
-# four rows a block), the slabs over the stages at the end; (2, 12288) f32 above, full rows. v35's 16-bit LayerNorm
-# rows of K = 3 read from their stages: (301, 2560) on 128-thread teams, (131, 5000) on 256-thread teams (two a block),
-# slots left empty; (263, 10000) and (530, 12288) above on 512-thread teams. Under JAX_MEMOPS_NORM_BWD=v36 (an A/B
-# option), 16-bit teams of a multiple of 32 threads that is not a power of two (cpp/norms.cu odd_team; SHAPES[i] runs in
-# dtype i % 3, so (3, 4608) is f32, the fused kernel, and the two after it 16-bit): (67, 2304) 96 threads of K = 3,
-# five a block; (131, 4608) 192 of K = 3, two a block; (131, 5000) 224 of K = 3, slots left empty, two a block.
+# four rows a block), the slabs over the stages at the end; (2, 12288) f32 above, full rows. v35's 16-bit LayerNorm rows
+# of K = 3 read from their stages: (301, 2560) on 128-thread teams, (131, 5000) on 256-thread teams (two a block), slots
+# left empty; (263, 10000) and (530, 12288) above on 512-thread teams. Since v36 (the default; JAX_MEMOPS_NORM_BWD=v35
+# keeps v35's teams), 16-bit teams of a multiple of 32 threads that is not a power of two (cpp/norms.cu odd_team;
+# SHAPES[i] runs in dtype i % 3, so (3, 4608) is f32, the fused kernel, and the two after it 16-bit): (67, 2304) 96
+# threads of K = 3, five a block; (131, 4608) 192 of K = 3, two a block; (131, 5000) 224 of K = 3, slots left empty, two
+# a block.
 SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
           (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288), (3, 16384), (2, 24576),
           (2, 4096), (5, 1024), (3, 2056), (2, 8192), (300, 6152), (263, 10000), (1201, 4096), (700, 8192),

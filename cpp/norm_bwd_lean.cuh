@@ -28,7 +28,7 @@
 // (RESULTS.md "v31"). v32: the K = 3 rows one row ahead with the scale held, LayerNorm's partials by quads (norms.cu
 // norm_bwd_lean). v33: kStages, the rows of wide teams through stages of shared memory filled by bulk copies. v34:
 // f32 rows of C = 8196..12288 at K = 6 on 512-thread teams, read from their stages in both passes (kSmemRows). v35:
-// LayerNorm's 16-bit staged rows of K = 3 the same way. v36 (an A/B option): kOddTeams, staged teams of any multiple of
+// LayerNorm's 16-bit staged rows of K = 3 the same way. v36 (the default): kOddTeams, staged teams of any multiple of
 // 32 threads (norms.cu odd_team).
 #pragma once
 
@@ -43,7 +43,7 @@ namespace jm::cuda {
 // a block run out of phase, as blocks do; else at __syncthreads (every team of the block at each row). The
 // parity argument holds per team: its warps write only their own slots of `red`. (norm_bwd_fused_kernel's
 // team_sum2 the same way measured a tie at f32 C = 768 / 1536: not taken.)
-// kOddTeams (v36, an A/B option: norms.cu odd_team): teams of any multiple of 32 threads (wpt warps); the butterfly
+// kOddTeams (v36: norms.cu odd_team): teams of any multiple of 32 threads (wpt warps); the butterfly
 // spans the power of two at or above wpt, its lanes past the team's warps adding zeros. The team's first warp is
 // team * wpt, from the barrier's division. v36's first form took it as warp - warp % wpt, a modulo per row that the
 // compiler left in the loop (it sat under the lanes' condition): 1-8% slower where it replaced the power-of-two

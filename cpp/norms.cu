@@ -84,7 +84,14 @@ bool norm_fwd_half() {
 }
 
 // Which fused backward runs where norm_bwd_lean.cuh's kernel applies (16-byte packs, a scale shared by every row;
-// lean_team): the default v35 — v34's kernels, but LayerNorm's 16-bit rows of K = 3 packs on teams of 128, 256 or 512
+// lean_team): the default v36 — v35's kernels, but the 16-bit rows whose power-of-two team leaves slots empty on teams
+// of a multiple of 32 threads (odd_team; the kernels' kOddTeams, staged). Measured against v35 in the form committed
+// (the power-of-two kernels v35's, PTX identical; the odd teams' sums without a modulo, team_sum_lean; RESULTS.md
+// "v38", "v39"): bf16 bwd LayerNorm 1.10 / 1.09 / 1.10x at C = 2056 / 4104 / 8200, RMSNorm 1.05x at 2056, 1.00x where
+// the rule keeps the power-of-two team (4096; RMSNorm 4104 / 8200). The first form, whose team sums took a modulo per
+// row in every lean kernel, read 1.10-1.14x at 2056, 2304, 4104, 4608, 8200, 9216 and cost the power-of-two rows 1-8%
+// (RESULTS.md "v36"). =v36-k2 / =v36-k3 take odd teams of K = 2 / 3 packs wherever they fit; =v35 keeps v35's teams.
+// v35 — v34's kernels, but LayerNorm's 16-bit rows of K = 3 packs on teams of 128, 256 or 512
 // (packs in (2 tpr, 3 tpr]: bf16 / f16 C = 2056..3072, 4104..6144, 8200..12288) read from their two stages in both
 // passes, the two partial rows in registers (kSmemRows, v34's form for the f32 rows; teams of 128 at K = 3 were not
 // staged before), where v32 / v33's kernels copy the row into registers and keep the partials in shared memory by
@@ -94,13 +101,6 @@ bool norm_fwd_half() {
 // for the 16-bit K = 2 rows (LayerNorm 1.00-1.01x at 2048 / 4096, 0.98x at 8192, 0.95x at 6152) and RMSNorm's K = 2 and
 // 3 (0.98-1.00x); three stages (0.93-0.97x); two 512-thread blocks per SM at 64 registers on the paired grid
 // (0.67-0.95x). JAX_MEMOPS_NORM_BWD=v34 gives v34's kernels.
-// JAX_MEMOPS_NORM_BWD=v36 (an A/B option, not the default): 16-bit rows whose power-of-two team leaves slots empty on
-// teams of a multiple of 32 threads (odd_team; the kernels' kOddTeams). Against v35 in a build where every lean kernel
-// had kOddTeams' team sums, bf16 LayerNorm bwd 1.10-1.14x at C = 2056, 2304, 4104, 4608, 8200, 9216 (RMSNorm 1.07-1.09x
-// at 2056 / 2304); but those team sums' modulo per row had cost that build's power-of-two rows 1-8% (the bench against
-// v35's build, RESULTS.md "v36"). Since then the power-of-two kernels are v35's (PTX identical) and the odd teams'
-// sums take no modulo (team_sum_lean); that form is not measured yet. =v36-k2 / =v36-k3 take odd teams of K = 2 / 3
-// packs wherever they fit.
 // v34 — v33's kernels, and the f32 rows of 2049..3072 packs (C = 8196..12288), which
 // norm_bwd_fused_kernel ran (6 packs per thread in registers, nothing in flight while a row is worked on), on the lean
 // kernel's 512-thread teams of K = 6 with the row read from its stage in both passes (kSmemRows): the registers hold
@@ -149,7 +149,7 @@ NormBwd norm_bwd_version() {
                                        {"v19-hold", NormBwd::kV19Hold}, {"v19-lean", NormBwd::kV19Lean},
                                        {"v19-deep", NormBwd::kV19Deep},
                                        {"v18", NormBwd::kV18}, {"v30", NormBwd::kV30}, {"v31", NormBwd::kV31}},
-                                      NormBwd::kV35);
+                                      NormBwd::kV36);
   return v;
 }
 
@@ -654,18 +654,18 @@ ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t 
 // with its rows staged (norm_bwd_lean), one 512-thread team of K = 2 again, over v31's teams staged or not (bf16 8192
 // +4%, RESULTS.md "v33"); JAX_MEMOPS_NORM_BWD=v31 or =v32 keeps v31's teams. v34: f32 rows of 2049..3072 packs on
 // one 512-thread team of K = 6 (norm_bwd_version's comment; under v34-chunks RMSNorm's only).
-// v36 (JAX_MEMOPS_NORM_BWD=v36, an A/B option): a 16-bit row whose power-of-two team (tpr threads of K = 2 or 3 packs)
-// leaves more than a tenth of its slots empty may take a team of a multiple of 32 threads instead, of 96..512 threads
-// (staged, the kernels' kOddTeams, norm_bwd_lean): the fewest warps that hold the row at K = 3 packs per thread, or at
-// K = 2 — whichever an SM holds more threads of, and only where it holds at least as many as the power-of-two team
-// keeps busy (its resident threads times its share of full slots). `threads`: bwd_grid's block rule (256: two blocks
-// per SM). Measured against v35 in one build (RESULTS.md "v36"; bf16 LayerNorm bwd, one process each, A/A
-// 0.986-1.004): taken, 2056 / 2304 (96 x 3, two blocks of two teams per SM) 1.12 / 1.14x, 3584 (224 x 2) 1.05x, 4104
-// / 4608 (192 x 3, two teams a block) 1.10 / 1.11x, 5000 / 5120 (224 x 3) 1.03 / 1.04x, 6152 (416 x 2) 0.99x, 7168
-// (448 x 2) 1.01x, 8200 (352 x 3) 1.14x, 9216 (384 x 3) 1.11x, 10000 (448 x 3) 1.00x; not taken, where an SM holds
-// only 288-320 threads: 2560 (160 x 2) 0.87x, 3584 (160 x 3) 0.88x, 4608 (288 x 2) 0.83x, 5120 (320 x 2) 0.85x, 7168
-// (320 x 3) 0.88x. In that build every lean kernel ran kOddTeams' team sums, 1-8% slower than v35's (norm_bwd_version's
-// comment). RMSNorm: lean_team. =v36-k2 / =v36-k3 take that K's team wherever it fits. 0: keep tpr.
+// v36 (the default since v39's calls): a 16-bit row whose power-of-two team (tpr threads of K = 2 or 3 packs) leaves
+// more than a tenth of its slots empty may take a team of a multiple of 32 threads instead, of 96..512 threads (staged,
+// the kernels' kOddTeams, norm_bwd_lean): the fewest warps that hold the row at K = 3 packs per thread, or at K = 2 —
+// whichever an SM holds more threads of, and only where it holds at least as many as the power-of-two team keeps busy
+// (its resident threads times its share of full slots). `threads`: bwd_grid's block rule (256: two blocks per SM).
+// Measured against v35 in one build (RESULTS.md "v36"; bf16 LayerNorm bwd, one process each, A/A 0.986-1.004): taken,
+// 2056 / 2304 (96 x 3, two blocks of two teams per SM) 1.12 / 1.14x, 3584 (224 x 2) 1.05x, 4104 / 4608 (192 x 3, two
+// teams a block) 1.10 / 1.11x, 5000 / 5120 (224 x 3) 1.03 / 1.04x, 6152 (416 x 2) 0.99x, 7168 (448 x 2) 1.01x, 8200
+// (352 x 3) 1.14x, 9216 (384 x 3) 1.11x, 10000 (448 x 3) 1.00x; not taken, where an SM holds only 288-320 threads: 2560
+// (160 x 2) 0.87x, 3584 (160 x 3) 0.88x, 4608 (288 x 2) 0.83x, 5120 (320 x 2) 0.85x, 7168 (320 x 3) 0.88x. In that
+// build every lean kernel ran kOddTeams' team sums, 1-8% slower than v35's (norm_bwd_version's comment). RMSNorm:
+// lean_team. =v36-k2 / =v36-k3 take that K's team wherever it fits. 0: keep tpr.
 int odd_team(int64_t packs, int tpr, int threads) {
   const int64_t k = packs > 2 * int64_t{tpr} ? 3 : 2;
   if (packs * 10 >= k * tpr * 9) return 0;
@@ -696,7 +696,7 @@ int lean_team(int64_t packs, int threads) {
     return k6 ? kTeamThreads : 0;
   }
   const int tpr = team_size(packs, sizeof(T) == 2 ? 3 : 4);
-  // v36 (A/B): LayerNorm's odd teams wherever odd_team takes them, RMSNorm's on the paired grid only (threads 256: bf16
+  // v36: LayerNorm's odd teams wherever odd_team takes them, RMSNorm's on the paired grid only (threads 256: bf16
   // 2056 / 2304 1.07-1.09x, 3584 1.02x; on one block per SM 0.99-1.01x, a mean of -0.3%: RESULTS.md "v36").
   if (sizeof(T) == 2 && tpr <= kTeamThreads && norm_bwd_since(NormBwd::kV36) && (!kRms || threads == kFusedMinBlock)) {
     if (const int odd = odd_team(packs, tpr, threads); odd > 0) return odd;

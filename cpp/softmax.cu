@@ -811,19 +811,20 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
   });
 }
 
-// The backward's versions (JAX_MEMOPS_SOFTMAX_BWD, A/B, read once per process). v38 (the default): before
-// launch_auto, launch_bwd_v38 plans the long rows (below). "v39": v38 with clusters that hold y alone where v38's do
-// not fit 16 CTAs of 512 threads, or none of its fits. "v37": its register clusters of 5 packs per thread wherever
-// they take fewer 512-thread CTAs. "v35" (the rule before v37), "v9" and "v9-1024": launch_auto alone, in the cluster
-// order bwd_cluster_order gives.
+// The backward's versions (JAX_MEMOPS_SOFTMAX_BWD, A/B, read once per process). v39 (the default): before
+// launch_auto, launch_bwd_v38 plans the long rows (below), with clusters that hold y alone where v38's do not fit 16
+// CTAs of 512 threads, or none of its fits. "v38": v39 without clusters that hold y alone. "v37": its register
+// clusters of 5 packs per thread wherever they take fewer 512-thread CTAs. "v35" (the rule before v37), "v9" and
+// "v9-1024": launch_auto alone, in the cluster order bwd_cluster_order gives. (v40's clusters holding 7 packs of y
+// where they leave fewer slots idle, measured 0.92-0.93x at 16-bit 50257 / 200000: branch v40, RESULTS.md "v40".)
 enum class BwdVersion { kV35, kV37, kV38, kV39 };
 
 BwdVersion bwd_version() {
   static const BwdVersion v = env_choice("JAX_MEMOPS_SOFTMAX_BWD",
                                          {{"v35", BwdVersion::kV35}, {"v37", BwdVersion::kV37},
-                                          {"v39", BwdVersion::kV39}, {"v9", BwdVersion::kV35},
+                                          {"v38", BwdVersion::kV38}, {"v9", BwdVersion::kV35},
                                           {"v9-1024", BwdVersion::kV35}},
-                                         BwdVersion::kV38);
+                                         BwdVersion::kV39);
   return v;
 }
 
@@ -854,7 +855,9 @@ BwdCluster bwd_cluster(int64_t cols, int block, int packs) {
 // CTAs. Why: v38's clusters of 1024 threads (f32 C > 163840, 16-bit 327680) read 65-75% of the copy, 7 of them
 // resident (112 of 132 SMs, 1 CTA per SM: nothing overlaps a row's merge; its 512-thread clusters of 16 use the same
 // SMs, 2 CTAs each, at 86%); these are 512-thread CTAs up to f32 C = 262144 (16-bit 524288), and on 1024 threads up to
-// twice that where v38 has none (the stream class). Not measured yet (RESULTS.md "v39").
+// twice that where v38 has none (the stream class). Measured against v38 (RESULTS.md "v39", device timing, % of the
+// copy): f32 196608 / 256000 / 262144 74 / 70 / 71% -> 88 / 87 / 88%, 524288 59 -> 73%; bf16 524288 66 -> 75%,
+// 1000003 44 -> 63%; the rows v39 leaves to v38 within 1%.
 template <typename T>
 std::optional<BwdCluster> bwd_y_held(int64_t cols, int block) {
   BwdCluster c = bwd_cluster<T>(cols, block, smx::kBwdYPacks);
@@ -881,14 +884,23 @@ std::optional<BwdCluster> bwd_v38_choice(int64_t cols, int block) {
   return wide.k >= 2 && fewer_slots && keeps_merge ? wide : narrow;
 }
 
+// The plan log's name of launch_bwd_v38's launches (JAX_MEMOPS_SOFTMAX_PLAN_LOG=1; the tests read it).
+const char* bwd_plan_name(BwdVersion version, const BwdCluster& plan) {
+  switch (version) {
+    case BwdVersion::kV37: return "softmax_bwd v37";
+    case BwdVersion::kV38: return "softmax_bwd v38";
+    default: return plan.hold_dy ? "softmax_bwd v39" : "softmax_bwd v39 y-held";
+  }
+}
+
 // The long rows' register clusters before launch_auto (which runs where *launched stays false):
 //   v38: CTAs of 512 threads (2 per SM), 4 or 5 packs per thread by bwd_v38_choice, k <= 16 (where that is
 //        launch_auto's narrow cluster, launch_auto runs it); past 16 x 512 threads' reach, CTAs of 1024 threads
 //        (1 per SM) by the same choice, k <= 16 (f32 C <= 327680, 16-bit 655360), which launch_auto never tries
 //        (its capacity is 8 x 1024 = 16 x 512): those rows took the stream class, two passes over y and dy from HBM
 //        (5 tensor passes; f32 131073 / 262144 measured 58-59% of the copy, v37).
-//   v39 (A/B): v38, but bwd_y_held's cluster of 512 threads before v38's of 1024, and of 1024 threads where v38's
-//        fits none (f32 C <= 524288, 16-bit 1048576).
+//   v39 (the default): v38, but bwd_y_held's cluster of 512 threads before v38's of 1024, and of 1024 threads where
+//        v38's fits none (f32 C <= 524288, 16-bit 1048576).
 //   v37: the wide cluster of 512-thread CTAs wherever it takes fewer CTAs than the narrow one (k >= 2).
 template <typename T>
 ffi::Error launch_bwd_v38(cudaStream_t stream, RowShape s, BwdVersion version, const T* yp, const T* dyp, T* dxp,
@@ -907,13 +919,11 @@ ffi::Error launch_bwd_v38(cudaStream_t stream, RowShape s, BwdVersion version, c
     if (!plan) plan = bwd_v38_choice<T>(s.cols, kMaxBlock);
     if (!plan && y_held) plan = bwd_y_held<T>(s.cols, kMaxBlock);
   }
-  if (!plan || (plan->block == kHalf && plan->packs == smx::kBwdPacks)) return ffi::Error::Success();
+  if (!plan || (plan->hold_dy && plan->block == kHalf && plan->packs == smx::kBwdPacks)) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure() || dev.cc_major < 9) return err;
   const std::initializer_list<ClusterShape> shapes = {{plan->block, kMaxClusterNonPortable}};
-  const char* what = version == BwdVersion::kV37 ? "softmax_bwd v37"
-                     : version == BwdVersion::kV39 ? (plan->hold_dy ? "softmax_bwd v39" : "softmax_bwd v39 y-held")
-                                                   : "softmax_bwd v38";
+  const char* what = bwd_plan_name(version, *plan);
   const auto run = [&](auto packs, auto hold_dy) {
     constexpr int kN = decltype(packs)::value;
     constexpr bool kHold = decltype(hold_dy)::value;

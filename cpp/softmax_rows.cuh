@@ -43,8 +43,8 @@ constexpr int kBwdPacks = 4;
 // v37, v38 (softmax.cu launch_bwd_v38): the backward's register clusters with 5 packs of y and dy per thread where
 // that leaves fewer thread slots idle; 62-64 registers, no spill (ptxas -v, sm_90; 6 packs spill 4-28 bytes).
 constexpr int kBwdWidePacks = 5;
-// v39 (an A/B option, launch_bwd_v38): clusters that hold 8 packs of y per thread and read dy twice, the second time
-// from L2 (softmax_bwd_rows_kernel's kHoldDy = false), for rows past what y and dy held together reach on 512 threads.
+// v39 (the default, launch_bwd_v38): clusters that hold 8 packs of y per thread and read dy twice, the second time from
+// L2 (softmax_bwd_rows_kernel's kHoldDy = false), for rows past what y and dy held together reach on 512 threads.
 constexpr int kBwdYPacks = 8;
 
 // Row elements one thread of a register kernel holds (its capacity is rt times this).

@@ -133,9 +133,10 @@ def test_big_softmax_backward(big):
 # by messages), 42731 rows of 50257 (the forward's two-pass kernel with L2 as the row buffer, v14;
 # misaligned rows: scalar heads and tails) and 2147484 rows of 1000 (the forward's sub-warp rows of 8 packs
 # per thread, v23: 16 threads a row, the last one's packs partly beyond it); v38's backward clusters: 8193 rows of
-# 262147 (13 CTAs of 512 threads, 5 packs of y and dy per thread; misaligned rows) and 4097 of 524288 (16 CTAs of
-# 1024 threads, 4 packs).
-SIZE_CLASS_CASES = [131072, 50257, 1000, 262147, 524288]
+# 262147 (13 CTAs of 512 threads, 5 packs of y and dy per thread; misaligned rows) and 3580 of 600001 (15 CTAs of
+# 1024 threads, 5 packs; misaligned); v39's: 4097 of 524288 (16 CTAs of 512 threads holding 8 packs of y, dy read
+# twice).
+SIZE_CLASS_CASES = [131072, 50257, 1000, 262147, 524288, 600001]
 
 
 @pytest.mark.slow
@@ -479,7 +480,7 @@ def test_big_norm_backward_teams(gpu, op, c, dtype):
     """The norms' lean backward past element 2**31: v31's 256-thread teams of K = 4 packs (RMSNorm bf16 C = 8192),
     v32's 512-thread teams of K = 3 (bf16 12288: RMSNorm's partials in registers, LayerNorm's in shared memory by
     quads), v34's of K = 6 (f32 12288: the rows read from their stages, the partials in registers) and v35's 256-thread
-    teams of K = 3 with a quarter of their slots empty (bf16 4608; JAX_MEMOPS_NORM_BWD=v36: two teams of 192 threads a
+    teams of K = 3 with a quarter of their slots empty (bf16 4608; since v36 by default two teams of 192 threads a
     block); rows of dx on both sides of it against float64, the parameter gradients against XLA's float32 column
     sums."""
     dtype = mt.F32 if dtype == "float32" else mt.BF16
@@ -698,7 +699,8 @@ def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid})
 
 
-# The fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default (v35: v34's
+# The fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default (v36: v35's
+# kernels, but 16-bit rows whose power-of-two team leaves slots empty on teams of a multiple of 32 threads), v35 (v34's
 # kernels, but LayerNorm's 16-bit staged rows of K = 3 read from their stages in both passes, the partials in
 # registers), v34 (v33's kernels, and the f32 rows of C = 8196..12288 on 512-thread teams of K = 6 read from two stages
 # in both passes), v34-chunks (those rows of RMSNorm in registers, through one stage in parts), v33 (v32's kernels, but
@@ -800,7 +802,7 @@ print("OK")
 
 
 @pytest.mark.parametrize(
-    "version", ["", "v36", "v36-k2", "v36-k3", "v34", "v34-chunks", "v33", "v32", "v31", "v30", "v19", "v19-hold",
+    "version", ["", "v35", "v36-k2", "v36-k3", "v34", "v34-chunks", "v33", "v32", "v31", "v30", "v19", "v19-hold",
                 "v19-lean", "v19-deep", "v18"])
 def test_norm_backward_versions(gpu, version):
     mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version})

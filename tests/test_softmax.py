@@ -734,7 +734,7 @@ BWD_CLUSTER_SHAPES = [(20, 8193), (3, 16385), (470, 32768), (1, 50257), (320, 50
 def test_gpu_bwd_push_reduce(gpu, order, push):
     err = _run_script(_BWD_SCRIPT, BWD_CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_BWD=order, JAX_MEMOPS_SOFTMAX_PUSH=push,
                       JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
-    plans = re.findall(r"softmax_bwd(?: v38)?: register cluster k=(\d+) x \d+ threads, merge by (\w+),", err)
+    plans = re.findall(r"softmax_bwd(?: v39)?: register cluster k=(\d+) x \d+ threads, merge by (\w+),", err)
     assert plans, "no register-cluster launch:\n" + err[-4000:]
     for k, merge in plans:
         want = "messages" if push == "1" or (push == "" and int(k) >= 2) else "barrier"
@@ -766,15 +766,15 @@ def test_gpu_bwd_wide_clusters(gpu):
         assert threads == "512" and merge == "messages", (k, threads, merge, c)  # k >= 2 (kPushMinClusterBwd)
 
 
-# v38, the default (cpp/softmax.cu launch_bwd_v38): the long rows' register clusters of 4 or 5 packs per thread
-# (bwd_v38_choice: 5 where 4 does not fit 16 CTAs, or where 5 leave fewer thread slots idle without trading the
-# messages' merge for the barrier's), on 512-thread CTAs, else on 16 of 1024 threads (rows that took the stream
-# class before). BWD_V38_SHAPES against float64; the plan log must show exactly the clusters the rule gives beyond
-# launch_auto's own: f32 16385 / 50257 / 100000 / 131073 on 2 / 5 / 10 / 13 of 512 threads (5 packs), 262144 on 16 of
-# 1024 (4 packs), 262147 / 327680 on 13 / 16 of 1024 (5 packs); 16-bit 100000 / 131073 / 262147 / 327680 on 5 / 7 / 13
-# / 16 of 512 (5 packs), 50257 on 3 of 512 (5 packs: both merge by messages), 524288 on 16 of 1024 (4 packs), every
-# one merged by messages. launch_auto keeps f32 131072 (16 of 512), 16-bit 16385, 131072 and 262144; f32 524288
-# takes the stream class.
+# v38 (JAX_MEMOPS_SOFTMAX_BWD=v38, the default before v39; cpp/softmax.cu launch_bwd_v38): the long rows' register
+# clusters of 4 or 5 packs per thread (bwd_v38_choice: 5 where 4 does not fit 16 CTAs, or where 5 leave fewer thread
+# slots idle without trading the messages' merge for the barrier's), on 512-thread CTAs, else on 16 of 1024 threads
+# (rows that took the stream class before). BWD_V38_SHAPES against float64; the plan log must show exactly the clusters
+# the rule gives beyond launch_auto's own: f32 16385 / 50257 / 100000 / 131073 on 2 / 5 / 10 / 13 of 512 threads (5
+# packs), 262144 on 16 of 1024 (4 packs), 262147 / 327680 on 13 / 16 of 1024 (5 packs); 16-bit 100000 / 131073 / 262147
+# / 327680 on 5 / 7 / 13 / 16 of 512 (5 packs), 50257 on 3 of 512 (5 packs: both merge by messages), 524288 on 16 of
+# 1024 (4 packs), every one merged by messages. launch_auto keeps f32 131072 (16 of 512), 16-bit 16385, 131072 and
+# 262144; f32 524288 takes the stream class.
 BWD_V38_SHAPES = [(3, 16385), (1, 50257), (320, 50257), (2, 100000), (40, 131072), (60, 131073), (4, 262144),
                   (12, 262147), (2, 327680), (3, 524288)]
 BWD_V38_PLANS = {(16385, 2, 512), (50257, 5, 512), (100000, 10, 512), (131073, 13, 512), (262144, 16, 1024),
@@ -785,7 +785,7 @@ BWD_V38_PLANS = {(16385, 2, 512), (50257, 5, 512), (100000, 10, 512), (131073, 1
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_gpu_bwd_v38_clusters(gpu):
-    err = _run_script(_BWD_SCRIPT, BWD_V38_SHAPES, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    err = _run_script(_BWD_SCRIPT, BWD_V38_SHAPES, JAX_MEMOPS_SOFTMAX_BWD="v38", JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
     plans = re.findall(r"softmax_bwd v38: register cluster k=(\d+) x (\d+) threads, merge by (\w+), rows=\d+ "
                        r"cols=(\d+)", err)
     assert {(int(c), int(k), int(t)) for k, t, _, c in plans} == BWD_V38_PLANS, f"plans {plans}\n" + err[-4000:]
@@ -794,13 +794,13 @@ def test_gpu_bwd_v38_clusters(gpu):
     assert re.search(narrow, err), err[-4000:]  # f32 131072: launch_auto's cluster
 
 
-# v39 (JAX_MEMOPS_SOFTMAX_BWD=v39, an A/B option; cpp/softmax.cu bwd_y_held): where v38's clusters of 512 threads do
-# not fit, clusters that hold 8 packs of y per thread and read dy twice (softmax_bwd_rows_kernel's kHoldDy = false) on
-# 512 threads, then v38's of 1024, then the y-held ones on 1024 threads. BWD_V39_SHAPES against float64, and exactly
-# these y-held plans: f32 196608 / 262144 on 12 / 16 of 512 threads, 524288 on 16 of 1024; 16-bit 524288 on 16 of
-# 512, 1000003 on 16 of 1024 (misaligned); more rows than resident clusters at 196608 and 524288 (the inboxes
-# cycle). v38's plans in between: f32 327680 16 of 1024 (5 packs), 16-bit 327680 16 of
-# 512 (5 packs), 600001 15 of 1024 (5 packs); f32 600001 and 1000003 take the stream class.
+# v39, the default (cpp/softmax.cu bwd_y_held): where v38's clusters of 512 threads do not fit, clusters that hold 8
+# packs of y per thread and read dy twice (softmax_bwd_rows_kernel's kHoldDy = false) on 512 threads, then v38's of
+# 1024, then the y-held ones on 1024 threads. BWD_V39_SHAPES against float64, and exactly these y-held plans: f32 196608
+# / 262144 on 12 / 16 of 512 threads, 524288 on 16 of 1024; 16-bit 524288 on 16 of 512, 1000003 on 16 of 1024
+# (misaligned); more rows than resident clusters at 196608 and 524288 (the inboxes cycle). v38's plans in between: f32
+# 327680 16 of 1024 (5 packs), 16-bit 327680 16 of 512 (5 packs), 600001 15 of 1024 (5 packs); f32 600001 and 1000003
+# take the stream class.
 BWD_V39_SHAPES = [(40, 196608), (12, 262144), (2, 327680), (20, 524288), (3, 600001), (1, 1000003)]
 BWD_V39_Y_HELD = {(196608, 12, 512), (262144, 16, 512), (524288, 16, 1024), (524288, 16, 512), (1000003, 16, 1024)}
 BWD_V39_V38 = {(327680, 16, 1024), (327680, 16, 512), (600001, 15, 1024)}
@@ -809,11 +809,12 @@ BWD_V39_V38 = {(327680, 16, 1024), (327680, 16, 512), (600001, 15, 1024)}
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_gpu_bwd_v39_y_held(gpu):
-    err = _run_script(_BWD_SCRIPT, BWD_V39_SHAPES, JAX_MEMOPS_SOFTMAX_BWD="v39", JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    err = _run_script(_BWD_SCRIPT, BWD_V39_SHAPES, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
     pat = r"softmax_bwd v39{}: register cluster k=(\d+) x (\d+) threads, merge by messages, rows=\d+ cols=(\d+)"
     held = {(int(c), int(k), int(t)) for k, t, c in re.findall(pat.format(" y-held"), err)}
     v38 = {(int(c), int(k), int(t)) for k, t, c in re.findall(pat.format(""), err)}
     assert held == BWD_V39_Y_HELD and v38 == BWD_V39_V38, f"y-held {held}, v38's {v38}\n" + err[-4000:]
+
 
 
 # The bulk-copy planner's ties (cpp/softmax.cu tie_to_messages): by default the smallest k that merges by
