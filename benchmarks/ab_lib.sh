@@ -9,7 +9,7 @@
 #   ab_norm_fwd_verify, ab_norm_sweep, ab_big_tests,
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
 #   ab_smxab, ab_san_cpu, ab_dbench, ab_version_table, ab_norm_btest, ab_norm_versions, ab_norm_ptest,
-#   ab_norm_sanr, ab_norm_verify, ab_norm_big, ab_norm_nver, ab_norm_nbench: below
+#   ab_norm_sanr, ab_norm_verify, ab_norm_big, ab_norm_nver, ab_norm_nbench, ab_bwd_vtest: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -388,3 +388,13 @@ ab_norm_nver() {
 
 # ab_norm_nbench: the bench's LayerNorm and RMSNorm backward and forward + backward, f32 and bf16, device timing.
 ab_norm_nbench() { ab_dbench nbench-device device --ops layer_norm rms_norm --dirs bwd fwd+bwd --parts sweep; }
+
+# ab_bwd_vtest VERSION BIG-COLS [TEST]: a softmax backward version's checks: TEST (its plan test, fresh processes) when
+# given; under JAX_MEMOPS_SOFTMAX_BWD=VERSION in process the backward's size classes and many rows, and the
+# > 2^31-element size-class test at BIG-COLS.
+ab_bwd_vtest() {
+  [ -z "${3:-}" ] || ab_gpu_tests vtest 200 "$3" 190
+  JAX_MEMOPS_SOFTMAX_BWD=$1 ab_gpu_tests vtest-inproc 200 \
+    "gpu and softmax and (auto_size_classes_backward or auto_many_rows)" 190
+  JAX_MEMOPS_SOFTMAX_BWD=$1 ab_big_tests "big_softmax_size_class and $2"
+}

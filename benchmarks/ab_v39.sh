@@ -23,12 +23,7 @@ stage_sab() {
   grep -h "^|" "$out/sab.log"
 }
 
-stage_vtest() {
-  ab_gpu_tests vtest 200 "bwd_v39_y_held" 190
-  JAX_MEMOPS_SOFTMAX_BWD=v39 ab_gpu_tests vtest-inproc 250 \
-    "gpu and softmax and (auto_size_classes_backward or auto_many_rows)" 240
-  JAX_MEMOPS_SOFTMAX_BWD=v39 ab_big_tests "big_softmax_size_class and 524288"
-}
+stage_vtest() { ab_bwd_vtest v39 524288 bwd_v39_y_held; }
 
 stage_race() { ab_cluster_race v39 JAX_MEMOPS_SOFTMAX_BWD=v39; }
 

@@ -31,11 +31,7 @@ stage_dtest() {
   mv "$out/big.log" "$out/big-dtest.log"
 }
 
-stage_vtest() {
-  JAX_MEMOPS_SOFTMAX_BWD=v40 ab_gpu_tests vtest-inproc 200 \
-    "gpu and softmax and (auto_size_classes_backward or auto_many_rows)" 190
-  JAX_MEMOPS_SOFTMAX_BWD=v40 ab_big_tests "big_softmax_size_class and 50257"
-}
+stage_vtest() { ab_bwd_vtest v40 50257; }
 
 stage_race() { ab_cluster_race v40 JAX_MEMOPS_SOFTMAX_BWD=v40; }
 

@@ -2,6 +2,7 @@
 at shapes that run the bulk-copy forward and the backward's register clusters (k = 2 .. 16 by the plans; v38's 4
 or 5 packs per thread on 512 or 1024 threads; v39's (the default) y-held clusters at f32 262144 /
 524288, bf16 524288 / 1000003; f32 100000 on 10 CTAs of 5 packs (7 of 7 packs holding y under branch v40's rule);
+under JAX_MEMOPS_SOFTMAX_BWD=v41 CTAs of other multiples of 32 threads, e.g. bf16 50257, f32 16385 / 65536;
 misaligned rows, many rows per cluster), and v14's two-pass
 forward of 16-bit rows (misaligned; 300 rows, more than its 264 CTAs: CTAs reuse their double-buffered block
 partials), checked against float64. Small

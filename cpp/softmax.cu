@@ -204,9 +204,9 @@ int cached_active_clusters(std::atomic<int>& slot, const DeviceInfo& dev, int bl
 // blocks_per_sm.
 template <auto Kernel>
 int active_clusters(const DeviceInfo& dev, int block, int k) {
-  static std::atomic<int> cache[2][kMaxClusterNonPortable + 1];
+  static std::atomic<int> cache[kMaxBlock / 32 + 1][kMaxClusterNonPortable + 1];  // by warps per CTA (v41) and k
   if (k > kMaxCluster && (func_opt_ins<Kernel, false>(dev) & 2) == 0) return 0;
-  return cached_active_clusters<Kernel>(cache[block == kMaxBlock ? 1 : 0][k], dev, block, k, 0);
+  return cached_active_clusters<Kernel>(cache[block / 32][k], dev, block, k, 0);
 }
 
 // A launch of a block-level kernel over `groups` units of work (rows or row groups): at most as many
@@ -813,16 +813,19 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
 
 // The backward's versions (JAX_MEMOPS_SOFTMAX_BWD, A/B, read once per process). v39 (the default): before
 // launch_auto, launch_bwd_v38 plans the long rows (below), with clusters that hold y alone where v38's do not fit 16
-// CTAs of 512 threads, or none of its fits. "v38": v39 without clusters that hold y alone. "v37": its register
-// clusters of 5 packs per thread wherever they take fewer 512-thread CTAs. "v35" (the rule before v37), "v9" and
-// "v9-1024": launch_auto alone, in the cluster order bwd_cluster_order gives. (v40's clusters holding 7 packs of y
-// where they leave fewer slots idle, measured 0.92-0.93x at 16-bit 50257 / 200000: branch v40, RESULTS.md "v40".)
-enum class BwdVersion { kV35, kV37, kV38, kV39 };
+// CTAs of 512 threads, or none of its fits. "v41": v39, with the clusters of 512-thread CTAs replaced by clusters of
+// CTAs of any multiple of 32 threads where those hold more rows at once (bwd_v41_choice). "v38": v39 without clusters
+// that hold y alone. "v37": its register clusters of 5 packs per thread wherever they take fewer 512-thread CTAs.
+// "v35" (the rule before v37), "v9" and "v9-1024": launch_auto alone, in the cluster order bwd_cluster_order gives.
+// (v40's clusters holding 7 packs of y where they leave fewer slots idle, measured 0.92-0.93x at 16-bit 50257 /
+// 200000: branch v40, RESULTS.md "v40".)
+enum class BwdVersion { kV35, kV37, kV38, kV39, kV41 };
 
 BwdVersion bwd_version() {
   static const BwdVersion v = env_choice("JAX_MEMOPS_SOFTMAX_BWD",
                                          {{"v35", BwdVersion::kV35}, {"v37", BwdVersion::kV37},
-                                          {"v38", BwdVersion::kV38}, {"v9", BwdVersion::kV35},
+                                          {"v38", BwdVersion::kV38}, {"v41", BwdVersion::kV41},
+                                          {"v9", BwdVersion::kV35},
                                           {"v9-1024", BwdVersion::kV35}},
                                          BwdVersion::kV39);
   return v;
@@ -884,11 +887,54 @@ std::optional<BwdCluster> bwd_v38_choice(int64_t cols, int block) {
   return wide.k >= 2 && fewer_slots && keeps_merge ? wide : narrow;
 }
 
+// Rows in flight under a cluster plan holding y and dy: its kernel's resident clusters, merging by messages (k >= 2).
+template <typename T>
+int bwd_rows_in_flight(const DeviceInfo& dev, const BwdCluster& c) {
+  const int k = static_cast<int>(c.k);
+  if (c.packs == smx::kBwdWidePacks) {
+    return active_clusters<smx::softmax_bwd_rows_kernel<T, true, true, smx::kBwdWidePacks>>(dev, c.block, k);
+  }
+  return active_clusters<smx::softmax_bwd_rows_kernel<T, true, true>>(dev, c.block, k);
+}
+
+// v41 (A/B): `plan` (v38's cluster of 512-thread CTAs, k >= 2), or the cluster of CTAs of any multiple of 32 threads,
+// 128..512, with 4 or 5 packs of y and dy per thread, that keeps the most rows in flight (resident clusters, from the
+// occupancy API) where that is at least kV41Gain times plan's. Why: the data a cluster plan keeps on chip is its
+// resident clusters times a row, and CTAs of 512 threads at 64 registers fit 2 per SM: a row whose k CTAs leave slots
+// idle (bf16 50257: 6283 packs on 3 x 512 x 5 slots, 18% idle) or whose clusters pack the GPCs badly holds less. With
+// CTAs sized to the row (bf16 50257: 5 of 256 threads, 4 per SM) a model of the H200 (7 GPCs of 18 SMs and one of 6, 64
+// registers a thread) gives 102 resident clusters against 88; v39 found more CTAs per SM worth more than anything
+// else to these clusters (RESULTS.md "v39"). Not measured yet (RESULTS.md "v41").
+constexpr double kV41Gain = 1.04;
+constexpr int kV41MinBlock = 128;
+
+template <typename T>
+BwdCluster bwd_v41_choice(const DeviceInfo& dev, int64_t cols, const BwdCluster& plan) {
+  BwdCluster best = plan;
+  const int base = bwd_rows_in_flight<T>(dev, plan);
+  int best_rows = base;
+  for (const int packs : {smx::kBwdPacks, smx::kBwdWidePacks}) {
+    for (int64_t k = 2; k <= kMaxClusterNonPortable; ++k) {
+      const int64_t block = 32 * ceil_div(cols, k * packs * kVec<T> * 32);
+      if (block < kV41MinBlock || block > kMaxBlock / 2) continue;
+      const BwdCluster c = bwd_cluster<T>(cols, static_cast<int>(block), packs);  // its k may be below the k tried
+      if (c.k < 2) continue;
+      const int rows = bwd_rows_in_flight<T>(dev, c);
+      if (rows > best_rows && rows >= base * kV41Gain) {
+        best = c;
+        best_rows = rows;
+      }
+    }
+  }
+  return best;
+}
+
 // The plan log's name of launch_bwd_v38's launches (JAX_MEMOPS_SOFTMAX_PLAN_LOG=1; the tests read it).
 const char* bwd_plan_name(BwdVersion version, const BwdCluster& plan) {
   switch (version) {
     case BwdVersion::kV37: return "softmax_bwd v37";
     case BwdVersion::kV38: return "softmax_bwd v38";
+    case BwdVersion::kV41: return plan.hold_dy ? "softmax_bwd v41" : "softmax_bwd v41 y-held";
     default: return plan.hold_dy ? "softmax_bwd v39" : "softmax_bwd v39 y-held";
   }
 }
@@ -901,6 +947,7 @@ const char* bwd_plan_name(BwdVersion version, const BwdCluster& plan) {
 //        (5 tensor passes; f32 131073 / 262144 measured 58-59% of the copy, v37).
 //   v39 (the default): v38, but bwd_y_held's cluster of 512 threads before v38's of 1024, and of 1024 threads where
 //        v38's fits none (f32 C <= 524288, 16-bit 1048576).
+//   v41 (A/B): v39, but v38's clusters of 512 threads (k >= 2) by bwd_v41_choice.
 //   v37: the wide cluster of 512-thread CTAs wherever it takes fewer CTAs than the narrow one (k >= 2).
 template <typename T>
 ffi::Error launch_bwd_v38(cudaStream_t stream, RowShape s, BwdVersion version, const T* yp, const T* dyp, T* dxp,
@@ -913,8 +960,13 @@ ffi::Error launch_bwd_v38(cudaStream_t stream, RowShape s, BwdVersion version, c
     const BwdCluster wide = bwd_cluster<T>(s.cols, kHalf, smx::kBwdWidePacks);
     if (wide.k >= 2 && wide.k < narrow.k && wide.k <= kMaxClusterNonPortable) plan = wide;
   } else {
-    const bool y_held = version == BwdVersion::kV39;
+    const bool y_held = version == BwdVersion::kV39 || version == BwdVersion::kV41;
     plan = bwd_v38_choice<T>(s.cols, kHalf);
+    if (plan && plan->k >= 2 && version == BwdVersion::kV41) {
+      DeviceInfo dev;
+      if (auto err = device_info(&dev); err.failure()) return err;
+      if (dev.cc_major >= 9) plan = bwd_v41_choice<T>(dev, s.cols, *plan);
+    }
     if (!plan && y_held) plan = bwd_y_held<T>(s.cols, kHalf);
     if (!plan) plan = bwd_v38_choice<T>(s.cols, kMaxBlock);
     if (!plan && y_held) plan = bwd_y_held<T>(s.cols, kMaxBlock);

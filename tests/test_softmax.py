@@ -816,6 +816,33 @@ def test_gpu_bwd_v39_y_held(gpu):
     assert held == BWD_V39_Y_HELD and v38 == BWD_V39_V38, f"y-held {held}, v38's {v38}\n" + err[-4000:]
 
 
+# v41 (JAX_MEMOPS_SOFTMAX_BWD=v41, an A/B option; cpp/softmax.cu bwd_v41_choice): v39, but where CTAs of another
+# multiple of 32 threads (128..512) keep at least 4% more rows in flight (resident clusters) than v38's clusters of
+# 512 threads, those. BWD_V41_SHAPES against float64 (one row, many rows: the inboxes cycle; misaligned rows; the
+# special rows). Every v41 launch merges by messages over k >= 2 CTAs of a multiple of 32 threads in [128, 512]; at
+# C = 50257 a launch on CTAs of other than 512 threads appears (the 16-bit rows: a model of the H200 gives 5 CTAs of
+# 256 threads, 102 resident clusters against v38's 88), with at least 4% more resident clusters than v38's 16-bit plan
+# (3 of 512 threads, logged by the same shapes under JAX_MEMOPS_SOFTMAX_BWD=v38).
+BWD_V41_SHAPES = [(20, 8193), (3, 16385), (470, 32768), (1, 50257), (320, 50257), (6, 65536), (40, 131072),
+                  (4, 150001)]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_bwd_v41_odd_ctas(gpu):
+    pat = r"softmax_bwd{}: register cluster k=(\d+) x (\d+) threads, merge by (\w+), rows=\d+ cols=(\d+) clusters=(\d+)"
+    logs = {v: _run_script(_BWD_SCRIPT, BWD_V41_SHAPES, JAX_MEMOPS_SOFTMAX_BWD=v, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+            for v in ("v38", "v41")}
+    v41 = [tuple(map(int, (k, t, c, n))) + (m,) for k, t, m, c, n in re.findall(pat.format(" v41"), logs["v41"])]
+    assert v41, "no v41 launch:\n" + logs["v41"][-4000:]
+    for k, t, c, n, merge in v41:
+        assert k >= 2 and t % 32 == 0 and 128 <= t <= 512 and merge == "messages", (k, t, c, n, merge)
+    v38 = [tuple(map(int, (k, t, c, n))) for k, t, _, c, n in re.findall(pat.format(" v38"), logs["v38"])]
+    base = [n for k, t, c, n in v38 if (k, t, c) == (3, 512, 50257)]
+    odd = [n for k, t, c, n, _ in v41 if c == 50257 and t != 512]
+    assert base and odd and max(odd) >= 1.04 * base[0], f"v38 {v38}, v41 {v41}"
+
+
 
 # The bulk-copy planner's ties (cpp/softmax.cu tie_to_messages): by default the smallest k that merges by
 # messages (k >= 4) wins a tie in score over a smaller k, so at C = 50257 every dtype's plan is k = 4 by
