@@ -953,6 +953,8 @@ template <typename T>
 ffi::Error launch_bwd_v38(cudaStream_t stream, RowShape s, BwdVersion version, const T* yp, const T* dyp, T* dxp,
                           bool* launched) {
   *launched = false;
+  DeviceInfo dev;
+  if (auto err = device_info(&dev); err.failure() || dev.cc_major < 9) return err;  // clusters: sm_90+
   constexpr int kHalf = kMaxBlock / 2;
   std::optional<BwdCluster> plan;
   if (version == BwdVersion::kV37) {
@@ -962,18 +964,12 @@ ffi::Error launch_bwd_v38(cudaStream_t stream, RowShape s, BwdVersion version, c
   } else {
     const bool y_held = version == BwdVersion::kV39 || version == BwdVersion::kV41;
     plan = bwd_v38_choice<T>(s.cols, kHalf);
-    if (plan && plan->k >= 2 && version == BwdVersion::kV41) {
-      DeviceInfo dev;
-      if (auto err = device_info(&dev); err.failure()) return err;
-      if (dev.cc_major >= 9) plan = bwd_v41_choice<T>(dev, s.cols, *plan);
-    }
+    if (plan && plan->k >= 2 && version == BwdVersion::kV41) plan = bwd_v41_choice<T>(dev, s.cols, *plan);
     if (!plan && y_held) plan = bwd_y_held<T>(s.cols, kHalf);
     if (!plan) plan = bwd_v38_choice<T>(s.cols, kMaxBlock);
     if (!plan && y_held) plan = bwd_y_held<T>(s.cols, kMaxBlock);
   }
   if (!plan || (plan->hold_dy && plan->block == kHalf && plan->packs == smx::kBwdPacks)) return ffi::Error::Success();
-  DeviceInfo dev;
-  if (auto err = device_info(&dev); err.failure() || dev.cc_major < 9) return err;
   const std::initializer_list<ClusterShape> shapes = {{plan->block, kMaxClusterNonPortable}};
   const char* what = bwd_plan_name(version, *plan);
   const auto run = [&](auto packs, auto hold_dy) {

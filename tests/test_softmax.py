@@ -727,6 +727,14 @@ def test_gpu_fwd_push_reduce(gpu, version, k, push):
 BWD_CLUSTER_SHAPES = [(20, 8193), (3, 16385), (470, 32768), (1, 50257), (320, 50257), (40, 131072), (60, 131073)]
 
 
+def _cluster_plans(err, name):
+    """(k, threads, merge, cols, clusters) of each register-cluster launch that the plan log (cpp/softmax.cu
+    log_cluster_rows, JAX_MEMOPS_SOFTMAX_PLAN_LOG=1) names `name` ("softmax_bwd", "softmax_bwd v38", ...)."""
+    pat = (re.escape(name) + r": register cluster k=(\d+) x (\d+) threads, merge by (\w+), rows=\d+ cols=(\d+) "
+           r"clusters=(\d+)")
+    return [(int(k), int(t), merge, int(c), int(n)) for k, t, merge, c, n in re.findall(pat, err)]
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("push", ["0", "1", ""])
@@ -734,7 +742,8 @@ BWD_CLUSTER_SHAPES = [(20, 8193), (3, 16385), (470, 32768), (1, 50257), (320, 50
 def test_gpu_bwd_push_reduce(gpu, order, push):
     err = _run_script(_BWD_SCRIPT, BWD_CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_BWD=order, JAX_MEMOPS_SOFTMAX_PUSH=push,
                       JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
-    plans = re.findall(r"softmax_bwd(?: v39)?: register cluster k=(\d+) x \d+ threads, merge by (\w+),", err)
+    plans = [(k, merge) for name in ("softmax_bwd", "softmax_bwd v39")
+             for k, _, merge, _, _ in _cluster_plans(err, name)]
     assert plans, "no register-cluster launch:\n" + err[-4000:]
     for k, merge in plans:
         want = "messages" if push == "1" or (push == "" and int(k) >= 2) else "barrier"
@@ -759,11 +768,10 @@ BWD_WIDE_PLANS = {(16385, 2), (50257, 5), (131072, 13), (131073, 13), (50257, 3)
 @pytest.mark.slow
 def test_gpu_bwd_wide_clusters(gpu):
     err = _run_script(_BWD_SCRIPT, BWD_WIDE_SHAPES, JAX_MEMOPS_SOFTMAX_BWD="v37", JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
-    plans = re.findall(r"softmax_bwd v37: register cluster k=(\d+) x (\d+) threads, merge by (\w+), rows=\d+ "
-                       r"cols=(\d+)", err)
-    assert {(int(c), int(k)) for k, _, _, c in plans} == BWD_WIDE_PLANS, f"plans {plans}\n" + err[-4000:]
-    for k, threads, merge, c in plans:
-        assert threads == "512" and merge == "messages", (k, threads, merge, c)  # k >= 2 (kPushMinClusterBwd)
+    plans = _cluster_plans(err, "softmax_bwd v37")
+    assert {(c, k) for k, _, _, c, _ in plans} == BWD_WIDE_PLANS, f"plans {plans}\n" + err[-4000:]
+    for k, threads, merge, c, _ in plans:
+        assert threads == 512 and merge == "messages", (k, threads, merge, c)  # k >= 2 (kPushMinClusterBwd)
 
 
 # v38 (JAX_MEMOPS_SOFTMAX_BWD=v38, the default before v39; cpp/softmax.cu launch_bwd_v38): the long rows' register
@@ -786,10 +794,9 @@ BWD_V38_PLANS = {(16385, 2, 512), (50257, 5, 512), (100000, 10, 512), (131073, 1
 @pytest.mark.slow
 def test_gpu_bwd_v38_clusters(gpu):
     err = _run_script(_BWD_SCRIPT, BWD_V38_SHAPES, JAX_MEMOPS_SOFTMAX_BWD="v38", JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
-    plans = re.findall(r"softmax_bwd v38: register cluster k=(\d+) x (\d+) threads, merge by (\w+), rows=\d+ "
-                       r"cols=(\d+)", err)
-    assert {(int(c), int(k), int(t)) for k, t, _, c in plans} == BWD_V38_PLANS, f"plans {plans}\n" + err[-4000:]
-    assert {merge for _, _, merge, _ in plans} == {"messages"}, plans  # k >= 2 (kPushMinClusterBwd)
+    plans = _cluster_plans(err, "softmax_bwd v38")
+    assert {(c, k, t) for k, t, _, c, _ in plans} == BWD_V38_PLANS, f"plans {plans}\n" + err[-4000:]
+    assert {merge for _, _, merge, _, _ in plans} == {"messages"}, plans  # k >= 2 (kPushMinClusterBwd)
     narrow = r"softmax_bwd: register cluster k=16 x 512 threads, merge by messages, rows=\d+ cols=131072"
     assert re.search(narrow, err), err[-4000:]  # f32 131072: launch_auto's cluster
 
@@ -810,9 +817,8 @@ BWD_V39_V38 = {(327680, 16, 1024), (327680, 16, 512), (600001, 15, 1024)}
 @pytest.mark.slow
 def test_gpu_bwd_v39_y_held(gpu):
     err = _run_script(_BWD_SCRIPT, BWD_V39_SHAPES, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
-    pat = r"softmax_bwd v39{}: register cluster k=(\d+) x (\d+) threads, merge by messages, rows=\d+ cols=(\d+)"
-    held = {(int(c), int(k), int(t)) for k, t, c in re.findall(pat.format(" y-held"), err)}
-    v38 = {(int(c), int(k), int(t)) for k, t, c in re.findall(pat.format(""), err)}
+    held, v38 = ({(c, k, t) for k, t, merge, c, _ in _cluster_plans(err, name) if merge == "messages"}
+                 for name in ("softmax_bwd v39 y-held", "softmax_bwd v39"))
     assert held == BWD_V39_Y_HELD and v38 == BWD_V39_V38, f"y-held {held}, v38's {v38}\n" + err[-4000:]
 
 
@@ -830,16 +836,15 @@ BWD_V41_SHAPES = [(20, 8193), (3, 16385), (470, 32768), (1, 50257), (320, 50257)
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_gpu_bwd_v41_odd_ctas(gpu):
-    pat = r"softmax_bwd{}: register cluster k=(\d+) x (\d+) threads, merge by (\w+), rows=\d+ cols=(\d+) clusters=(\d+)"
     logs = {v: _run_script(_BWD_SCRIPT, BWD_V41_SHAPES, JAX_MEMOPS_SOFTMAX_BWD=v, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
             for v in ("v38", "v41")}
-    v41 = [tuple(map(int, (k, t, c, n))) + (m,) for k, t, m, c, n in re.findall(pat.format(" v41"), logs["v41"])]
+    v41 = _cluster_plans(logs["v41"], "softmax_bwd v41")
     assert v41, "no v41 launch:\n" + logs["v41"][-4000:]
-    for k, t, c, n, merge in v41:
-        assert k >= 2 and t % 32 == 0 and 128 <= t <= 512 and merge == "messages", (k, t, c, n, merge)
-    v38 = [tuple(map(int, (k, t, c, n))) for k, t, _, c, n in re.findall(pat.format(" v38"), logs["v38"])]
-    base = [n for k, t, c, n in v38 if (k, t, c) == (3, 512, 50257)]
-    odd = [n for k, t, c, n, _ in v41 if c == 50257 and t != 512]
+    for k, t, merge, c, n in v41:
+        assert k >= 2 and t % 32 == 0 and 128 <= t <= 512 and merge == "messages", (k, t, merge, c, n)
+    v38 = _cluster_plans(logs["v38"], "softmax_bwd v38")
+    base = [n for k, t, _, c, n in v38 if (k, t, c) == (3, 512, 50257)]
+    odd = [n for k, t, _, c, n in v41 if c == 50257 and t != 512]
     assert base and odd and max(odd) >= 1.04 * base[0], f"v38 {v38}, v41 {v41}"
 
 
