@@ -1,9 +1,10 @@
 """The cluster kernels' workload for compute-sanitizer (racecheck, memcheck): jm.softmax forward and its VJP
 at shapes that run the bulk-copy forward and the backward's register clusters (k = 2 .. 16 by the plans; v38's 4
-or 5 packs per thread on 512 or 1024 threads; v39's (the default) y-held clusters at f32 262144 /
+or 5 packs per thread on 512 or 1024 threads; v39's y-held clusters at f32 262144 /
 524288, bf16 524288 / 1000003; f32 100000 on 10 CTAs of 5 packs (7 of 7 packs holding y under branch v40's rule);
-under JAX_MEMOPS_SOFTMAX_BWD=v41 CTAs of other multiples of 32 threads, e.g. bf16 50257, f32 16385 / 65536;
-misaligned rows, many rows per cluster), and v14's two-pass
+v42's (the default) CTAs of other multiples of 32 threads, e.g. bf16 50257 (5 x 256), f32 16385 (7 x 128), bf16
+150001 (8 x 480), and under JAX_MEMOPS_SOFTMAX_BWD=v41 f32 65536 (7 x 480); misaligned rows, many rows per
+cluster), and v14's two-pass
 forward of 16-bit rows (misaligned; 300 rows, more than its 264 CTAs: CTAs reuse their double-buffered block
 partials), checked against float64. Small
 enough for the sanitizers; run it under a kernel filter, e.g. compute-sanitizer --tool racecheck
@@ -21,7 +22,7 @@ SHAPES = (((3, 50257), np.float32), ((68, 131072), np.float32), ((9, 262147), np
           ((7, 32768), jnp.bfloat16), ((5, 16385), np.float32), ((6, 50257), jnp.bfloat16),
           ((300, 40001), jnp.float16), ((2, 262144), np.float32), ((2, 524288), jnp.bfloat16),
           ((3, 327680), jnp.float16), ((2, 524288), np.float32), ((1, 1000003), jnp.bfloat16),
-          ((2, 100000), np.float32))
+          ((2, 100000), np.float32), ((3, 150001), jnp.bfloat16))
 Y_TOL = {np.float32: 1e-5, jnp.bfloat16: 1e-2, jnp.float16: 2e-3}  # of max |y|
 DX_TOL = {np.float32: 4e-5, jnp.bfloat16: 8e-2, jnp.float16: 1e-2}  # of max |dx|
 

@@ -22,9 +22,10 @@ JAX_MEMOPS_SOFTMAX_L2_SHARE (the share of L2, in percent, that v14's 16-bit rows
 the two-pass kernel; default 56, 0: never), JAX_MEMOPS_SOFTMAX_BWD (v9: the register
 clusters' order of v9-v11, 8 CTAs of 1024 threads before 16 of 512; v9-1024: 1024-thread CTAs first; v35: the plans
 before v37; v37: long rows on clusters of 5 packs per thread where those take fewer CTAs; v38: 4 or 5
-packs by thread slots, 1024-thread clusters past 512-thread ones; v41: v39 with CTAs of any multiple of 32
-threads where they keep more rows in flight; anything else v39, the default: v38 with clusters that hold y
-alone and read dy twice where v38's 512-thread clusters do not fit),
+packs by thread slots, 1024-thread clusters past 512-thread ones; v39: v38 with clusters that hold y alone
+and read dy twice where v38's 512-thread clusters do not fit; v41: v39 with CTAs of any multiple of 32 threads
+where they keep more rows in flight; anything else v42, the default: v41 only where those keep as many CTAs
+resident),
 JAX_MEMOPS_SOFTMAX_FWD_K (forces the bulk-copy cluster size; JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 prints the
 plans), JAX_MEMOPS_SOFTMAX_TIE (small: the bulk-copy planner's ties go to the smallest k, v12's rule;
 anything else: to the smallest k that merges by messages), JAX_MEMOPS_SOFTMAX_PUSH (the clusters' merge, the

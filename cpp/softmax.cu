@@ -811,23 +811,24 @@ ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::An
   });
 }
 
-// The backward's versions (JAX_MEMOPS_SOFTMAX_BWD, A/B, read once per process). v39 (the default): before
-// launch_auto, launch_bwd_v38 plans the long rows (below), with clusters that hold y alone where v38's do not fit 16
-// CTAs of 512 threads, or none of its fits. "v41": v39, with the clusters of 512-thread CTAs replaced by clusters of
-// CTAs of any multiple of 32 threads where those hold more rows at once (bwd_v41_choice). "v38": v39 without clusters
-// that hold y alone. "v37": its register clusters of 5 packs per thread wherever they take fewer 512-thread CTAs.
-// "v35" (the rule before v37), "v9" and "v9-1024": launch_auto alone, in the cluster order bwd_cluster_order gives.
+// The backward's versions (JAX_MEMOPS_SOFTMAX_BWD, A/B, read once per process). v42 (the default): before launch_auto,
+// launch_bwd_v38 plans the long rows (below): v39's plans, with its clusters of 512-thread CTAs replaced by clusters of
+// CTAs of any multiple of 32 threads where those hold more rows at once on no fewer resident CTAs (bwd_v41_choice).
+// "v41": the same without the CTAs' condition. "v39": clusters that hold y alone where v38's do not fit 16 CTAs of 512
+// threads, or none of its fits. "v38": v39 without clusters that hold y alone. "v37": its register clusters of 5 packs
+// per thread wherever they take fewer 512-thread CTAs. "v35" (the rule before v37), "v9" and "v9-1024": launch_auto
+// alone, in the cluster order bwd_cluster_order gives.
 // (v40's clusters holding 7 packs of y where they leave fewer slots idle, measured 0.92-0.93x at 16-bit 50257 /
 // 200000: branch v40, RESULTS.md "v40".)
-enum class BwdVersion { kV35, kV37, kV38, kV39, kV41 };
+enum class BwdVersion { kV35, kV37, kV38, kV39, kV41, kV42 };
 
 BwdVersion bwd_version() {
   static const BwdVersion v = env_choice("JAX_MEMOPS_SOFTMAX_BWD",
                                          {{"v35", BwdVersion::kV35}, {"v37", BwdVersion::kV37},
-                                          {"v38", BwdVersion::kV38}, {"v41", BwdVersion::kV41},
-                                          {"v9", BwdVersion::kV35},
+                                          {"v38", BwdVersion::kV38}, {"v39", BwdVersion::kV39},
+                                          {"v41", BwdVersion::kV41}, {"v9", BwdVersion::kV35},
                                           {"v9-1024", BwdVersion::kV35}},
-                                         BwdVersion::kV39);
+                                         BwdVersion::kV42);
   return v;
 }
 
@@ -897,19 +898,22 @@ int bwd_rows_in_flight(const DeviceInfo& dev, const BwdCluster& c) {
   return active_clusters<smx::softmax_bwd_rows_kernel<T, true, true>>(dev, c.block, k);
 }
 
-// v41 (A/B): `plan` (v38's cluster of 512-thread CTAs, k >= 2), or the cluster of CTAs of any multiple of 32 threads,
+// v41 / v42: `plan` (v38's cluster of 512-thread CTAs, k >= 2), or the cluster of CTAs of any multiple of 32 threads,
 // 128..512, with 4 or 5 packs of y and dy per thread, that keeps the most rows in flight (resident clusters, from the
-// occupancy API) where that is at least kV41Gain times plan's. Why: the data a cluster plan keeps on chip is its
-// resident clusters times a row, and CTAs of 512 threads at 64 registers fit 2 per SM: a row whose k CTAs leave slots
-// idle (bf16 50257: 6283 packs on 3 x 512 x 5 slots, 18% idle) or whose clusters pack the GPCs badly holds less. With
-// CTAs sized to the row (bf16 50257: 5 of 256 threads, 4 per SM) a model of the H200 (7 GPCs of 18 SMs and one of 6, 64
-// registers a thread) gives 102 resident clusters against 88; v39 found more CTAs per SM worth more than anything
-// else to these clusters (RESULTS.md "v39"). Not measured yet (RESULTS.md "v41").
+// occupancy API) where that is at least kV41Gain times plan's; v42 (keep_ctas) only on CTAs of another size than
+// plan's (v38's rule sets the packs of 512-thread CTAs) and on at least as many resident CTAs (clusters x k). Why: the
+// data a cluster plan keeps on chip is its resident clusters times a row, and CTAs of 512 threads at 64 registers fit
+// 2 per SM: a row whose k CTAs leave slots idle (bf16 50257: 6283 packs on 3 x 512 x 5 slots, 18% idle) or whose
+// clusters pack the GPCs badly holds less. Measured (RESULTS.md "v41", "v42", % of the copy): v41 gained 1-5% where
+// its CTAs were smaller or its clusters many more (bf16 16385 / 32768 / 50257 / 150001: 82 / 89 / 84 / 80% -> 85 /
+// 92 / 86 / 84%) and lost 4% where it traded 30 clusters of 8 x 512 threads, 4 packs, for 32 of 7 x 480, 5 packs (f32
+// 65536, bf16 131072: 224 resident CTAs against 240), and 0.7% re-packing f32 40000's 512-thread CTAs; v42 declines
+// both trades.
 constexpr double kV41Gain = 1.04;
 constexpr int kV41MinBlock = 128;
 
 template <typename T>
-BwdCluster bwd_v41_choice(const DeviceInfo& dev, int64_t cols, const BwdCluster& plan) {
+BwdCluster bwd_v41_choice(const DeviceInfo& dev, int64_t cols, const BwdCluster& plan, bool keep_ctas) {
   BwdCluster best = plan;
   const int base = bwd_rows_in_flight<T>(dev, plan);
   int best_rows = base;
@@ -918,9 +922,10 @@ BwdCluster bwd_v41_choice(const DeviceInfo& dev, int64_t cols, const BwdCluster&
       const int64_t block = 32 * ceil_div(cols, k * packs * kVec<T> * 32);
       if (block < kV41MinBlock || block > kMaxBlock / 2) continue;
       const BwdCluster c = bwd_cluster<T>(cols, static_cast<int>(block), packs);  // its k may be below the k tried
-      if (c.k < 2) continue;
+      if (c.k < 2 || (keep_ctas && c.block == plan.block)) continue;  // v42: plan's packs for its CTAs by v38's rule
       const int rows = bwd_rows_in_flight<T>(dev, c);
-      if (rows > best_rows && rows >= base * kV41Gain) {
+      const bool ctas_kept = !keep_ctas || rows * c.k >= base * plan.k;
+      if (rows > best_rows && rows >= base * kV41Gain && ctas_kept) {
         best = c;
         best_rows = rows;
       }
@@ -934,8 +939,9 @@ const char* bwd_plan_name(BwdVersion version, const BwdCluster& plan) {
   switch (version) {
     case BwdVersion::kV37: return "softmax_bwd v37";
     case BwdVersion::kV38: return "softmax_bwd v38";
+    case BwdVersion::kV39: return plan.hold_dy ? "softmax_bwd v39" : "softmax_bwd v39 y-held";
     case BwdVersion::kV41: return plan.hold_dy ? "softmax_bwd v41" : "softmax_bwd v41 y-held";
-    default: return plan.hold_dy ? "softmax_bwd v39" : "softmax_bwd v39 y-held";
+    default: return plan.hold_dy ? "softmax_bwd v42" : "softmax_bwd v42 y-held";
   }
 }
 
@@ -945,9 +951,9 @@ const char* bwd_plan_name(BwdVersion version, const BwdCluster& plan) {
 //        (1 per SM) by the same choice, k <= 16 (f32 C <= 327680, 16-bit 655360), which launch_auto never tries
 //        (its capacity is 8 x 1024 = 16 x 512): those rows took the stream class, two passes over y and dy from HBM
 //        (5 tensor passes; f32 131073 / 262144 measured 58-59% of the copy, v37).
-//   v39 (the default): v38, but bwd_y_held's cluster of 512 threads before v38's of 1024, and of 1024 threads where
+//   v39: v38, but bwd_y_held's cluster of 512 threads before v38's of 1024, and of 1024 threads where
 //        v38's fits none (f32 C <= 524288, 16-bit 1048576).
-//   v41 (A/B): v39, but v38's clusters of 512 threads (k >= 2) by bwd_v41_choice.
+//   v42 (the default), v41 (A/B): v39, but v38's clusters of 512 threads (k >= 2) by bwd_v41_choice.
 //   v37: the wide cluster of 512-thread CTAs wherever it takes fewer CTAs than the narrow one (k >= 2).
 template <typename T>
 ffi::Error launch_bwd_v38(cudaStream_t stream, RowShape s, BwdVersion version, const T* yp, const T* dyp, T* dxp,
@@ -962,9 +968,12 @@ ffi::Error launch_bwd_v38(cudaStream_t stream, RowShape s, BwdVersion version, c
     const BwdCluster wide = bwd_cluster<T>(s.cols, kHalf, smx::kBwdWidePacks);
     if (wide.k >= 2 && wide.k < narrow.k && wide.k <= kMaxClusterNonPortable) plan = wide;
   } else {
-    const bool y_held = version == BwdVersion::kV39 || version == BwdVersion::kV41;
+    const bool y_held = version != BwdVersion::kV38;
+    const bool odd_ctas = version == BwdVersion::kV41 || version == BwdVersion::kV42;
     plan = bwd_v38_choice<T>(s.cols, kHalf);
-    if (plan && plan->k >= 2 && version == BwdVersion::kV41) plan = bwd_v41_choice<T>(dev, s.cols, *plan);
+    if (plan && plan->k >= 2 && odd_ctas) {
+      plan = bwd_v41_choice<T>(dev, s.cols, *plan, version == BwdVersion::kV42);
+    }
     if (!plan && y_held) plan = bwd_y_held<T>(s.cols, kHalf);
     if (!plan) plan = bwd_v38_choice<T>(s.cols, kMaxBlock);
     if (!plan && y_held) plan = bwd_y_held<T>(s.cols, kMaxBlock);

@@ -638,6 +638,7 @@ gpu = jax.devices("gpu")[0]
 vjp = jax.jit(lambda x, g: jax.vjp(jm.softmax, x)[1](g)[0])
 for dtype in mt.DTYPES:
     for rows, c in {shapes!r}:
+        print("case", np.dtype(dtype).name, c, file=sys.stderr, flush=True)
         x = mt.randn(rng, (rows, c), np.float32, scale=3.0)
         x[0, ::3] = -np.inf
         if rows >= 12:
@@ -742,7 +743,7 @@ def _cluster_plans(err, name):
 def test_gpu_bwd_push_reduce(gpu, order, push):
     err = _run_script(_BWD_SCRIPT, BWD_CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_BWD=order, JAX_MEMOPS_SOFTMAX_PUSH=push,
                       JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
-    plans = [(k, merge) for name in ("softmax_bwd", "softmax_bwd v39")
+    plans = [(k, merge) for name in ("softmax_bwd", "softmax_bwd v42")
              for k, _, merge, _, _ in _cluster_plans(err, name)]
     assert plans, "no register-cluster launch:\n" + err[-4000:]
     for k, merge in plans:
@@ -801,13 +802,13 @@ def test_gpu_bwd_v38_clusters(gpu):
     assert re.search(narrow, err), err[-4000:]  # f32 131072: launch_auto's cluster
 
 
-# v39, the default (cpp/softmax.cu bwd_y_held): where v38's clusters of 512 threads do not fit, clusters that hold 8
-# packs of y per thread and read dy twice (softmax_bwd_rows_kernel's kHoldDy = false) on 512 threads, then v38's of
-# 1024, then the y-held ones on 1024 threads. BWD_V39_SHAPES against float64, and exactly these y-held plans: f32 196608
-# / 262144 on 12 / 16 of 512 threads, 524288 on 16 of 1024; 16-bit 524288 on 16 of 512, 1000003 on 16 of 1024
-# (misaligned); more rows than resident clusters at 196608 and 524288 (the inboxes cycle). v38's plans in between: f32
-# 327680 16 of 1024 (5 packs), 16-bit 327680 16 of 512 (5 packs), 600001 15 of 1024 (5 packs); f32 600001 and 1000003
-# take the stream class.
+# v39 (JAX_MEMOPS_SOFTMAX_BWD=v39, the default before v42; cpp/softmax.cu bwd_y_held): where v38's clusters of 512
+# threads do not fit, clusters that hold 8 packs of y per thread and read dy twice (softmax_bwd_rows_kernel's kHoldDy =
+# false) on 512 threads, then v38's of 1024, then the y-held ones on 1024 threads. BWD_V39_SHAPES against float64, and
+# exactly these y-held plans: f32 196608 / 262144 on 12 / 16 of 512 threads, 524288 on 16 of 1024; 16-bit 524288 on 16
+# of 512, 1000003 on 16 of 1024 (misaligned); more rows than resident clusters at 196608 and 524288 (the inboxes cycle).
+# v38's plans in between: f32 327680 16 of 1024 (5 packs), 16-bit 327680 16 of 512 (5 packs), 600001 15 of 1024 (5
+# packs); f32 600001 and 1000003 take the stream class.
 BWD_V39_SHAPES = [(40, 196608), (12, 262144), (2, 327680), (20, 524288), (3, 600001), (1, 1000003)]
 BWD_V39_Y_HELD = {(196608, 12, 512), (262144, 16, 512), (524288, 16, 1024), (524288, 16, 512), (1000003, 16, 1024)}
 BWD_V39_V38 = {(327680, 16, 1024), (327680, 16, 512), (600001, 15, 1024)}
@@ -816,7 +817,7 @@ BWD_V39_V38 = {(327680, 16, 1024), (327680, 16, 512), (600001, 15, 1024)}
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_gpu_bwd_v39_y_held(gpu):
-    err = _run_script(_BWD_SCRIPT, BWD_V39_SHAPES, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    err = _run_script(_BWD_SCRIPT, BWD_V39_SHAPES, JAX_MEMOPS_SOFTMAX_BWD="v39", JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
     held, v38 = ({(c, k, t) for k, t, merge, c, _ in _cluster_plans(err, name) if merge == "messages"}
                  for name in ("softmax_bwd v39 y-held", "softmax_bwd v39"))
     assert held == BWD_V39_Y_HELD and v38 == BWD_V39_V38, f"y-held {held}, v38's {v38}\n" + err[-4000:]
@@ -833,11 +834,17 @@ BWD_V41_SHAPES = [(20, 8193), (3, 16385), (470, 32768), (1, 50257), (320, 50257)
                   (4, 150001)]
 
 
+def _bwd_plan_logs(*versions):
+    """{version: stderr} of _BWD_SCRIPT over BWD_V41_SHAPES with the plan log, one fresh process per
+    JAX_MEMOPS_SOFTMAX_BWD value ("" the default)."""
+    return {v: _run_script(_BWD_SCRIPT, BWD_V41_SHAPES, JAX_MEMOPS_SOFTMAX_BWD=v, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+            for v in versions}
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_gpu_bwd_v41_odd_ctas(gpu):
-    logs = {v: _run_script(_BWD_SCRIPT, BWD_V41_SHAPES, JAX_MEMOPS_SOFTMAX_BWD=v, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
-            for v in ("v38", "v41")}
+    logs = _bwd_plan_logs("v38", "v41")
     v41 = _cluster_plans(logs["v41"], "softmax_bwd v41")
     assert v41, "no v41 launch:\n" + logs["v41"][-4000:]
     for k, t, merge, c, n in v41:
@@ -846,6 +853,47 @@ def test_gpu_bwd_v41_odd_ctas(gpu):
     base = [n for k, t, _, c, n in v38 if (k, t, c) == (3, 512, 50257)]
     odd = [n for k, t, _, c, n in v41 if c == 50257 and t != 512]
     assert base and odd and max(odd) >= 1.04 * base[0], f"v38 {v38}, v41 {v41}"
+
+
+def _plans_by_case(err, name):
+    """{(dtype, cols): [(k, threads, merge, clusters), ...]} of the launches the plan log names `name`, each under
+    the case _BWD_SCRIPT announced last (a plan logged once for consecutive cases of one shape counts for the first)."""
+    out, case = {}, None
+    for line in err.splitlines():
+        if m := re.match(r"case (\w+) (\d+)$", line):
+            case = (m[1], int(m[2]))
+        elif case:
+            for k, t, merge, c, n in _cluster_plans(line, name):
+                assert c == case[1], (line, case)
+                out.setdefault(case, []).append((k, t, merge, n))
+    return out
+
+
+# v42, the default (cpp/softmax.cu bwd_v41_choice's keep_ctas): v41, but only where the odd CTAs' clusters keep at
+# least as many CTAs resident (clusters x k) as v38's 512-thread plan. Each v42 launch of BWD_V41_SHAPES (against
+# float64) must merge by messages on k >= 2 CTAs; each other than v38's own plan on a multiple of 32 threads in [128,
+# 480], with >= 1.04x the resident clusters and >= 1x the resident CTAs of v38's plan for the same dtype and width (the
+# same shapes under JAX_MEMOPS_SOFTMAX_BWD=v38); at 16-bit 50257 a launch on other than 512 threads appears; at f32 65536 and 16-bit
+# 131072, where v41's 7 x 480 threads lost 4% (RESULTS.md "v41"), none does.
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_bwd_v42_keeps_ctas(gpu):
+    logs = _bwd_plan_logs("v38", "")
+    v42 = _plans_by_case(logs[""], "softmax_bwd v42")
+    v38 = _plans_by_case(logs["v38"], "softmax_bwd v38")
+    auto = _plans_by_case(logs["v38"], "softmax_bwd")  # v38's plans that launch_auto runs (512 threads, 4 packs)
+    assert v42, "no v42 launch:\n" + logs[""][-4000:]
+    for case, plans in v42.items():
+        base = v38.get(case, []) + auto.get(case, [])
+        assert len(base) == 1 and base[0][1] == 512, (case, base)
+        k0, _, _, n0 = base[0]
+        for k, t, merge, n in plans:
+            assert merge == "messages" and k >= 2, (case, k, t, merge, n)
+            if (k, t, n) != (k0, 512, n0):  # v38's plan kept (named v42), else a cluster of other CTAs
+                assert t % 32 == 0 and 128 <= t < 512, (case, k, t, n)
+                assert n >= 1.04 * n0 and n * k >= n0 * k0, (case, (k, t, n), base)
+    assert any(t != 512 for d, c in v42 if c == 50257 and d != "float32" for _, t, _, _ in v42[d, c]), v42
+    assert not {("float32", 65536), ("bfloat16", 131072), ("float16", 131072)} & set(v42), v42
 
 
 
