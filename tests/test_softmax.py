@@ -869,11 +869,11 @@ def _plans_by_case(err, name):
     return out
 
 
-# v42, the default (cpp/softmax.cu bwd_v41_choice's keep_ctas): v41, but only where the odd CTAs' clusters keep at
-# least as many CTAs resident (clusters x k) as v38's 512-thread plan. Each v42 launch of BWD_V41_SHAPES (against
-# float64) must merge by messages on k >= 2 CTAs; each other than v38's own plan on a multiple of 32 threads in [128,
-# 480], with >= 1.04x the resident clusters and >= 1x the resident CTAs of v38's plan for the same dtype and width (the
-# same shapes under JAX_MEMOPS_SOFTMAX_BWD=v38); at 16-bit 50257 a launch on other than 512 threads appears; at f32 65536 and 16-bit
+# v42, the default (cpp/softmax.cu bwd_v41_choice's keep_ctas): v41, but only where the odd CTAs' clusters keep at least
+# as many CTAs resident (clusters x k) as v38's 512-thread plan. Each v42 launch of BWD_V41_SHAPES (against float64)
+# must merge by messages on k >= 2 CTAs; each other than v38's own plan on a multiple of 32 threads in [128, 480], with
+# >= 1.04x the resident clusters and >= 1x the resident CTAs of v38's plan for the same dtype and width (the same shapes
+# under JAX_MEMOPS_SOFTMAX_BWD=v38); at 16-bit 50257 a launch on other than 512 threads appears; at f32 65536 and 16-bit
 # 131072, where v41's 7 x 480 threads lost 4% (RESULTS.md "v41"), none does.
 @pytest.mark.gpu
 @pytest.mark.slow
@@ -894,7 +894,6 @@ def test_gpu_bwd_v42_keeps_ctas(gpu):
                 assert n >= 1.04 * n0 and n * k >= n0 * k0, (case, (k, t, n), base)
     assert any(t != 512 for d, c in v42 if c == 50257 and d != "float32" for _, t, _, _ in v42[d, c]), v42
     assert not {("float32", 65536), ("bfloat16", 131072), ("float16", 131072)} & set(v42), v42
-
 
 
 # The bulk-copy planner's ties (cpp/softmax.cu tie_to_messages): by default the smallest k that merges by
