@@ -20,7 +20,7 @@
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/norm_fwd_ab.cu \
 //        -o /tmp/norm_fwd_ab && /tmp/norm_fwd_ab [ln-bf16 rms-bf16 ln-f32 rms-f32 ln-params early packs-f32 packs-more
-//        packs-bf16 v29]
+//        packs-bf16 v29 early-f32 early-bf16 io v44]
 //   (default: the first four)
 #include <algorithm>
 #include <cmath>
@@ -28,6 +28,7 @@
 #include "inproc_ab.cuh"
 #include "norm_fwd_half.cuh"
 #include "norm_fwd_lean.cuh"
+#include "softmax_fwd_regs.cuh"
 
 namespace {
 
@@ -102,9 +103,10 @@ void launch_v21(const Bufs<T>& b, const Out<T>& o) {
   }
 }
 
-template <typename T, bool kRms, bool kBlockRow, int N, bool kS = true, bool kB = !kRms, bool kE = true>
+template <typename T, bool kRms, bool kBlockRow, int N, bool kS = true, bool kB = !kRms, bool kE = true,
+          bool kH = false, bool kIo = false>
 void lean_rows(const Bufs<T>& b, const Out<T>& o, const RowsPlan& p) {
-  jm::cuda::norm_fwd_lean_kernel<T, kRms, kBlockRow, N, kS, kB, kE>
+  jm::cuda::norm_fwd_lean_kernel<T, kRms, kBlockRow, N, kS, kB, kE, kH, kIo>
       <<<grid_of((b.rows + p.rows_per_block - 1) / p.rows_per_block), p.block>>>(
           b.x, b.scale, kRms ? nullptr : b.bias, o.y, o.mean, o.rstd, b.rows, b.cols, 1.0f / static_cast<float>(b.cols),
           kEps, p.tpr);
@@ -114,16 +116,19 @@ void lean_rows(const Bufs<T>& b, const Out<T>& o, const RowsPlan& p) {
 // LayerNorm: v23's default, RMSNorm: v24's, norms.cu). The kernel's A/B options measured here (RESULTS.md "v24",
 // "v25") are on branches v25-merge and v25-pivot.
 // kS / kB: scale / bias present (b's pointers must match: the kernel reads what they say); kE: the kernel's kStaged.
-template <typename T, bool kRms, bool kS = true, bool kB = !kRms, bool kE = true>
+// kIo: the kernel's kCachedIo.
+template <typename T, bool kRms, bool kS = true, bool kB = !kRms, bool kE = true, bool kIo = false>
 void launch_lean(const Bufs<T>& b, const Out<T>& o) {
   constexpr int N = sizeof(T) == 4 ? jm::cuda::kRowPacksHalf : kRowPacks<T>;
   const RowsPlan plan = plan_norm_rows<T, N>(b.cols);
-  if (plan.block_rows) return lean_rows<T, kRms, true, N, kS, kB, kE>(b, o, plan);
+  if (plan.block_rows) return lean_rows<T, kRms, true, N, kS, kB, kE, false, kIo>(b, o, plan);
   if constexpr (!kRms && sizeof(T) == 2) {
     const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(b.cols);
-    if (six.ok && six.tpr == plan.tpr) return lean_rows<T, kRms, false, kRowPacksTeam6, kS, kB, kE>(b, o, six);
+    if (six.ok && six.tpr == plan.tpr) {
+      return lean_rows<T, kRms, false, kRowPacksTeam6, kS, kB, kE, false, kIo>(b, o, six);
+    }
   }
-  lean_rows<T, kRms, false, N, kS, kB, kE>(b, o, plan);
+  lean_rows<T, kRms, false, N, kS, kB, kE, false, kIo>(b, o, plan);
 }
 
 // v28 (norms.cu's rule before v29): f32 v4's rows (launch_v21's), bf16 the lean rows at 8 / 6 packs.
@@ -375,20 +380,20 @@ bool run_early() {
 // 3, 4 packs per thread (more threads per row: fewer bytes in flight per thread), against the default (norms.cu's
 // rule then: f32 v4's rows, bf16 the lean rows at 8 / 6 packs; twice, the A/A pair) and both copies. v29: the rule
 // adopted from it (norm_fwd_lean.cuh's lean_block_packs) against the rule before.
-template <int NP, typename T, bool kRms>
+template <int NP, typename T, bool kRms, bool kIo = false>
 bool lean_np(const Bufs<T>& b, const Out<T>& o, std::string* plan_name) {
   const RowsPlan p = plan_norm_rows<T, NP>(b.cols);
   if (!p.ok) return false;
   *plan_name = std::to_string(NP) + (p.block_rows ? " x block " : " x team ") + std::to_string(p.tpr);
   if (p.block_rows) {
-    lean_rows<T, kRms, true, NP>(b, o, p);
+    lean_rows<T, kRms, true, NP, true, !kRms, true, false, kIo>(b, o, p);
   } else {
-    lean_rows<T, kRms, false, NP>(b, o, p);
+    lean_rows<T, kRms, false, NP, true, !kRms, true, false, kIo>(b, o, p);
   }
   return true;
 }
 
-template <typename T, bool kRms>
+template <typename T, bool kRms, bool kIo = false>
 void launch_v29(const Bufs<T>& b, const Out<T>& o);
 
 // The lean rows at each of NPs packs per thread against `base` (launch_base; twice, the A/A pair) and both copies, at
@@ -463,17 +468,20 @@ bool run_packs(const char* title, const char* base, void (*launch_base)(const Bu
   return all_ok;
 }
 
-// v29 (norms.cu's rule since v29): block rows at lean_block_packs where it gives packs, else the rule before.
-template <typename T, bool kRms>
+// v29 (norms.cu's rule since v29): block rows at lean_block_packs where it gives packs, else the rule before. kIo
+// (the lean kernel's kCachedIo) where the rule takes the lean kernel.
+template <typename T, bool kRms, bool kIo>
 void launch_v29(const Bufs<T>& b, const Out<T>& o) {
   const int np = jm::cuda::lean_block_packs<T, kRms>(b.cols / jm::cuda::kVec<T>);
   std::string name;
   if (np == 2) {
-    if constexpr (sizeof(T) == 4 && kRms) lean_np<2, T, kRms>(b, o, &name);
+    if constexpr (sizeof(T) == 4 && kRms) lean_np<2, T, kRms, kIo>(b, o, &name);
   } else if (np == 3) {
-    if constexpr (sizeof(T) == 4 || kRms) lean_np<3, T, kRms>(b, o, &name);
+    if constexpr (sizeof(T) == 4 || kRms) lean_np<3, T, kRms, kIo>(b, o, &name);
   } else if (np == 4) {
-    lean_np<4, T, kRms>(b, o, &name);
+    lean_np<4, T, kRms, kIo>(b, o, &name);
+  } else if constexpr (kIo && sizeof(T) == 2) {
+    launch_lean<T, kRms, true, !kRms, true, true>(b, o);
   } else {
     launch_v28<T, kRms>(b, o);
   }
@@ -515,10 +523,286 @@ bool run_v29(const char* title) {
   return all_ok;
 }
 
+// early-f32 / early-bf16 (RESULTS.md "v44"): the block rows with their parameter packs held in registers, loaded
+// beside x (the kernel's kHold; f32, at 2, 3 and 4 packs per thread), against v29's rule (twice: the A/A pair) and the
+// same rule's kernel without parameters (what their loads cost at most), % of the 1-pack copy. (As measured, a column
+// of L1 prefetches of the parameters too: branch v44-l1.)
+template <typename T, int NP, bool kRms, bool kEarly, bool kParams = true, bool kIo = false>
+bool early_np(const Bufs<T>& b, const Out<T>& o) {
+  const RowsPlan p = plan_norm_rows<T, NP>(b.cols);
+  if (!p.ok || !p.block_rows) return false;
+  lean_rows<T, kRms, true, NP, kParams, kParams && !kRms, true, kEarly, kIo>(b, o, p);
+  return true;
+}
+
+template <typename T, bool kRms>
+bool run_early_params(const char* title, const std::vector<int>& widths) {
+  std::printf("\n**%s: parameters beside x** (per sample: median (q1, q3) of v29's time over the variant's; %% of the "
+              "1-pack copy)\n\n| C | v29's packs | copy 1 GB/s | v29 GB/s (%%) | A/A | no parameters | "
+              "registers NP = 2 | NP = 3 | NP = 4 | check |\n|---|---|---|---|---|---|---|---|---|---|\n", title);
+  bool all_ok = true;
+  for (int cols : widths) {
+    Case<T> c(cols, 7);  // outputs: copy, v29, v29 again, no parameters, registers at NP = 2, 3, 4
+    Bufs<T> none = c.b;
+    none.scale = nullptr;
+    none.bias = nullptr;
+    std::vector<inproc::Variant> vs;
+    vs.push_back({"copy 1", [&] { inproc::copy<1, false>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
+    vs.push_back({"v29", [&] { launch_v29<T, kRms>(c.b, c.outs[1]); }, {}});
+    vs.push_back({"v29 again", [&] { launch_v29<T, kRms>(c.b, c.outs[2]); }, {}});
+    const int tuned = jm::cuda::lean_block_packs<T, kRms>(cols / jm::cuda::kVec<T>);
+    const int np = tuned > 0 ? tuned : sizeof(T) == 4 ? jm::cuda::kRowPacksHalf : kRowPacks<T>;
+    // The rule's kernel at np packs without parameters.
+    const auto none_at_np = [&] {
+      if (np == 2) return early_np<T, 2, kRms, false, false>(none, c.outs[3]);
+      if (np == 3) return early_np<T, 3, kRms, false, false>(none, c.outs[3]);
+      if (np == 4) return early_np<T, 4, kRms, false, false>(none, c.outs[3]);
+      if (np == 8) return early_np<T, 8, kRms, false, false>(none, c.outs[3]);
+      return false;
+    };
+    if (!none_at_np()) {
+      std::printf("| %d | %d | (not block rows) |\n", cols, np);
+      continue;
+    }
+    vs.push_back({"none", [&] { none_at_np(); }, {}});
+    int at[3] = {-1, -1, -1};
+    const auto add = [&](int i, auto n) {
+      if constexpr (sizeof(T) == 4) {
+        constexpr int kN = decltype(n)::value;
+        if (!early_np<T, kN, kRms, true>(c.b, c.outs[4 + i])) return;  // probe (and warm) the plan
+        at[i] = static_cast<int>(vs.size());
+        vs.push_back({"regs " + std::to_string(kN), [&, i] { early_np<T, kN, kRms, true>(c.b, c.outs[4 + i]); }, {}});
+      }
+    };
+    add(0, std::integral_constant<int, 2>{});
+    add(1, std::integral_constant<int, 3>{});
+    add(2, std::integral_constant<int, 4>{});
+    CK(cudaDeviceSynchronize());
+    inproc::time_rotated(vs, kWarmup, kSamples);
+    CK(cudaDeviceSynchronize());
+    const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
+    const double copy1 = c.gbps(vs, 0, io), d = c.gbps(vs, 1, bytes);
+    const auto cell = [&](int i) {
+      double r[3];
+      inproc::sample_ratio(vs[i], vs[1], r);
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.3f (%.3f, %.3f), %.0f%%", r[0], r[1], r[2], 100 * c.gbps(vs, i, bytes) / copy1);
+      return std::string(buf);
+    };
+    std::string why, reg_cells;
+    bool ok = true;
+    const auto check = [&](const Bufs<T>& bufs, int out, const std::string& name) {
+      std::string w;
+      ok = check_out<T, kRms>(bufs, c.outs[out], c.outs[1], &w) && ok;
+      why += " " + name + ": " + w + ";";
+    };
+    check(c.b, 1, "v29");
+    check(c.b, 2, "v29 again");
+    check(none, 3, "none");
+    for (int i = 0; i < 3; ++i) {
+      reg_cells += " " + (at[i] < 0 ? std::string("-") : cell(at[i])) + " |";
+      if (at[i] >= 0) check(c.b, 4 + i, "regs " + std::to_string(i + 2));
+    }
+    all_ok = all_ok && ok;
+    std::printf("| %d | %d | %.0f | %.0f (%.0f%%) | %s | %s |%s %s:%s |\n", cols, np, copy1, d, 100 * d / copy1,
+                cell(2).c_str(), cell(3).c_str(), reg_cells.c_str(), ok ? "ok" : "FAILED", why.c_str());
+  }
+  return all_ok;
+}
+
+// io (RESULTS.md "v44"): the lean rows with x read by __ldg and y stored plainly (the kernel's kCachedIo) at v29's
+// rule, for f32 also with the parameters in registers (kHold) at v29's packs and at 4, against v29's rule
+// (twice: the A/A pair); beside them the softmax forward's register rows of 4 packs (its f32 default at C <= 4096,
+// cached I/O; as a reference of the same bytes: y's rows checked to sum to 1).
+template <typename T>
+void softmax_rows(const T* x, T* y, int64_t rows, int cols) {
+  int tpr = jm::cuda::smx::kMinTpr;  // the next power of two of the row's threads at 4 packs
+  while (tpr * 4 * jm::cuda::kVec<T> < cols) tpr *= 2;
+  const int block = tpr <= 32 ? jm::cuda::smx::kSubWarpBlock : tpr;
+  jm::cuda::smx::softmax_fwd_regs_kernel<T, 4, sizeof(T) == 4, false, false, true>
+      <<<grid_of((rows + block / tpr - 1) / (block / tpr)), block>>>(x, y, rows, cols, tpr);
+}
+
+template <typename T>
+bool check_softmax(const T* y, int64_t rows, int cols, std::string* why) {
+  double worst = 0;
+  std::vector<T> row(cols);
+  for (int64_t r = 0; r < rows; r += std::max<int64_t>(1, rows / 97)) {
+    CK(cudaMemcpy(row.data(), y + r * cols, cols * sizeof(T), cudaMemcpyDeviceToHost));
+    double sum = 0;
+    for (int c = 0; c < cols; ++c) sum += inproc::to_f(row[c]);
+    worst = std::max(worst, std::isfinite(sum) ? std::fabs(sum - 1) : 1e30);
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "softmax row sums %.1e off 1", worst);
+  *why = buf;
+  return worst < (sizeof(T) == 4 ? 1e-4 : 0.05);
+}
+
+template <typename T, bool kRms>
+bool run_io(const char* title, const std::vector<int>& widths) {
+  std::printf("\n**%s: cached I/O** (per sample: median (q1, q3) of v29's time over the variant's; %% of the 1-pack "
+              "copy)\n\n| C | v29's packs | copy 1 GB/s | v29 GB/s (%%) | A/A | cached I/O | cached, parameters in "
+              "registers | the same at NP = 4 | softmax rows (4 packs, cached) | check |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n", title);
+  bool all_ok = true;
+  for (int cols : widths) {
+    Case<T> c(cols, 7);  // outputs: copy, v29, v29 again, cached, cached + registers, the same at 4, softmax
+    std::vector<inproc::Variant> vs;
+    vs.push_back({"copy 1", [&] { inproc::copy<1, false>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
+    vs.push_back({"v29", [&] { launch_v29<T, kRms>(c.b, c.outs[1]); }, {}});
+    vs.push_back({"v29 again", [&] { launch_v29<T, kRms>(c.b, c.outs[2]); }, {}});
+    vs.push_back({"cached", [&] { launch_v29<T, kRms, true>(c.b, c.outs[3]); }, {}});
+    const int np = jm::cuda::lean_block_packs<T, kRms>(cols / jm::cuda::kVec<T>);
+    const auto regs_at = [&](int n, const Out<T>& o) {
+      if constexpr (sizeof(T) == 4) {
+        if (n == 2) return early_np<T, 2, kRms, true, true, true>(c.b, o);
+        if (n == 3) return early_np<T, 3, kRms, true, true, true>(c.b, o);
+        if (n == 4) return early_np<T, 4, kRms, true, true, true>(c.b, o);
+      }
+      return false;
+    };
+    int at_regs = -1, at_regs4 = -1;
+    if (regs_at(np, c.outs[4])) {
+      at_regs = static_cast<int>(vs.size());
+      vs.push_back({"cached + regs", [&] { regs_at(np, c.outs[4]); }, {}});
+    }
+    if (np != 4 && regs_at(4, c.outs[5])) {
+      at_regs4 = static_cast<int>(vs.size());
+      vs.push_back({"cached + regs 4", [&] { regs_at(4, c.outs[5]); }, {}});
+    }
+    const int at_smx = static_cast<int>(vs.size());
+    vs.push_back({"softmax", [&] { softmax_rows(c.b.x, c.outs[6].y, c.b.rows, cols); }, {}});
+    CK(cudaDeviceSynchronize());
+    inproc::time_rotated(vs, kWarmup, kSamples);
+    CK(cudaDeviceSynchronize());
+    const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
+    const double copy1 = c.gbps(vs, 0, io), d = c.gbps(vs, 1, bytes);
+    const auto cell = [&](int i, double b) {
+      if (i < 0) return std::string("-");
+      double r[3];
+      inproc::sample_ratio(vs[i], vs[1], r);
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.3f (%.3f, %.3f), %.0f%%", r[0], r[1], r[2], 100 * c.gbps(vs, i, b) / copy1);
+      return std::string(buf);
+    };
+    std::string why;
+    bool ok = true;
+    const auto check = [&](int out, const std::string& name) {
+      std::string w;
+      ok = check_out<T, kRms>(c.b, c.outs[out], c.outs[1], &w) && ok;
+      why += " " + name + ": " + w + ";";
+    };
+    check(1, "v29");
+    check(2, "v29 again");
+    check(3, "cached");
+    if (at_regs >= 0) check(4, "cached + regs");
+    if (at_regs4 >= 0) check(5, "cached + regs 4");
+    std::string w;
+    ok = check_softmax(c.outs[6].y, c.b.rows, cols, &w) && ok;
+    why += " " + w;
+    all_ok = all_ok && ok;
+    std::printf("| %d | %d | %.0f | %.0f (%.0f%%) | %s | %s | %s | %s | %s | %s:%s |\n", cols, np, copy1, d,
+                100 * d / copy1, cell(2, bytes).c_str(), cell(3, bytes).c_str(), cell(at_regs, bytes).c_str(),
+                cell(at_regs4, bytes).c_str(), cell(at_smx, io).c_str(), ok ? "ok" : "FAILED", why.c_str());
+  }
+  return all_ok;
+}
+
+// v44 (norms.cu's rule since v44): lean_block_plan's packs and held parameters with cached I/O, the lean rows'
+// other instances with cached I/O, the rest as v29.
+template <typename T, bool kRms>
+void launch_v44(const Bufs<T>& b, const Out<T>& o) {
+  const jm::cuda::LeanBlock p = jm::cuda::lean_block_plan<T, kRms>(b.cols / jm::cuda::kVec<T>);
+  std::string name;
+  const auto at = [&](auto n) {
+    constexpr int kN = decltype(n)::value;
+    if (p.hold) {
+      if constexpr (sizeof(T) == 4) early_np<T, kN, kRms, true, true, true>(b, o);
+    } else {
+      lean_np<kN, T, kRms, true>(b, o, &name);
+    }
+  };
+  if (p.np == 2) {
+    if constexpr (sizeof(T) == 4 && kRms) at(std::integral_constant<int, 2>{});
+  } else if (p.np == 3) {
+    if constexpr (sizeof(T) == 4 || kRms) at(std::integral_constant<int, 3>{});
+  } else if (p.np == 4) {
+    at(std::integral_constant<int, 4>{});
+  } else {
+    launch_v29<T, kRms, true>(b, o);
+  }
+}
+
+// v44: the rule since v44 against v29's (twice: the A/A pair), % of the 1-pack copy; for bf16 also the lean block rows
+// with cached I/O at 4 and 6 packs per thread where those are block rows.
+template <typename T, bool kRms>
+bool run_v44(const char* title) {
+  std::printf("\n**%s: v44 / v29** (per sample: median (q1, q3) of v29's time over the variant's; %% of the 1-pack "
+              "copy)\n\n| C | v44's plan (packs, held) | copy 1 GB/s | v29 GB/s (%%) | A/A | v44 | cached NP = 4 | "
+              "cached NP = 6 | check |\n|---|---|---|---|---|---|---|---|---|\n", title);
+  bool all_ok = true;
+  for (int cols : kWidths) {
+    Case<T> c(cols, 6);  // outputs: copy, v29, v29 again, v44, cached at 4, at 6
+    std::vector<inproc::Variant> vs;
+    vs.push_back({"copy 1", [&] { inproc::copy<1, false>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
+    vs.push_back({"v29", [&] { launch_v29<T, kRms>(c.b, c.outs[1]); }, {}});
+    vs.push_back({"v29 again", [&] { launch_v29<T, kRms>(c.b, c.outs[2]); }, {}});
+    vs.push_back({"v44", [&] { launch_v44<T, kRms>(c.b, c.outs[3]); }, {}});
+    const auto block_np = [&](auto n, const Out<T>& o) {
+      constexpr int kN = decltype(n)::value;
+      const RowsPlan p = plan_norm_rows<T, kN>(cols);
+      if (sizeof(T) == 4 || !p.ok || !p.block_rows) return false;
+      lean_rows<T, kRms, true, kN, true, !kRms, true, false, true>(c.b, o, p);
+      return true;
+    };
+    int at4 = -1, at6 = -1;
+    if (block_np(std::integral_constant<int, 4>{}, c.outs[4])) {
+      at4 = static_cast<int>(vs.size());
+      vs.push_back({"cached 4", [&] { block_np(std::integral_constant<int, 4>{}, c.outs[4]); }, {}});
+    }
+    if (block_np(std::integral_constant<int, 6>{}, c.outs[5])) {
+      at6 = static_cast<int>(vs.size());
+      vs.push_back({"cached 6", [&] { block_np(std::integral_constant<int, 6>{}, c.outs[5]); }, {}});
+    }
+    CK(cudaDeviceSynchronize());
+    inproc::time_rotated(vs, kWarmup, kSamples);
+    CK(cudaDeviceSynchronize());
+    const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
+    const double copy1 = c.gbps(vs, 0, io), d = c.gbps(vs, 1, bytes);
+    const auto cell = [&](int i) {
+      if (i < 0) return std::string("-");
+      double r[3];
+      inproc::sample_ratio(vs[i], vs[1], r);
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.3f (%.3f, %.3f), %.0f%%", r[0], r[1], r[2], 100 * c.gbps(vs, i, bytes) / copy1);
+      return std::string(buf);
+    };
+    std::string why;
+    bool ok = true;
+    const auto check = [&](int out, const std::string& name) {
+      std::string w;
+      ok = check_out<T, kRms>(c.b, c.outs[out], c.outs[1], &w) && ok;
+      why += " " + name + ": " + w + ";";
+    };
+    check(1, "v29");
+    check(2, "v29 again");
+    check(3, "v44");
+    if (at4 >= 0) check(4, "cached 4");
+    if (at6 >= 0) check(5, "cached 6");
+    all_ok = all_ok && ok;
+    const jm::cuda::LeanBlock p = jm::cuda::lean_block_plan<T, kRms>(cols / jm::cuda::kVec<T>);
+    std::printf("| %d | %d, %s | %.0f | %.0f (%.0f%%) | %s | %s | %s | %s | %s:%s |\n", cols, p.np,
+                p.hold ? "held" : "-", copy1, d, 100 * d / copy1, cell(2).c_str(), cell(3).c_str(), cell(at4).c_str(),
+                cell(at6).c_str(), ok ? "ok" : "FAILED", why.c_str());
+  }
+  return all_ok;
+}
+
 }  // namespace
 
 // Arguments: the ops to run, of ln-bf16 rms-bf16 ln-f32 rms-f32 (default these four), ln-params, early, packs-f32,
-// packs-more, packs-bf16 and v29.
+// packs-more, packs-bf16, v29, early-f32, early-bf16, io and v44.
 int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -552,6 +836,26 @@ int main(int argc, char** argv) {
     ok = run_v29<float, true>("RMSNorm, f32") && ok;
     ok = run_v29<__nv_bfloat16, false>("LayerNorm, bf16") && ok;
     ok = run_v29<__nv_bfloat16, true>("RMSNorm, bf16") && ok;
+  }
+  if (argc > 1 && want("early-f32")) {
+    ok = run_early_params<float, false>("LayerNorm, f32", {2048, 4096, 8192}) && ok;
+    ok = run_early_params<float, true>("RMSNorm, f32", {2048, 4096, 8192}) && ok;
+  }
+  if (argc > 1 && want("early-bf16")) {
+    ok = run_early_params<__nv_bfloat16, false>("LayerNorm, bf16", {4096, 8192, 12288}) && ok;
+    ok = run_early_params<__nv_bfloat16, true>("RMSNorm, bf16", {4096, 8192, 12288}) && ok;
+  }
+  if (argc > 1 && want("v44")) {
+    ok = run_v44<float, false>("LayerNorm, f32") && ok;
+    ok = run_v44<float, true>("RMSNorm, f32") && ok;
+    ok = run_v44<__nv_bfloat16, false>("LayerNorm, bf16") && ok;
+    ok = run_v44<__nv_bfloat16, true>("RMSNorm, bf16") && ok;
+  }
+  if (argc > 1 && want("io")) {
+    ok = run_io<float, false>("LayerNorm, f32", {2048, 4096, 8192}) && ok;
+    ok = run_io<float, true>("RMSNorm, f32", {2048, 4096, 8192}) && ok;
+    ok = run_io<__nv_bfloat16, false>("LayerNorm, bf16", {768, 1024, 2048, 4096, 8192, 12288}) && ok;
+    ok = run_io<__nv_bfloat16, true>("RMSNorm, bf16", {768, 1024, 2048, 4096, 8192, 12288}) && ok;
   }
   if (argc > 1 && want("packs-bf16")) {
     ok = run_packs<__nv_bfloat16, false, 1, 2, 3, 4>("LayerNorm, bf16", "v28", launch_v28<__nv_bfloat16, false>,

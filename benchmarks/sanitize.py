@@ -44,7 +44,9 @@ from jax_memops import reference, unfused
 # (3, 2056) not; team rows of 6 packs (300, 64) and of 8 (4, 1024), (301, 2048) (odd rows per team); beside them
 # f16 (2, 4096) and f32 (5, 1024) block rows. v29's lean block rows at lean_block_packs (f32 C = 1028..8192 at 2..4
 # packs, bf16 LayerNorm at 4): f32 (301, 2048) and (3, 1028) at 3 (slots left empty), (3, 2056) at 4 / 2 (RMSNorm),
-# (2, 4096), (2, 8192); bf16 LayerNorm (3, 2056), (2, 4096). v31's 16-bit RMSNorm backward on 256-thread teams of
+# (2, 4096), (2, 8192); bf16 LayerNorm (3, 2056), (2, 4096). Since v44 the lean rows with cached I/O, and f32 block rows
+# holding their parameters (lean_block_plan): RMSNorm's all, LayerNorm's (3, 1028) (slots left empty), (3, 2056) and
+# (301, 2048) at 4 packs. v31's 16-bit RMSNorm backward on 256-thread teams of
 # K = 4 packs (two teams of a 512-thread block at their own barriers): (2, 8192) every slot used (one row per
 # block), (300, 6152) not (2-3 rows per block: both teams at work); (263, 10000) LayerNorm / RMSNorm at K = 3.
 # v33's backward rows through two stages of shared memory, enough rows per team that each stage is filled 3-10 times

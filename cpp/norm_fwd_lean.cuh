@@ -69,7 +69,16 @@ __device__ __forceinline__ void quad_fresh(const uint4& u, int q, float (&out)[4
 // its last step. Measured (one process, two rounds): bf16 LayerNorm C = 768 / 1024 / 2048 +3.3..5.2%, RMSNorm
 // +0.6..2%. Block rows (one row per block: nothing to share) load their parameters in pass 3 as before; their first
 // pack's parameters loaded beside x instead tied (+0..1.5% against an A/A of +1..2%). RESULTS.md "v28".
-template <typename T, bool kRms, bool kBlockRow, int NP, bool kScale = true, bool kBias = !kRms, bool kStaged = true>
+// kHold (v44, block rows): the row's parameter packs loaded into registers beside its x, before pass 1, so that their
+// latency overlaps x's and pass 3 waits on the reductions alone (f32: 8 floats per pack with both parameters; L1
+// prefetches of their lines instead, branch v44-l1: 0.70-0.98x). kCachedIo (v44): x read by __ldg and y written by
+// plain stores, as the softmax register rows on their full grid do since v20, instead of the streaming pair (__ldcs /
+// __stcs). Measured inside one process (benchmarks/norm_fwd_ab.cu io, two rounds, A/A within 2.5%; RESULTS.md "v44"):
+// cached I/O f32 LayerNorm +2..8% at C = 2048-8192, RMSNorm +2..6%, bf16 +1..5% (LayerNorm 12288: a tie); the held
+// parameters beside it f32 LayerNorm 2048 (at 4 packs) +5%, RMSNorm 2048 / 8192 +6..9%, but -3..-31% where their
+// registers cost resident rows (LayerNorm 4096 / 8192).
+template <typename T, bool kRms, bool kBlockRow, int NP, bool kScale = true, bool kBias = !kRms, bool kStaged = true,
+          bool kHold = false, bool kCachedIo = false>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
     norm_fwd_lean_kernel(const T* __restrict__ x, const float* __restrict__ scale, const float* __restrict__ bias,
                          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
@@ -81,6 +90,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
   constexpr bool kStage = kStaged && !kBlockRow && kParams > 0;
   constexpr int Q = V / 4;  // float4 per pack and parameter
   __shared__ float4 staged[kStage ? kParams : 1][Q][kStage ? NP * 32 : 1];  // [parameter][quarter of a pack][pack]
+  constexpr bool kHeld = kHold && kBlockRow && kParams > 0;
   const RowTeam<kBlockRow> tm(tpr);
   const int packs = cols / V;
   const bool full = packs == NP * tm.rt;
@@ -94,7 +104,23 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
     for (int k = 0; k < NP; ++k) {
       const int i = tm.lane + k * tm.rt;
       w[k] = make_uint4(0u, 0u, 0u, 0u);
-      if (valid && (full || i < packs)) w[k] = __ldcs(xw + i);
+      if (valid && (full || i < packs)) w[k] = kCachedIo ? __ldg(xw + i) : __ldcs(xw + i);
+    }
+    float4 held[kHeld ? kParams : 1][kHeld ? NP * Q : 1];  // [parameter][pack k, quarter q], zeros past the row
+    if constexpr (kHeld) {
+#pragma unroll
+      for (int k = 0; k < NP; ++k) {
+        const int i = tm.lane + k * tm.rt;
+#pragma unroll
+        for (int h = 0; h < Q; ++h) {
+          const bool in = full || i < packs;
+          const auto param = [&](const float* prow) {
+            return in ? __ldg(reinterpret_cast<const float4*>(prow) + Q * i + h) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          };
+          if constexpr (kScale) held[0][k * Q + h] = param(scale);
+          if constexpr (kHasBias) held[kScale][k * Q + h] = param(bias);
+        }
+      }
     }
     if constexpr (kStage) {
       if (base == tm.first) {  // the block's first row; uniform over the block, as the barrier needs
@@ -166,7 +192,10 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
           float sc[4] = {}, b[4] = {}, v[4];
           // Columns i * V + 4q .. + 3 of parameter p (0: scale, kScale: bias), whose row is prow.
           const auto param4 = [&](int p, const float* prow, float(&dst)[4]) {
-            if constexpr (kStage) {
+            if constexpr (kHeld) {
+              const float4 f = held[p][k * Q + q];
+              dst[0] = f.x, dst[1] = f.y, dst[2] = f.z, dst[3] = f.w;
+            } else if constexpr (kStage) {
               const float4 f = staged[p][q][i];
               dst[0] = f.x, dst[1] = f.y, dst[2] = f.z, dst[3] = f.w;
             } else {
@@ -189,7 +218,11 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
             out.v[4 * q + j] = from_float<T>(u);
           }
         }
-        store_stream<V>(y + row * cols, i, out);
+        if constexpr (kCachedIo) {
+          store_raw<V>(y + row * cols, i, out);
+        } else {
+          store_stream<V>(y + row * cols, i, out);
+        }
       }
     }
   }
@@ -218,6 +251,24 @@ constexpr int lean_block_packs(int64_t packs) {
   }
   const int64_t threads = np > 0 ? ceil_div(packs, np) : 0;
   return threads > 32 && threads <= kMaxRowBlock ? np : 0;  // block rows (one row per block of 64..768 threads)
+}
+
+// v44: the block rows' plan by default — lean_block_packs's packs with the parameters held in registers (the kernel's
+// kHold) where that measured faster beside cached I/O (benchmarks/norm_fwd_ab.cu io, two rounds; RESULTS.md "v44"):
+// every f32 RMSNorm block row (C = 2048 +8%, 4096 +0.6%, 8192 +2% over cached I/O alone) and f32 LayerNorm rows of
+// up to 512 packs at 4 packs per thread (C = 2048: +3.5% over 3 packs with cached I/O). Not f32 LayerNorm's longer
+// rows: its 70 registers at 256-512 threads leave fewer rows resident (4096: -4%, 8192: -32%).
+struct LeanBlock {
+  int np;     // packs per thread, 0: not the lean block rows
+  bool hold;  // the parameters held in registers
+};
+
+template <typename T, bool kRms>
+constexpr LeanBlock lean_block_plan(int64_t packs) {
+  const int np = lean_block_packs<T, kRms>(packs);
+  if (sizeof(T) == 4 && np > 0 && kRms) return {np, true};
+  if (sizeof(T) == 4 && np > 0 && packs <= 512) return {4, true};  // LayerNorm: 65..128 threads at 4 packs
+  return {np, false};
 }
 
 }  // namespace jm::cuda

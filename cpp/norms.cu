@@ -38,32 +38,40 @@ namespace {
 // 4-6 runs ("v9", "v10"). Not RMSNorm: v3 is at 93-98% of the copy there, the 6 packs 0.87-1.15x of it.
 // bf16 rows of whole packs with one parameter row run norm_fwd_lean.cuh's kernel (LayerNorm v23, RMSNorm v24; rows
 // without a scale or a bias too since v28, when their team rows began to read the parameters from shared memory).
-// Since v29 the lean kernel's block rows take the packs per thread lean_tuned_packs gives (f32 rows too).
+// Since v29 the lean kernel's block rows take the packs per thread lean_tuned_plan gives (f32 rows too); since v44
+// the lean rows read x by __ldg and store y plainly, and f32 block rows hold their parameters where that plan says.
 // For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them for
 // every dtype (v3: 8 packs for every 16-bit team row, the rule before v10), =v21 the rule before v23, =v23 the lean
-// rows' parameter loads before v28 (in pass 3; with both parameters), =v28 the packs before v29. The backward is
-// the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28 };
+// rows' parameter loads before v28 (in pass 3; with both parameters), =v28 the packs before v29, =v29 the lean rows'
+// streaming loads and stores before v44 (and their parameters loaded in pass 3). The backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
                                       {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21},
-                                       {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}},
+                                       {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}, {"v29", NormFwd::kV29}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// The rule by dtype: the default, v23 and v28 (which differ from it only in the lean rows' parameter loads and packs).
+// The rule by dtype: the default, v23, v28 and v29 (which differ from it only in the lean rows' parameter loads, packs
+// and cache hints).
 bool norm_fwd_by_dtype() {
   const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kByDtype || v == NormFwd::kV23 || v == NormFwd::kV28;
+  return v == NormFwd::kByDtype || v == NormFwd::kV23 || v == NormFwd::kV28 || v == NormFwd::kV29;
 }
 
-// v29: the lean kernel's block rows at lean_block_packs (norm_fwd_lean.cuh), by default only.
+// The lean kernel's block rows: v44's lean_block_plan by default, v29's lean_block_packs without held parameters under
+// v29 (norm_fwd_lean.cuh), none under the older versions.
 template <typename T, bool kRms>
-int lean_tuned_packs(int64_t packs) {
-  return norm_fwd_version() == NormFwd::kByDtype ? lean_block_packs<T, kRms>(packs) : 0;
+LeanBlock lean_tuned_plan(int64_t packs) {
+  const NormFwd v = norm_fwd_version();
+  if (v == NormFwd::kByDtype) return lean_block_plan<T, kRms>(packs);
+  return {v == NormFwd::kV29 ? lean_block_packs<T, kRms>(packs) : 0, false};
 }
+
+// v44: the lean kernel's cached I/O (kCachedIo), by default only.
+bool lean_cached_io() { return norm_fwd_version() == NormFwd::kByDtype; }
 
 // f(std::integral_constant<int, np>) for the packs lean_block_packs<T, kRms> can give (2: f32 RMSNorm; 3: f32; 4: f32,
 // bf16 LayerNorm).
@@ -496,12 +504,13 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     };
     // norm_fwd_lean.cuh: bf16 rows of whole packs, one scale row (and LayerNorm's one bias row) or none, all
     // aligned; v3's geometry, LayerNorm team rows at the packs v21 gives them (6 where v10's rule takes them, else
-    // 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28. Since v29, where lean_tuned_packs gives
-    // packs, block rows at them: f32 rows too (only those), bf16 LayerNorm 4096.
+    // 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28. Since v29, where lean_tuned_plan gives
+    // packs, block rows at them: f32 rows too (only those), bf16 LayerNorm 4096. Since v44 with cached I/O, and f32
+    // block rows with their parameters held where the plan says.
     if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float>) {
       const auto one_row = [&](const ParamView& p) { return p.data == nullptr || p.rows_per_group >= s.rows; };
-      const int tuned = s.cols % kVec<T> == 0 ? lean_tuned_packs<T, kRms>(s.cols / kVec<T>) : 0;
-      if (norm_fwd_by_dtype() && (sizeof(T) == 4 ? tuned > 0 : plan.ok) && one_row(scale) &&
+      const LeanBlock tuned = s.cols % kVec<T> == 0 ? lean_tuned_plan<T, kRms>(s.cols / kVec<T>) : LeanBlock{0, false};
+      if (norm_fwd_by_dtype() && (sizeof(T) == 4 ? tuned.np > 0 : plan.ok) && one_row(scale) &&
           (kRms || one_row(bias)) && vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data})) {
         // The instance for the parameters present (kS: scale, kB: LayerNorm's bias) and how team rows read them (kSt:
         // staged in shared memory, v28; else loaded in pass 3, v23).
@@ -511,11 +520,19 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
             return launch_plan(kernel, p, xp, scale.data, bias.data, yp, mean, rstd, s.rows,
                                static_cast<int>(s.cols), 1.0f / static_cast<float>(s.cols), epsilon, p.tpr);
           };
+          // f(std::bool_constant<io>): io = the kernel's kCachedIo (v44's default), else the streaming pair.
+          const auto cached = [&](auto f) { return lean_cached_io() ? f(std::true_type{}) : f(std::false_type{}); };
           if constexpr (kLeanTuned<T, kRms>) {
-            if (tuned > 0) {
-              return with_lean_packs<T, kRms>(tuned, [&](auto np) {
-                return go(norm_fwd_lean_kernel<T, kRms, true, decltype(np)::value, kS, kB>,
-                          plan_norm_rows<T, decltype(np)::value>(s.cols));
+            if (tuned.np > 0) {
+              return with_lean_packs<T, kRms>(tuned.np, [&](auto np) {
+                constexpr int kNp = decltype(np)::value;
+                const RowsPlan p = plan_norm_rows<T, kNp>(s.cols);
+                if constexpr (sizeof(T) == 4) {  // lean_block_plan holds f32 parameters only
+                  if (tuned.hold) return go(norm_fwd_lean_kernel<T, kRms, true, kNp, kS, kB, true, true, true>, p);
+                }
+                return cached([&](auto io) {
+                  return go(norm_fwd_lean_kernel<T, kRms, true, kNp, kS, kB, true, false, decltype(io)::value>, p);
+                });
               });
             }
           }
@@ -523,13 +540,18 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
             return ffi::Error::Internal("f32 lean rows without tuned packs");  // the condition above excludes them
           } else {
             constexpr bool kSt = decltype(staged)::value;  // team rows only: block rows take one instance either way
-            if (plan.block_rows) return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB>, plan);
-            if constexpr (!kRms) {
-              if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
-                return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6, kS, kB, kSt>, six);
+            return cached([&](auto io) {
+              constexpr bool kIo = decltype(io)::value;
+              if (plan.block_rows) {
+                return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB, true, false, kIo>, plan);
               }
-            }
-            return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacks<T>, kS, kB, kSt>, plan);
+              if constexpr (!kRms) {
+                if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
+                  return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6, kS, kB, kSt, false, kIo>, six);
+                }
+              }
+              return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacks<T>, kS, kB, kSt, false, kIo>, plan);
+            });
           }
         };
         using Yes = std::true_type;

@@ -189,8 +189,8 @@ def test_big_rms_norm_forward(big):
     y.delete()
 
 
-# f32 rows past element 2**31 (8 GiB per tensor): 2**20 + 5 rows of 2048, v29's lean block rows at 3 packs per
-# thread (192 threads a row; 64-bit row offsets), LayerNorm and RMSNorm, rows on both sides of element 2**31 checked
+# f32 rows past element 2**31 (8 GiB per tensor): 2**20 + 5 rows of 2048, v44's lean block rows with their parameters
+# held, LayerNorm at 4 packs per thread (128 threads a row), RMSNorm at 3 (192; 64-bit row offsets), rows on both sides of element 2**31 checked
 # against float64 and every row against XLA's float32 formula on the device.
 @pytest.mark.slow
 def test_big_norm_forward_f32(gpu):
@@ -639,6 +639,9 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
 # it too. Under a persistent grid too (several rows per block, the copy staged once). Since v29 (v28: the rule before)
 # the lean kernel's block rows take lean_block_packs: f32 (65, 1032), (1, 2048) at 3 packs, (97, 4096) at 4 (LayerNorm)
 # / 2 (RMSNorm), (3, 8192) at 4 ((20, 1000), (8001, 768) and (700, 12288) stay on v4); bf16 LayerNorm (97, 4096) at 4.
+# Since v44 (v29: the rule before) the lean rows read x by __ldg and store y plainly, and lean_block_plan holds the
+# parameters of f32 block rows in registers: RMSNorm's all of them, LayerNorm's (65, 1032) and (1, 2048) at 4 packs
+# ((65, 1032): slots past the row hold zeros); scale-only and parameter-free rows through the same instances.
 _NORM_V4_SCRIPT = r"""
 import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
 sys.path.insert(0, {tests!r})
@@ -694,7 +697,8 @@ print("OK")
 
 
 @pytest.mark.parametrize("version,grid", [("v4", ""), ("v3", ""), ("v4", "persistent"), ("v3", "persistent"),
-                                          ("v21", ""), ("v23", ""), ("v28", ""), ("", ""), ("", "persistent")])
+                                          ("v21", ""), ("v23", ""), ("v28", ""), ("v29", ""), ("", ""),
+                                          ("", "persistent")])
 def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid})
 
