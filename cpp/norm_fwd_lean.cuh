@@ -75,8 +75,8 @@ __device__ __forceinline__ void quad_fresh(const uint4& u, int q, float (&out)[4
 // plain stores, as the softmax register rows on their full grid do since v20, instead of the streaming pair (__ldcs /
 // __stcs). Measured inside one process (benchmarks/norm_fwd_ab.cu io, two rounds, A/A within 2.5%; RESULTS.md "v44"):
 // cached I/O f32 LayerNorm +2..8% at C = 2048-8192, RMSNorm +2..6%, bf16 +1..5% (LayerNorm 12288: a tie); the held
-// parameters beside it f32 LayerNorm 2048 (at 4 packs) +5%, RMSNorm 2048 / 8192 +6..9%, but -3..-31% where their
-// registers cost resident rows (LayerNorm 4096 / 8192).
+// parameters on top of it f32 LayerNorm 2048 +3.5% (at 4 packs, against 3 without), RMSNorm 2048 / 8192 +2..2.5%,
+// but -3..-33% where their registers cost resident rows (LayerNorm 4096 / 8192).
 template <typename T, bool kRms, bool kBlockRow, int NP, bool kScale = true, bool kBias = !kRms, bool kStaged = true,
           bool kHold = false, bool kCachedIo = false>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
@@ -255,9 +255,10 @@ constexpr int lean_block_packs(int64_t packs) {
 
 // v44: the block rows' plan by default — lean_block_packs's packs with the parameters held in registers (the kernel's
 // kHold) where that measured faster beside cached I/O (benchmarks/norm_fwd_ab.cu io, two rounds; RESULTS.md "v44"):
-// every f32 RMSNorm block row (C = 2048 +8%, 4096 +0.6%, 8192 +2% over cached I/O alone) and f32 LayerNorm rows of
-// up to 512 packs at 4 packs per thread (C = 2048: +3.5% over 3 packs with cached I/O). Not f32 LayerNorm's longer
-// rows: its 70 registers at 256-512 threads leave fewer rows resident (4096: -4%, 8192: -32%).
+// every f32 RMSNorm block row (C = 2048 +2.5%, 4096 +0.6%, 8192 +2% over cached I/O alone) and f32 LayerNorm rows of
+// up to 512 packs at 4 packs per thread (C = 2048: +3.5% over 3 packs with cached I/O; the rows of 257-511 packs take
+// the same rule unmeasured). Not f32 LayerNorm's longer rows: its 70 registers at 256-512 threads leave fewer rows
+// resident (4096: -4%, 8192: -33%).
 struct LeanBlock {
   int np;     // packs per thread, 0: not the lean block rows
   bool hold;  // the parameters held in registers
