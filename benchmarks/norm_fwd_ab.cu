@@ -523,15 +523,40 @@ bool run_v29(const char* title) {
   return all_ok;
 }
 
+// The v44 modes' table cell for variant i: the per-sample ratio of variant 1's time (the baseline) over its time,
+// median (q1, q3), and its GB/s moving `bytes` as % of `copy` GB/s; "-" where i < 0 (the variant did not run).
+template <typename T>
+std::string ratio_cell(const Case<T>& c, const std::vector<inproc::Variant>& vs, int i, double bytes, double copy) {
+  if (i < 0) return "-";
+  double r[3];
+  inproc::sample_ratio(vs[i], vs[1], r);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.3f (%.3f, %.3f), %.0f%%", r[0], r[1], r[2], 100 * c.gbps(vs, i, bytes) / copy);
+  return buf;
+}
+
+// The v44 modes' output checks: each output against output 1's statistics (check_out), the verdicts in `why`.
+template <typename T, bool kRms>
+struct OutChecks {
+  const Case<T>& c;
+  bool ok = true;
+  std::string why;
+  void operator()(const Bufs<T>& bufs, int out, const std::string& name) {
+    std::string w;
+    ok = check_out<T, kRms>(bufs, c.outs[out], c.outs[1], &w) && ok;
+    why += " " + name + ": " + w + ";";
+  }
+};
+
 // early-f32 / early-bf16 (RESULTS.md "v44"): the block rows with their parameter packs held in registers, loaded
 // beside x (the kernel's kHold; f32, at 2, 3 and 4 packs per thread), against v29's rule (twice: the A/A pair) and the
 // same rule's kernel without parameters (what their loads cost at most), % of the 1-pack copy. (As measured, a column
 // of L1 prefetches of the parameters too: branch v44-l1.)
-template <typename T, int NP, bool kRms, bool kEarly, bool kParams = true, bool kIo = false>
+template <typename T, int NP, bool kRms, bool kHold, bool kParams = true, bool kIo = false>
 bool early_np(const Bufs<T>& b, const Out<T>& o) {
   const RowsPlan p = plan_norm_rows<T, NP>(b.cols);
   if (!p.ok || !p.block_rows) return false;
-  lean_rows<T, kRms, true, NP, kParams, kParams && !kRms, true, kEarly, kIo>(b, o, p);
+  lean_rows<T, kRms, true, NP, kParams, kParams && !kRms, true, kHold, kIo>(b, o, p);
   return true;
 }
 
@@ -582,30 +607,19 @@ bool run_early_params(const char* title, const std::vector<int>& widths) {
     CK(cudaDeviceSynchronize());
     const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
     const double copy1 = c.gbps(vs, 0, io), d = c.gbps(vs, 1, bytes);
-    const auto cell = [&](int i) {
-      double r[3];
-      inproc::sample_ratio(vs[i], vs[1], r);
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%.3f (%.3f, %.3f), %.0f%%", r[0], r[1], r[2], 100 * c.gbps(vs, i, bytes) / copy1);
-      return std::string(buf);
-    };
-    std::string why, reg_cells;
-    bool ok = true;
-    const auto check = [&](const Bufs<T>& bufs, int out, const std::string& name) {
-      std::string w;
-      ok = check_out<T, kRms>(bufs, c.outs[out], c.outs[1], &w) && ok;
-      why += " " + name + ": " + w + ";";
-    };
+    const auto cell = [&](int i) { return ratio_cell(c, vs, i, bytes, copy1); };
+    std::string reg_cells;
+    OutChecks<T, kRms> check{c};
     check(c.b, 1, "v29");
     check(c.b, 2, "v29 again");
     check(none, 3, "none");
     for (int i = 0; i < 3; ++i) {
-      reg_cells += " " + (at[i] < 0 ? std::string("-") : cell(at[i])) + " |";
+      reg_cells += " " + cell(at[i]) + " |";
       if (at[i] >= 0) check(c.b, 4 + i, "regs " + std::to_string(i + 2));
     }
-    all_ok = all_ok && ok;
+    all_ok = all_ok && check.ok;
     std::printf("| %d | %d | %.0f | %.0f (%.0f%%) | %s | %s |%s %s:%s |\n", cols, np, copy1, d, 100 * d / copy1,
-                cell(2).c_str(), cell(3).c_str(), reg_cells.c_str(), ok ? "ok" : "FAILED", why.c_str());
+                cell(2).c_str(), cell(3).c_str(), reg_cells.c_str(), check.ok ? "ok" : "FAILED", check.why.c_str());
   }
   return all_ok;
 }
@@ -678,29 +692,16 @@ bool run_io(const char* title, const std::vector<int>& widths) {
     CK(cudaDeviceSynchronize());
     const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
     const double copy1 = c.gbps(vs, 0, io), d = c.gbps(vs, 1, bytes);
-    const auto cell = [&](int i, double b) {
-      if (i < 0) return std::string("-");
-      double r[3];
-      inproc::sample_ratio(vs[i], vs[1], r);
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%.3f (%.3f, %.3f), %.0f%%", r[0], r[1], r[2], 100 * c.gbps(vs, i, b) / copy1);
-      return std::string(buf);
-    };
-    std::string why;
-    bool ok = true;
-    const auto check = [&](int out, const std::string& name) {
-      std::string w;
-      ok = check_out<T, kRms>(c.b, c.outs[out], c.outs[1], &w) && ok;
-      why += " " + name + ": " + w + ";";
-    };
-    check(1, "v29");
-    check(2, "v29 again");
-    check(3, "cached");
-    if (at_regs >= 0) check(4, "cached + regs");
-    if (at_regs4 >= 0) check(5, "cached + regs 4");
+    const auto cell = [&](int i, double b) { return ratio_cell(c, vs, i, b, copy1); };
+    OutChecks<T, kRms> check{c};
+    check(c.b, 1, "v29");
+    check(c.b, 2, "v29 again");
+    check(c.b, 3, "cached");
+    if (at_regs >= 0) check(c.b, 4, "cached + regs");
+    if (at_regs4 >= 0) check(c.b, 5, "cached + regs 4");
     std::string w;
-    ok = check_softmax(c.outs[6].y, c.b.rows, cols, &w) && ok;
-    why += " " + w;
+    const bool ok = check_softmax(c.outs[6].y, c.b.rows, cols, &w) && check.ok;
+    const std::string why = check.why + " " + w;
     all_ok = all_ok && ok;
     std::printf("| %d | %d | %.0f | %.0f (%.0f%%) | %s | %s | %s | %s | %s | %s:%s |\n", cols, np, copy1, d,
                 100 * d / copy1, cell(2, bytes).c_str(), cell(3, bytes).c_str(), cell(at_regs, bytes).c_str(),
@@ -770,31 +771,18 @@ bool run_v44(const char* title) {
     CK(cudaDeviceSynchronize());
     const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
     const double copy1 = c.gbps(vs, 0, io), d = c.gbps(vs, 1, bytes);
-    const auto cell = [&](int i) {
-      if (i < 0) return std::string("-");
-      double r[3];
-      inproc::sample_ratio(vs[i], vs[1], r);
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%.3f (%.3f, %.3f), %.0f%%", r[0], r[1], r[2], 100 * c.gbps(vs, i, bytes) / copy1);
-      return std::string(buf);
-    };
-    std::string why;
-    bool ok = true;
-    const auto check = [&](int out, const std::string& name) {
-      std::string w;
-      ok = check_out<T, kRms>(c.b, c.outs[out], c.outs[1], &w) && ok;
-      why += " " + name + ": " + w + ";";
-    };
-    check(1, "v29");
-    check(2, "v29 again");
-    check(3, "v44");
-    if (at4 >= 0) check(4, "cached 4");
-    if (at6 >= 0) check(5, "cached 6");
-    all_ok = all_ok && ok;
+    const auto cell = [&](int i) { return ratio_cell(c, vs, i, bytes, copy1); };
+    OutChecks<T, kRms> check{c};
+    check(c.b, 1, "v29");
+    check(c.b, 2, "v29 again");
+    check(c.b, 3, "v44");
+    if (at4 >= 0) check(c.b, 4, "cached 4");
+    if (at6 >= 0) check(c.b, 5, "cached 6");
+    all_ok = all_ok && check.ok;
     const jm::cuda::LeanBlock p = jm::cuda::lean_block_plan<T, kRms>(cols / jm::cuda::kVec<T>);
     std::printf("| %d | %d, %s | %.0f | %.0f (%.0f%%) | %s | %s | %s | %s | %s:%s |\n", cols, p.np,
                 p.hold ? "held" : "-", copy1, d, 100 * d / copy1, cell(2).c_str(), cell(3).c_str(), cell(at4).c_str(),
-                cell(at6).c_str(), ok ? "ok" : "FAILED", why.c_str());
+                cell(at6).c_str(), check.ok ? "ok" : "FAILED", check.why.c_str());
   }
   return all_ok;
 }
