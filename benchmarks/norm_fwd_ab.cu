@@ -20,7 +20,7 @@
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/norm_fwd_ab.cu \
 //        -o /tmp/norm_fwd_ab && /tmp/norm_fwd_ab [ln-bf16 rms-bf16 ln-f32 rms-f32 ln-params early packs-f32 packs-more
-//        packs-bf16 v29 early-f32 early-bf16 io v44]
+//        packs-bf16 v29 early-f32 early-bf16 io v44 half-io]
 //   (default: the first four)
 #include <algorithm>
 #include <cmath>
@@ -70,10 +70,10 @@ struct Out {
 
 unsigned grid_of(int64_t groups) { return static_cast<unsigned>(groups); }
 
-template <typename T, bool kRms, bool kBlockRow, int N>
+template <typename T, bool kRms, bool kBlockRow, int N, bool kIo = false>
 void half_rows(const Bufs<T>& b, const Out<T>& o, const RowsPlan& p) {
   const jm::ParamView sc{b.scale, b.rows}, bi{kRms ? nullptr : b.bias, b.rows};
-  jm::cuda::norm_fwd_half_kernel<T, kRms, kBlockRow, N>
+  jm::cuda::norm_fwd_half_kernel<T, kRms, kBlockRow, N, kIo>
       <<<grid_of((b.rows + p.rows_per_block - 1) / p.rows_per_block), p.block>>>(b.x, sc, bi, o.y, o.mean, o.rstd,
                                                                                   b.rows, b.cols, kEps, p.tpr);
 }
@@ -710,11 +710,11 @@ bool run_io(const char* title, const std::vector<int>& widths) {
   return all_ok;
 }
 
-// v44 (norms.cu's rule since v44): lean_block_plan's packs and held parameters with cached I/O, the lean rows'
+// v44 (norms.cu's rule of v44): v44's lean_block_plan packs and held parameters with cached I/O, the lean rows'
 // other instances with cached I/O, the rest as v29.
 template <typename T, bool kRms>
 void launch_v44(const Bufs<T>& b, const Out<T>& o) {
-  const jm::cuda::LeanBlock p = jm::cuda::lean_block_plan<T, kRms>(b.cols / jm::cuda::kVec<T>);
+  const jm::cuda::LeanBlock p = jm::cuda::lean_block_plan<T, kRms>(b.cols / jm::cuda::kVec<T>, false);
   std::string name;
   const auto at = [&](auto n) {
     constexpr int kN = decltype(n)::value;
@@ -779,7 +779,7 @@ bool run_v44(const char* title) {
     if (at4 >= 0) check(c.b, 4, "cached 4");
     if (at6 >= 0) check(c.b, 5, "cached 6");
     all_ok = all_ok && check.ok;
-    const jm::cuda::LeanBlock p = jm::cuda::lean_block_plan<T, kRms>(cols / jm::cuda::kVec<T>);
+    const jm::cuda::LeanBlock p = jm::cuda::lean_block_plan<T, kRms>(cols / jm::cuda::kVec<T>, false);
     std::printf("| %d | %d, %s | %.0f | %.0f (%.0f%%) | %s | %s | %s | %s | %s:%s |\n", cols, p.np,
                 p.hold ? "held" : "-", copy1, d, 100 * d / copy1, cell(2).c_str(), cell(3).c_str(), cell(at4).c_str(),
                 cell(at6).c_str(), check.ok ? "ok" : "FAILED", check.why.c_str());
@@ -787,10 +787,100 @@ bool run_v44(const char* title) {
   return all_ok;
 }
 
+// half-io (RESULTS.md "v45"): the f32 widths v44's rule leaves on norm_fwd_half.cuh's rows (C = 768, 1024, 12288 of
+// issue 5; 512, team rows) with that kernel's kCachedIo, and the lean rows with cached I/O at other packs per thread
+// (team rows of one warp, block rows, block rows holding their parameters), against v44's rule there (v4's rows,
+// streaming; twice: the A/A pair), % of the 1-pack copy.
+template <typename T, bool kIo>
+void launch_half(const Bufs<T>& b, const Out<T>& o, bool rms) {
+  const RowsPlan p = plan_norm_rows<T, jm::cuda::kRowPacksHalf>(b.cols);
+  const auto go = [&](auto r) {
+    constexpr bool kR = decltype(r)::value;
+    if (p.block_rows) return half_rows<T, kR, true, jm::cuda::kRowPacksHalf, kIo>(b, o, p);
+    half_rows<T, kR, false, jm::cuda::kRowPacksHalf, kIo>(b, o, p);
+  };
+  rms ? go(std::true_type{}) : go(std::false_type{});
+}
+
+// f(std::integral_constant<int, np>) for np of 3, 4, 6, 8; false for any other.
+template <typename F>
+bool with_np(int np, F&& f) {
+  switch (np) {
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    default: return false;
+  }
+}
+
+template <bool kRms>
+bool run_half_io(const char* title) {
+  using T = float;
+  std::printf("\n**%s: v4's rows with cached I/O** (per sample: median (q1, q3) of v44's time over the variant's; "
+              "%% of the 1-pack copy)\n\n| C | copy 1 GB/s | v44 GB/s (%%) | A/A | v4 cached | lean cached (plan) | "
+              "lean block cached (plan) | lean block cached, held | check |\n|---|---|---|---|---|---|---|---|---|\n",
+              title);
+  struct Width {
+    int cols, np_a, np_b, np_held;
+  };
+  const Width widths[] = {{512, 4, 0, 0}, {768, 6, 3, 3}, {1024, 8, 4, 4}, {12288, 8, 6, 0}};  // 512: v4's team rows
+  bool all_ok = true;
+  for (const Width& w : widths) {
+    Case<T> c(w.cols, 7);  // outputs: copy, v44, v44 again, v4 cached, lean a, lean b, lean held
+    std::vector<inproc::Variant> vs;
+    vs.push_back({"copy 1", [&] { inproc::copy<1, false>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
+    vs.push_back({"v44", [&] { launch_half<T, false>(c.b, c.outs[1], kRms); }, {}});
+    vs.push_back({"v44 again", [&] { launch_half<T, false>(c.b, c.outs[2], kRms); }, {}});
+    vs.push_back({"v4 cached", [&] { launch_half<T, true>(c.b, c.outs[3], kRms); }, {}});
+    std::string plan_a = "-", plan_b = "-";
+    const auto lean_at = [&](int np, int out, std::string* name) {
+      return with_np(np, [&](auto n) { return lean_np<decltype(n)::value, T, kRms, true>(c.b, c.outs[out], name); });
+    };
+    const auto held_at = [&](int np, int out) {
+      return with_np(np, [&](auto n) {
+        return early_np<T, decltype(n)::value, kRms, true, true, true>(c.b, c.outs[out]);
+      });
+    };
+    int at[3] = {-1, -1, -1};
+    if (lean_at(w.np_a, 4, &plan_a)) {
+      at[0] = static_cast<int>(vs.size());
+      vs.push_back({"lean a", [&] { std::string n; lean_at(w.np_a, 4, &n); }, {}});
+    }
+    if (lean_at(w.np_b, 5, &plan_b)) {
+      at[1] = static_cast<int>(vs.size());
+      vs.push_back({"lean b", [&] { std::string n; lean_at(w.np_b, 5, &n); }, {}});
+    }
+    if (held_at(w.np_held, 6)) {
+      at[2] = static_cast<int>(vs.size());
+      vs.push_back({"lean held", [&] { held_at(w.np_held, 6); }, {}});
+    }
+    CK(cudaDeviceSynchronize());
+    inproc::time_rotated(vs, kWarmup, kSamples);
+    CK(cudaDeviceSynchronize());
+    const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
+    const double copy1 = c.gbps(vs, 0, io), d = c.gbps(vs, 1, bytes);
+    const auto cell = [&](int i) { return ratio_cell(c, vs, i, bytes, copy1); };
+    OutChecks<T, kRms> check{c};
+    check(c.b, 1, "v44");
+    check(c.b, 2, "v44 again");
+    check(c.b, 3, "v4 cached");
+    if (at[0] >= 0) check(c.b, 4, "lean " + plan_a);
+    if (at[1] >= 0) check(c.b, 5, "lean " + plan_b);
+    if (at[2] >= 0) check(c.b, 6, "lean held");
+    all_ok = all_ok && check.ok;
+    std::printf("| %d | %.0f | %.0f (%.0f%%) | %s | %s | %s (%s) | %s (%s) | %s | %s:%s |\n", w.cols, copy1, d,
+                100 * d / copy1, cell(2).c_str(), cell(3).c_str(), cell(at[0]).c_str(), plan_a.c_str(),
+                cell(at[1]).c_str(), plan_b.c_str(), cell(at[2]).c_str(), check.ok ? "ok" : "FAILED",
+                check.why.c_str());
+  }
+  return all_ok;
+}
+
 }  // namespace
 
 // Arguments: the ops to run, of ln-bf16 rms-bf16 ln-f32 rms-f32 (default these four), ln-params, early, packs-f32,
-// packs-more, packs-bf16, v29, early-f32, early-bf16, io and v44.
+// packs-more, packs-bf16, v29, early-f32, early-bf16, io, v44 and half-io.
 int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -844,6 +934,10 @@ int main(int argc, char** argv) {
     ok = run_io<float, true>("RMSNorm, f32", {2048, 4096, 8192}) && ok;
     ok = run_io<__nv_bfloat16, false>("LayerNorm, bf16", {768, 1024, 2048, 4096, 8192, 12288}) && ok;
     ok = run_io<__nv_bfloat16, true>("RMSNorm, bf16", {768, 1024, 2048, 4096, 8192, 12288}) && ok;
+  }
+  if (argc > 1 && want("half-io")) {
+    ok = run_half_io<false>("LayerNorm, f32") && ok;
+    ok = run_half_io<true>("RMSNorm, f32") && ok;
   }
   if (argc > 1 && want("packs-bf16")) {
     ok = run_packs<__nv_bfloat16, false, 1, 2, 3, 4>("LayerNorm, bf16", "v28", launch_v28<__nv_bfloat16, false>,

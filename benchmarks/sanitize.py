@@ -59,11 +59,13 @@ from jax_memops import reference, unfused
 # keeps v35's teams), 16-bit teams of a multiple of 32 threads that is not a power of two (cpp/norms.cu odd_team;
 # SHAPES[i] runs in dtype i % 3, so (3, 4608) is f32, the fused kernel, and the two after it 16-bit): (67, 2304) 96
 # threads of K = 3, five a block; (131, 4608) 192 of K = 3, two a block; (131, 5000) 224 of K = 3, slots left empty, two
-# a block.
+# a block. v45's f32 lean block rows of 129..256 packs, parameters held: (3, 768) at 3 packs, every slot used, (2, 1000)
+# at 4, slots left empty; (5, 1024) above; f32 (3, 1001) on v4's rows with cached I/O.
 SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
           (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288), (3, 16384), (2, 24576),
           (2, 4096), (5, 1024), (3, 2056), (2, 8192), (300, 6152), (263, 10000), (1201, 4096), (700, 8192),
-          (530, 12288), (411, 8192), (397, 10000), (131, 5000), (301, 2560), (3, 4608), (67, 2304), (131, 4608)]
+          (530, 12288), (411, 8192), (397, 10000), (131, 5000), (301, 2560), (3, 4608), (67, 2304), (131, 4608),
+          (3, 768), (7, 1000), (3, 600), (2, 1000)]
 # One small shape per size class of softmax "auto" (cpp/softmax.cu): sub-warp rows, a warp, block rows
 # (misaligned rows), clusters (7 CTAs; 8 x 512 or 16 x 512 / 8 x 1024; 16-bit: 8 x 1024 or 16 x 512),
 # the two-pass stream class; the forward of 16-bit 3 x 50257 runs v14's two-pass kernel (L2 as the row

@@ -215,6 +215,16 @@ __device__ __forceinline__ Pack<T, V> load_stream_or(const T* base, int64_t pack
   memcpy(&out, &u, sizeof(u));
   return out;
 }
+// load_stream_or with a read-only load (__ldg, load_nc's) instead of the streaming one.
+template <int V, typename T>
+__device__ __forceinline__ Pack<T, V> load_nc_or(const T* base, int64_t pack, bool in, uint32_t fill) {
+  static_assert(sizeof(Pack<T, V>) == 16);
+  uint4 u = make_uint4(fill, fill, fill, fill);
+  if (in) u = __ldg(reinterpret_cast<const uint4*>(base) + pack);
+  Pack<T, V> out;
+  memcpy(&out, &u, sizeof(u));
+  return out;
+}
 // A 16-byte pack of shared memory in one access (ld.shared.v4). A plain `*p` whose elements are used
 // one by one (pack_max_nan's f32 branch) compiles to four 4-byte loads.
 template <int V, typename T>

@@ -1,5 +1,5 @@
-// LayerNorm / RMSNorm forward v4 (the default for 4-byte types; JAX_MEMOPS_NORM_FWD=v3/v4 force, norms.cu): norm_rows.cuh's
-// register rows with half the packs per thread (kRowPacksHalf = 4: f32 16 elements, 16-bit 32, kept
+// LayerNorm / RMSNorm forward v4 (the default for 4-byte types; JAX_MEMOPS_NORM_FWD=v3/v4 force, norms.cu):
+// norm_rows.cuh's register rows with half the packs per thread (kRowPacksHalf = 4: f32 16 elements, 16-bit 32, kept
 // raw), twice the threads per row, more threads per SM. Why: ncu on v3 (f32 2048: 78 registers,
 // 64-thread CTAs, 37.5% occupancy, DRAM 70%) pointed at too few warps to cover each thread's
 // load -> two reductions -> store chain.
@@ -42,7 +42,10 @@ __device__ __forceinline__ const float* param_row_u32(const ParamView& p, int r,
 // N = kRowPacksTeam6 (16-bit LayerNorm team rows where 6 packs need as many threads per row as v3's 8;
 // norms.cu): 6 packs per thread at 4 x 256 threads per SM (<= 64 registers; ptxas -v: 32 bytes of spill
 // stores; RMSNorm, measured in A/B runs, compiled spill-free).
-template <typename T, bool kRms, bool kBlockRow, int N = kRowPacksHalf>
+// kCachedIo (v45, norms.cu's default): x read by __ldg and y written by plain stores (the lean rows' since v44) instead
+// of the streaming pair (__ldcs / __stcs): +2.6..6% inside one process (f32 C = 512 team rows, 768 / 1024 / 12288 block
+// rows; RESULTS.md "v45"). v20 measured no gain here, one process against another, when these rows ran persistent.
+template <typename T, bool kRms, bool kBlockRow, int N = kRowPacksHalf, bool kCachedIo = false>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
                                   kBlockRow ? 2 : (kRms && N == kRowPacksHalf) ? 5 : 4)
     norm_fwd_half_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, T* __restrict__ y,
@@ -70,7 +73,8 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const int i = lane + k * rt;
-      raw[k] = load_stream_or<V>(x + off + sp.head, i, i < sp.body, 0u);
+      raw[k] = kCachedIo ? load_nc_or<V>(x + off + sp.head, i, i < sp.body, 0u)
+                         : load_stream_or<V>(x + off + sp.head, i, i < sp.body, 0u);
     }
     const float edge0 = lane < sp.edges() ? to_float(x[off + sp.edge_col(lane, cols)]) : 0.0f;
 
@@ -150,7 +154,11 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
               out.v[4 * q + j] = from_float<T>(t * s[j] + b[j]);
             }
           }
-          store_stream<V>(y + off + sp.head, i, out);
+          if constexpr (kCachedIo) {
+            store_raw<V>(y + off + sp.head, i, out);
+          } else {
+            store_stream<V>(y + off + sp.head, i, out);
+          }
         }
       }
     };

@@ -264,8 +264,14 @@ struct LeanBlock {
   bool hold;  // the parameters held in registers
 };
 
+// v45 (short_rows, the default; false: v44's plan): f32 rows of 129..256 packs (C = 516..1024), which v44 left on
+// norm_fwd_half.cuh's rows (4 packs on 33..64 threads), take the lean block rows with their parameters held at 3 packs
+// up to 192 (C = 768: 64 threads), else 4 (C = 1024: 64). Measured inside one process against v4's rows with cached
+// I/O (benchmarks/norm_fwd_ab.cu half-io, two rounds; RESULTS.md "v45"): LayerNorm 768 / 1024 +2.0..3.2% / +1.6..2.2%,
+// RMSNorm +1.0..1.1% / +1.3..1.4% (over v44: +4..6%); rows of 129..191 and 193..255 packs take the rule unmeasured.
 template <typename T, bool kRms>
-constexpr LeanBlock lean_block_plan(int64_t packs) {
+constexpr LeanBlock lean_block_plan(int64_t packs, bool short_rows = true) {
+  if (sizeof(T) == 4 && short_rows && packs > 128 && packs <= 256) return {packs <= 192 ? 3 : 4, true};
   const int np = lean_block_packs<T, kRms>(packs);
   if (sizeof(T) == 4 && np > 0 && kRms) return {np, true};
   if (sizeof(T) == 4 && np > 0 && packs <= 512) return {4, true};  // LayerNorm: 65..128 threads at 4 packs

@@ -39,39 +39,47 @@ namespace {
 // bf16 rows of whole packs with one parameter row run norm_fwd_lean.cuh's kernel (LayerNorm v23, RMSNorm v24; rows
 // without a scale or a bias too since v28, when their team rows began to read the parameters from shared memory).
 // Since v29 the lean kernel's block rows take the packs per thread lean_tuned_plan gives (f32 rows too); since v44
-// the lean rows read x by __ldg and store y plainly, and f32 block rows hold their parameters where that plan says.
+// the lean rows read x by __ldg and store y plainly, and f32 block rows hold their parameters where that plan says;
+// since v45 v4's rows read and store the same way, and f32 rows of C = 516..1024 take the lean block rows too.
 // For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them for
 // every dtype (v3: 8 packs for every 16-bit team row, the rule before v10), =v21 the rule before v23, =v23 the lean
 // rows' parameter loads before v28 (in pass 3; with both parameters), =v28 the packs before v29, =v29 the lean rows'
-// streaming loads and stores before v44 (and their parameters loaded in pass 3). The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29 };
+// streaming loads and stores before v44 (and their parameters loaded in pass 3), =v44 v4's streaming loads and stores
+// before v45 (norm_fwd_half.cuh's kCachedIo), and v44's lean block rows (v45 adds f32 C = 516..1024, lean_block_plan).
+// The backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
                                       {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21},
-                                       {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}, {"v29", NormFwd::kV29}},
+                                       {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}, {"v29", NormFwd::kV29},
+                                       {"v44", NormFwd::kV44}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// The rule by dtype: the default, v23, v28 and v29 (which differ from it only in the lean rows' parameter loads, packs
-// and cache hints).
+// The rule by dtype: the default, v23, v28, v29 and v44 (which differ from it only in the lean rows' parameter loads,
+// packs and cache hints, and v4's cache hints).
 bool norm_fwd_by_dtype() {
   const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kByDtype || v == NormFwd::kV23 || v == NormFwd::kV28 || v == NormFwd::kV29;
+  return v == NormFwd::kByDtype || v == NormFwd::kV23 || v == NormFwd::kV28 || v == NormFwd::kV29 ||
+         v == NormFwd::kV44;
 }
 
-// The lean kernel's block rows: v44's lean_block_plan by default, v29's lean_block_packs without held parameters under
-// v29 (norm_fwd_lean.cuh), none under the older versions.
+// The lean kernel's block rows: lean_block_plan by default (v45: f32 C = 516..1024 too), v44's under v44, v29's
+// lean_block_packs without held parameters under v29 (norm_fwd_lean.cuh), none under the older versions.
 template <typename T, bool kRms>
 LeanBlock lean_tuned_plan(int64_t packs) {
   const NormFwd v = norm_fwd_version();
-  if (v == NormFwd::kByDtype) return lean_block_plan<T, kRms>(packs);
+  if (v == NormFwd::kByDtype || v == NormFwd::kV44) return lean_block_plan<T, kRms>(packs, v == NormFwd::kByDtype);
   return {v == NormFwd::kV29 ? lean_block_packs<T, kRms>(packs) : 0, false};
 }
 
-// v44: the lean kernel's cached I/O (kCachedIo), by default only.
-bool lean_cached_io() { return norm_fwd_version() == NormFwd::kByDtype; }
+// v44: the lean kernel's cached I/O (kCachedIo), by default and under v44.
+bool lean_cached_io() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV44; }
+
+// v45: v4's rows with cached I/O (norm_fwd_half.cuh's kCachedIo), by default only.
+bool half_cached_io() { return norm_fwd_version() == NormFwd::kByDtype; }
 
 // f(std::integral_constant<int, np>) for the packs lean_block_packs<T, kRms> can give (2: f32 RMSNorm; 3: f32; 4: f32,
 // bf16 LayerNorm).
@@ -569,6 +577,15 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
     if (same_split && norm_fwd_half<T>() && s.rows <= int64_t{INT_MAX} - kMaxRowBlock) {
       if (const RowsPlan half = plan_norm_rows<T, kRowPacksHalf>(s.cols); half.ok) {
         plan = half;
+        // v45: by default with cached I/O (benchmarks/norm_fwd_ab.cu half-io, two rounds: f32 team rows at C = 512
+        // +5..6%, block rows at 768 / 1024 / 12288 +2.6..4.8%; RESULTS.md "v45"). 16-bit rows take v4's rows under v4
+        // alone, without it.
+        if constexpr (sizeof(T) == 4) {
+          if (half_cached_io()) {
+            return plan.block_rows ? run(norm_fwd_half_kernel<T, kRms, true, kRowPacksHalf, true>)
+                                   : run(norm_fwd_half_kernel<T, kRms, false, kRowPacksHalf, true>);
+          }
+        }
         return plan.block_rows ? run(norm_fwd_half_kernel<T, kRms, true>) : run(norm_fwd_half_kernel<T, kRms, false>);
       }
     }

@@ -641,7 +641,10 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
 # / 2 (RMSNorm), (3, 8192) at 4 ((20, 1000), (8001, 768) and (700, 12288) stay on v4); bf16 LayerNorm (97, 4096) at 4.
 # Since v44 (v29: the rule before) the lean rows read x by __ldg and store y plainly, and lean_block_plan holds the
 # parameters of f32 block rows in registers: RMSNorm's all of them, LayerNorm's (65, 1032) and (1, 2048) at 4 packs
-# ((65, 1032): slots past the row hold zeros); scale-only and parameter-free rows through the same instances.
+# ((65, 1032): slots past the row hold zeros); scale-only and parameter-free rows through the same instances. Since
+# v45 (v44: the rule before) v4's rows read x by __ldg and store y plainly (f32 (8001, 515) team rows, (301, 769),
+# (700, 12288) block rows), and f32 rows of 129..256 packs take the lean block rows with their parameters held: (8001,
+# 768) at 3 packs, (129, 516) at 3 and (20, 1000) at 4 with slots left empty.
 _NORM_V4_SCRIPT = r"""
 import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
 sys.path.insert(0, {tests!r})
@@ -697,7 +700,7 @@ print("OK")
 
 
 @pytest.mark.parametrize("version,grid", [("v4", ""), ("v3", ""), ("v4", "persistent"), ("v3", "persistent"),
-                                          ("v21", ""), ("v23", ""), ("v28", ""), ("v29", ""), ("", ""),
+                                          ("v21", ""), ("v23", ""), ("v28", ""), ("v29", ""), ("v44", ""), ("", ""),
                                           ("", "persistent")])
 def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid})
