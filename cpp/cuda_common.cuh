@@ -203,24 +203,20 @@ __device__ __forceinline__ Pack<T, V> load_stream(const T* base, int64_t pack) {
     return *p;
   }
 }
-// load_stream of a 16-byte pack where `in`, else 4 words of `fill` (e.g. 0: zeros of every type). The
-// choice is made on whole 32-bit words: a per-element select (`in ? load_stream(...) : Pack{...}`)
-// compiles to two byte permutes per 16-bit pair.
-template <int V, typename T>
-__device__ __forceinline__ Pack<T, V> load_stream_or(const T* base, int64_t pack, bool in, uint32_t fill) {
+// A 16-byte pack where `in`, else 4 words of `fill` (e.g. 0: zeros of every type): streaming (__ldcs,
+// kStream) or read-only (__ldg, load_nc's). The choice is made on whole 32-bit words: a per-element select
+// (`in ? load_stream(...) : Pack{...}`) compiles to two byte permutes per 16-bit pair.
+template <bool kStream, int V, typename T>
+__device__ __forceinline__ Pack<T, V> load_or(const T* base, int64_t pack, bool in, uint32_t fill) {
   static_assert(sizeof(Pack<T, V>) == 16);
   uint4 u = make_uint4(fill, fill, fill, fill);
-  if (in) u = __ldcs(reinterpret_cast<const uint4*>(base) + pack);
-  Pack<T, V> out;
-  memcpy(&out, &u, sizeof(u));
-  return out;
-}
-// load_stream_or with a read-only load (__ldg, load_nc's) instead of the streaming one.
-template <int V, typename T>
-__device__ __forceinline__ Pack<T, V> load_nc_or(const T* base, int64_t pack, bool in, uint32_t fill) {
-  static_assert(sizeof(Pack<T, V>) == 16);
-  uint4 u = make_uint4(fill, fill, fill, fill);
-  if (in) u = __ldg(reinterpret_cast<const uint4*>(base) + pack);
+  if (in) {
+    if constexpr (kStream) {
+      u = __ldcs(reinterpret_cast<const uint4*>(base) + pack);
+    } else {
+      u = __ldg(reinterpret_cast<const uint4*>(base) + pack);
+    }
+  }
   Pack<T, V> out;
   memcpy(&out, &u, sizeof(u));
   return out;

@@ -14,7 +14,7 @@
 // <= 64: 1024, 50%; at 48 it spills).
 // What keeps block rows within 40 registers (ptxas -v, no spills; norm_fwd_rows_kernel at N = 4 under
 // that bound spills 70-340 bytes): the class is a template argument as in v3, and
-//   * a thread's empty slots hold zero packs (load_stream_or): pass 1 (sum x, or x^2) runs without a
+//   * a thread's empty slots hold zero packs (load_or): pass 1 (sum x, or x^2) runs without a
 //     branch per pack (the conditional loads otherwise leave predicated copies of the packs);
 //   * the row geometry by shifts (tpr is a power of two), no integer division;
 //   * one 64-bit row offset serves x, y and the edges;
@@ -73,8 +73,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const int i = lane + k * rt;
-      raw[k] = kCachedIo ? load_nc_or<V>(x + off + sp.head, i, i < sp.body, 0u)
-                         : load_stream_or<V>(x + off + sp.head, i, i < sp.body, 0u);
+      raw[k] = load_or<!kCachedIo, V>(x + off + sp.head, i, i < sp.body, 0u);
     }
     const float edge0 = lane < sp.edges() ? to_float(x[off + sp.edge_col(lane, cols)]) : 0.0f;
 
