@@ -6,7 +6,7 @@
 #                      A/Bs by PYTHONPATH (softmax_ab.py --var PYTHONPATH --versions /tmp/oldsite "")
 #   ab_pack NAME       everything under $OUT into $OUT/NAME-<stages>.tgz (nothing without $OUT)
 #   ab_run, ab_gpu_tests, ab_check, ab_norm_bwd_verify, ab_softmax_fwd_verify, ab_sanitize, ab_norm_sanitize,
-#   ab_norm_fwd_verify, ab_norm_sweep, ab_big_tests,
+#   ab_norm_fwd_verify, ab_norm_fwd_rounds, ab_norm_sweep, ab_big_tests,
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
 #   ab_smxab, ab_san_cpu, ab_dbench, ab_version_table, ab_norm_btest, ab_norm_versions, ab_norm_ptest,
 #   ab_norm_sanr, ab_norm_verify, ab_norm_big, ab_norm_nver, ab_norm_nbench, ab_bwd_vtest: below
@@ -278,6 +278,20 @@ ab_inproc() {
     timeout 150 /tmp/norm_fwd_ab ${IN_OPS:-} > "$out/norm_fwd_ab_r$round.md" 2>&1
     echo "rc=$?"
     cat "$out/norm_fwd_ab_r$round.md"
+  done
+}
+
+# ab_norm_fwd_rounds NAME SECONDS MODE...: benchmarks/norm_fwd_ab.cu's MODEs (built with ptxas -v, the log in
+# $out/norm_fwd_ab-build.log), IN_ROUNDS (default "1 2") rounds of SECONDS at most, each into $out/NAME_rROUND.md,
+# its titles and table rows shown.
+ab_norm_fwd_rounds() {
+  local name=$1 secs=$2 r
+  shift 2
+  ab_nvcc_harness norm_fwd_ab.cu /tmp/norm_fwd_ab -Xptxas -v || return 1
+  for r in ${IN_ROUNDS:-1 2}; do
+    timeout "$secs" /tmp/norm_fwd_ab "$@" > "$out/${name}_r$r.md" 2>&1
+    echo "rc=$? (round $r)"
+    grep -h "^|\|^\*\*" "$out/${name}_r$r.md" | cut -c1-260
   done
 }
 

@@ -17,30 +17,11 @@
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
-harness() {
-  nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
-    -I"$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())")" \
-    -Icpp benchmarks/norm_fwd_ab.cu -o /tmp/norm_fwd_ab -Xptxas -v > "$out/$1_ptxas.log" 2>&1 || return 1
-  local r
-  for r in 1 2; do
-    timeout 240 /tmp/norm_fwd_ab "${@:2}" > "$out/$1_r$r.md" 2>&1
-    echo "rc=$? (round $r)"
-    grep -h "^|\|^\*\*" "$out/$1_r$r.md" | cut -c1-230
-  done
-}
+stage_early() { ab_norm_fwd_rounds early 240 early-f32 early-bf16; }
 
-stage_early() { harness early early-f32 early-bf16; }
+stage_io() { ab_norm_fwd_rounds io 240 io; }
 
-stage_io() { harness io io; }
-
-stage_v44() {
-  nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
-    -I"$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())")" \
-    -Icpp benchmarks/norm_fwd_ab.cu -o /tmp/norm_fwd_ab > "$out/v44_nvcc.log" 2>&1 || return 1
-  timeout 200 /tmp/norm_fwd_ab v44 > "$out/v44.md" 2>&1
-  echo "rc=$?"
-  grep -h "^|\|^\*\*" "$out/v44.md" | cut -c1-200
-}
+stage_v44() { IN_ROUNDS=1 ab_norm_fwd_rounds v44 200 v44; }
 
 stage_verify() { ab_norm_fwd_verify; }
 

@@ -12,17 +12,7 @@
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
-stage_half() {
-  nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
-    -I"$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())")" \
-    -Icpp benchmarks/norm_fwd_ab.cu -o /tmp/norm_fwd_ab -Xptxas -v > "$out/half_ptxas.log" 2>&1 || return 1
-  local r
-  for r in 1 2; do
-    timeout 200 /tmp/norm_fwd_ab half-io > "$out/half_r$r.md" 2>&1
-    echo "rc=$? (round $r)"
-    grep -h "^|\|^\*\*" "$out/half_r$r.md" | cut -c1-260
-  done
-}
+stage_half() { ab_norm_fwd_rounds half 200 half-io; }
 
 stage_ncu() {
   local tag=ncu_bf16

@@ -548,6 +548,26 @@ struct OutChecks {
   }
 };
 
+// The v44 / v45 modes' measurement of one width: the variants timed in a rotated order (vs[0] the 1-pack copy, vs[1]
+// the baseline), then each listed output (index, name) checked against output 1.
+template <typename T, bool kRms>
+struct Measured {
+  double io, bytes, copy1, base;  // x + y bytes, a norm's (with its statistics), GB/s of vs[0] and of vs[1]
+  OutChecks<T, kRms> check;
+};
+
+template <typename T, bool kRms>
+Measured<T, kRms> measure(const Case<T>& c, std::vector<inproc::Variant>& vs,
+                          const std::vector<std::pair<int, std::string>>& outs) {
+  CK(cudaDeviceSynchronize());
+  inproc::time_rotated(vs, kWarmup, kSamples);
+  CK(cudaDeviceSynchronize());
+  const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
+  Measured<T, kRms> m{io, bytes, c.gbps(vs, 0, io), c.gbps(vs, 1, bytes), OutChecks<T, kRms>{c}};
+  for (const auto& [out, name] : outs) m.check(c.b, out, name);
+  return m;
+}
+
 // early-f32 / early-bf16 (RESULTS.md "v44"): the block rows with their parameter packs held in registers, loaded
 // beside x (the kernel's kHold; f32, at 2, 3 and 4 packs per thread), against v29's rule (twice: the A/A pair) and the
 // same rule's kernel without parameters (what their loads cost at most), % of the 1-pack copy. (As measured, a column
@@ -602,24 +622,18 @@ bool run_early_params(const char* title, const std::vector<int>& widths) {
     add(0, std::integral_constant<int, 2>{});
     add(1, std::integral_constant<int, 3>{});
     add(2, std::integral_constant<int, 4>{});
-    CK(cudaDeviceSynchronize());
-    inproc::time_rotated(vs, kWarmup, kSamples);
-    CK(cudaDeviceSynchronize());
-    const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
-    const double copy1 = c.gbps(vs, 0, io), d = c.gbps(vs, 1, bytes);
-    const auto cell = [&](int i) { return ratio_cell(c, vs, i, bytes, copy1); };
+    Measured<T, kRms> m = measure<T, kRms>(c, vs, {{1, "v29"}, {2, "v29 again"}});
+    const auto cell = [&](int i) { return ratio_cell(c, vs, i, m.bytes, m.copy1); };
     std::string reg_cells;
-    OutChecks<T, kRms> check{c};
-    check(c.b, 1, "v29");
-    check(c.b, 2, "v29 again");
-    check(none, 3, "none");
+    m.check(none, 3, "none");
     for (int i = 0; i < 3; ++i) {
       reg_cells += " " + cell(at[i]) + " |";
-      if (at[i] >= 0) check(c.b, 4 + i, "regs " + std::to_string(i + 2));
+      if (at[i] >= 0) m.check(c.b, 4 + i, "regs " + std::to_string(i + 2));
     }
-    all_ok = all_ok && check.ok;
-    std::printf("| %d | %d | %.0f | %.0f (%.0f%%) | %s | %s |%s %s:%s |\n", cols, np, copy1, d, 100 * d / copy1,
-                cell(2).c_str(), cell(3).c_str(), reg_cells.c_str(), check.ok ? "ok" : "FAILED", check.why.c_str());
+    all_ok = all_ok && m.check.ok;
+    std::printf("| %d | %d | %.0f | %.0f (%.0f%%) | %s | %s |%s %s:%s |\n", cols, np, m.copy1, m.base,
+                100 * m.base / m.copy1, cell(2).c_str(), cell(3).c_str(), reg_cells.c_str(),
+                m.check.ok ? "ok" : "FAILED", m.check.why.c_str());
   }
   return all_ok;
 }
@@ -676,36 +690,30 @@ bool run_io(const char* title, const std::vector<int>& widths) {
       }
       return false;
     };
+    std::vector<std::pair<int, std::string>> outs{{1, "v29"}, {2, "v29 again"}, {3, "cached"}};
     int at_regs = -1, at_regs4 = -1;
     if (regs_at(np, c.outs[4])) {
       at_regs = static_cast<int>(vs.size());
       vs.push_back({"cached + regs", [&] { regs_at(np, c.outs[4]); }, {}});
+      outs.push_back({4, "cached + regs"});
     }
     if (np != 4 && regs_at(4, c.outs[5])) {
       at_regs4 = static_cast<int>(vs.size());
       vs.push_back({"cached + regs 4", [&] { regs_at(4, c.outs[5]); }, {}});
+      outs.push_back({5, "cached + regs 4"});
     }
     const int at_smx = static_cast<int>(vs.size());
     vs.push_back({"softmax", [&] { softmax_rows(c.b.x, c.outs[6].y, c.b.rows, cols); }, {}});
-    CK(cudaDeviceSynchronize());
-    inproc::time_rotated(vs, kWarmup, kSamples);
-    CK(cudaDeviceSynchronize());
-    const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
-    const double copy1 = c.gbps(vs, 0, io), d = c.gbps(vs, 1, bytes);
-    const auto cell = [&](int i, double b) { return ratio_cell(c, vs, i, b, copy1); };
-    OutChecks<T, kRms> check{c};
-    check(c.b, 1, "v29");
-    check(c.b, 2, "v29 again");
-    check(c.b, 3, "cached");
-    if (at_regs >= 0) check(c.b, 4, "cached + regs");
-    if (at_regs4 >= 0) check(c.b, 5, "cached + regs 4");
+    const Measured<T, kRms> m = measure<T, kRms>(c, vs, outs);
+    const auto cell = [&](int i, double b) { return ratio_cell(c, vs, i, b, m.copy1); };
     std::string w;
-    const bool ok = check_softmax(c.outs[6].y, c.b.rows, cols, &w) && check.ok;
-    const std::string why = check.why + " " + w;
+    const bool ok = check_softmax(c.outs[6].y, c.b.rows, cols, &w) && m.check.ok;
+    const std::string why = m.check.why + " " + w;
     all_ok = all_ok && ok;
-    std::printf("| %d | %d | %.0f | %.0f (%.0f%%) | %s | %s | %s | %s | %s | %s:%s |\n", cols, np, copy1, d,
-                100 * d / copy1, cell(2, bytes).c_str(), cell(3, bytes).c_str(), cell(at_regs, bytes).c_str(),
-                cell(at_regs4, bytes).c_str(), cell(at_smx, io).c_str(), ok ? "ok" : "FAILED", why.c_str());
+    std::printf("| %d | %d | %.0f | %.0f (%.0f%%) | %s | %s | %s | %s | %s | %s:%s |\n", cols, np, m.copy1, m.base,
+                100 * m.base / m.copy1, cell(2, m.bytes).c_str(), cell(3, m.bytes).c_str(),
+                cell(at_regs, m.bytes).c_str(), cell(at_regs4, m.bytes).c_str(), cell(at_smx, m.io).c_str(),
+                ok ? "ok" : "FAILED", why.c_str());
   }
   return all_ok;
 }
@@ -757,32 +765,25 @@ bool run_v44(const char* title) {
       lean_rows<T, kRms, true, kN, true, !kRms, true, false, true>(c.b, o, p);
       return true;
     };
+    std::vector<std::pair<int, std::string>> outs{{1, "v29"}, {2, "v29 again"}, {3, "v44"}};
     int at4 = -1, at6 = -1;
     if (block_np(std::integral_constant<int, 4>{}, c.outs[4])) {
       at4 = static_cast<int>(vs.size());
       vs.push_back({"cached 4", [&] { block_np(std::integral_constant<int, 4>{}, c.outs[4]); }, {}});
+      outs.push_back({4, "cached 4"});
     }
     if (block_np(std::integral_constant<int, 6>{}, c.outs[5])) {
       at6 = static_cast<int>(vs.size());
       vs.push_back({"cached 6", [&] { block_np(std::integral_constant<int, 6>{}, c.outs[5]); }, {}});
+      outs.push_back({5, "cached 6"});
     }
-    CK(cudaDeviceSynchronize());
-    inproc::time_rotated(vs, kWarmup, kSamples);
-    CK(cudaDeviceSynchronize());
-    const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
-    const double copy1 = c.gbps(vs, 0, io), d = c.gbps(vs, 1, bytes);
-    const auto cell = [&](int i) { return ratio_cell(c, vs, i, bytes, copy1); };
-    OutChecks<T, kRms> check{c};
-    check(c.b, 1, "v29");
-    check(c.b, 2, "v29 again");
-    check(c.b, 3, "v44");
-    if (at4 >= 0) check(c.b, 4, "cached 4");
-    if (at6 >= 0) check(c.b, 5, "cached 6");
-    all_ok = all_ok && check.ok;
+    const Measured<T, kRms> m = measure<T, kRms>(c, vs, outs);
+    const auto cell = [&](int i) { return ratio_cell(c, vs, i, m.bytes, m.copy1); };
+    all_ok = all_ok && m.check.ok;
     const jm::cuda::LeanBlock p = jm::cuda::lean_block_plan<T, kRms>(cols / jm::cuda::kVec<T>, false);
     std::printf("| %d | %d, %s | %.0f | %.0f (%.0f%%) | %s | %s | %s | %s | %s:%s |\n", cols, p.np,
-                p.hold ? "held" : "-", copy1, d, 100 * d / copy1, cell(2).c_str(), cell(3).c_str(), cell(at4).c_str(),
-                cell(at6).c_str(), check.ok ? "ok" : "FAILED", check.why.c_str());
+                p.hold ? "held" : "-", m.copy1, m.base, 100 * m.base / m.copy1, cell(2).c_str(), cell(3).c_str(),
+                cell(at4).c_str(), cell(at6).c_str(), m.check.ok ? "ok" : "FAILED", m.check.why.c_str());
   }
   return all_ok;
 }
@@ -842,37 +843,30 @@ bool run_half_io(const char* title) {
         return early_np<T, decltype(n)::value, kRms, true, true, true>(c.b, c.outs[out]);
       });
     };
+    std::vector<std::pair<int, std::string>> outs{{1, "v44"}, {2, "v44 again"}, {3, "v4 cached"}};
     int at[3] = {-1, -1, -1};
     if (lean_at(w.np_a, 4, &plan_a)) {
       at[0] = static_cast<int>(vs.size());
       vs.push_back({"lean a", [&] { std::string n; lean_at(w.np_a, 4, &n); }, {}});
+      outs.push_back({4, "lean " + plan_a});
     }
     if (lean_at(w.np_b, 5, &plan_b)) {
       at[1] = static_cast<int>(vs.size());
       vs.push_back({"lean b", [&] { std::string n; lean_at(w.np_b, 5, &n); }, {}});
+      outs.push_back({5, "lean " + plan_b});
     }
     if (held_at(w.np_held, 6)) {
       at[2] = static_cast<int>(vs.size());
       vs.push_back({"lean held", [&] { held_at(w.np_held, 6); }, {}});
+      outs.push_back({6, "lean held"});
     }
-    CK(cudaDeviceSynchronize());
-    inproc::time_rotated(vs, kWarmup, kSamples);
-    CK(cudaDeviceSynchronize());
-    const double io = 2.0 * c.n * sizeof(T), bytes = io + (kRms ? 4.0 : 8.0) * c.b.rows;
-    const double copy1 = c.gbps(vs, 0, io), d = c.gbps(vs, 1, bytes);
-    const auto cell = [&](int i) { return ratio_cell(c, vs, i, bytes, copy1); };
-    OutChecks<T, kRms> check{c};
-    check(c.b, 1, "v44");
-    check(c.b, 2, "v44 again");
-    check(c.b, 3, "v4 cached");
-    if (at[0] >= 0) check(c.b, 4, "lean " + plan_a);
-    if (at[1] >= 0) check(c.b, 5, "lean " + plan_b);
-    if (at[2] >= 0) check(c.b, 6, "lean held");
-    all_ok = all_ok && check.ok;
-    std::printf("| %d | %.0f | %.0f (%.0f%%) | %s | %s | %s (%s) | %s (%s) | %s | %s:%s |\n", w.cols, copy1, d,
-                100 * d / copy1, cell(2).c_str(), cell(3).c_str(), cell(at[0]).c_str(), plan_a.c_str(),
-                cell(at[1]).c_str(), plan_b.c_str(), cell(at[2]).c_str(), check.ok ? "ok" : "FAILED",
-                check.why.c_str());
+    const Measured<T, kRms> m = measure<T, kRms>(c, vs, outs);
+    const auto cell = [&](int i) { return ratio_cell(c, vs, i, m.bytes, m.copy1); };
+    all_ok = all_ok && m.check.ok;
+    std::printf("| %d | %.0f | %.0f (%.0f%%) | %s | %s | %s (%s) | %s (%s) | %s | %s:%s |\n", w.cols, m.copy1, m.base,
+                100 * m.base / m.copy1, cell(2).c_str(), cell(3).c_str(), cell(at[0]).c_str(), plan_a.c_str(),
+                cell(at[1]).c_str(), plan_b.c_str(), cell(at[2]).c_str(), m.check.ok ? "ok" : "FAILED",
+                m.check.why.c_str());
   }
   return all_ok;
 }
