@@ -63,6 +63,16 @@ NB_MODULE(_jax_memops, m) {
       },
       "FFI handler capsules: {platform: {target name: capsule}}; 'cuda' is empty without CUDA.");
   m.def(
+      "cpu_supports",
+      [](const std::string& isa) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        __builtin_cpu_init();
+        if (isa == "avx2") return __builtin_cpu_supports("avx2") != 0;  // and the OS saves its registers
+#endif
+        return false;
+      },
+      "Whether this CPU runs code built for `isa` ('avx2'): which build of the CPU handlers _ext.py registers.");
+  m.def(
       "build_info",
       [] {
         nb::dict info;
@@ -78,7 +88,12 @@ NB_MODULE(_jax_memops, m) {
         info["cuda_archs"] = "";
         info["cuda_version"] = "";
 #endif
+#ifdef JAX_MEMOPS_CPU_AVX2_MODULE
+        info["cpu_avx2_module"] = true;
+#else
+        info["cpu_avx2_module"] = false;
+#endif
         return info;
       },
-      "How this module was built: versions, FFI API, CUDA and its architectures.");
+      "How this module was built: versions, FFI API, CUDA and its architectures, whether the AVX2 CPU module was.");
 }

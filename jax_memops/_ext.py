@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import os
 import warnings
 
 import jax
@@ -10,19 +12,45 @@ import jaxlib
 from . import _jax_memops
 
 _PLATFORMS = {"cpu": "cpu", "cuda": "CUDA"}
+CPU_ISAS = ("auto", "baseline", "avx2")
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
     return tuple(int(p) for p in v.split(".")[:3] if p.isdigit())
 
 
+def _cpu_handlers() -> tuple[str, dict | None]:
+    """(the CPU handlers' build in use, its capsules, None for the main module's). JAX_MEMOPS_CPU_ISA: auto (the
+    AVX2 build where it was built and this CPU has AVX2, else the baseline one), baseline, or avx2 (an error where
+    that build cannot run). The AVX2 module is imported only after the CPU is checked: its code would fault on a CPU
+    without AVX2. Both builds give bitwise the same results, NaNs' sign bits apart (tests/test_cpu_isa.py)."""
+    isa = os.environ.get("JAX_MEMOPS_CPU_ISA", "auto")
+    if isa not in CPU_ISAS:
+        raise ValueError(f"JAX_MEMOPS_CPU_ISA={isa!r}: expected one of {', '.join(CPU_ISAS)}")
+    if isa == "baseline":
+        return "baseline", None
+    if _jax_memops.build_info()["cpu_avx2_module"] and _jax_memops.cpu_supports("avx2"):
+        module = importlib.import_module("._jax_memops_cpu_avx2", __package__)
+        return "avx2", dict(module.registrations())
+    if isa == "avx2":
+        why = "this CPU has no AVX2" if _jax_memops.build_info()["cpu_avx2_module"] else "it was not built"
+        raise RuntimeError(f"JAX_MEMOPS_CPU_ISA=avx2, but the AVX2 build of the CPU handlers cannot run: {why}")
+    return "baseline", None
+
+
+_CPU_ISA, _CPU_TABLE = _cpu_handlers()
+
+
 def build_info() -> dict:
-    """How the extension was built: its version, the jaxlib whose FFI headers it used, CUDA and archs."""
-    return dict(_jax_memops.build_info())
+    """How the extension was built: its version, the jaxlib whose FFI headers it used, CUDA and archs, whether the
+    AVX2 build of the CPU handlers was made; and which CPU build is registered ("cpu_isa": baseline or avx2)."""
+    return dict(_jax_memops.build_info(), cpu_isa=_CPU_ISA)
 
 
 def _register() -> None:
     for platform, table in _jax_memops.registrations().items():
+        if platform == "cpu" and _CPU_TABLE is not None:
+            table = _CPU_TABLE
         for name, capsule in table.items():
             jax.ffi.register_ffi_target(name, capsule, platform=_PLATFORMS[platform])
 

@@ -15,6 +15,7 @@ def test_info(capsys):
     assert cli.main(["info"]) == 0
     out = capsys.readouterr().out
     assert "CUDA kernels compiled:" in out and jax.__version__ in out
+    assert f"CPU handlers: the {jm.build_info()['cpu_isa']} build" in out
 
 
 def test_bench_quick_writes_table_json_and_plots(tmp_path, capsys):
