@@ -23,32 +23,30 @@
 
 #include "xla/ffi/api/c_api.h"
 
+// Every target and its handlers' name stem (JmSoftmaxFwd: JmSoftmaxFwdCpu, JmSoftmaxFwdCuda), the one list the
+// declarations below and the modules' capsule tables (module.cc, module_cpu_isa.cc) are made from.
+#define JM_TARGETS(X)                            \
+  X("jax_memops_softmax_fwd", JmSoftmaxFwd)       \
+  X("jax_memops_softmax_bwd", JmSoftmaxBwd)       \
+  X("jax_memops_layer_norm_fwd", JmLayerNormFwd)  \
+  X("jax_memops_layer_norm_bwd", JmLayerNormBwd)  \
+  X("jax_memops_rms_norm_fwd", JmRmsNormFwd)      \
+  X("jax_memops_rms_norm_bwd", JmRmsNormBwd)      \
+  X("jax_memops_gelu_fwd", JmGeluFwd)             \
+  X("jax_memops_gelu_bwd", JmGeluBwd)             \
+  X("jax_memops_scale", JmScale)                  \
+  X("jax_memops_bias", JmBias)                    \
+  X("jax_memops_gelu", JmGeluOnly)                \
+  X("jax_memops_copy", JmCopy)
+
 #define JM_DECLARE_HANDLER(name) extern "C" XLA_FFI_Error* name(XLA_FFI_CallFrame* call_frame)
 
-JM_DECLARE_HANDLER(JmSoftmaxFwdCpu);
-JM_DECLARE_HANDLER(JmSoftmaxBwdCpu);
-JM_DECLARE_HANDLER(JmLayerNormFwdCpu);
-JM_DECLARE_HANDLER(JmLayerNormBwdCpu);
-JM_DECLARE_HANDLER(JmRmsNormFwdCpu);
-JM_DECLARE_HANDLER(JmRmsNormBwdCpu);
-JM_DECLARE_HANDLER(JmGeluFwdCpu);
-JM_DECLARE_HANDLER(JmGeluBwdCpu);
-JM_DECLARE_HANDLER(JmScaleCpu);
-JM_DECLARE_HANDLER(JmBiasCpu);
-JM_DECLARE_HANDLER(JmGeluOnlyCpu);
-JM_DECLARE_HANDLER(JmCopyCpu);
+#define JM_DECLARE_CPU(target, name) JM_DECLARE_HANDLER(name##Cpu);
+JM_TARGETS(JM_DECLARE_CPU)
+#undef JM_DECLARE_CPU
 
 #ifdef JAX_MEMOPS_WITH_CUDA
-JM_DECLARE_HANDLER(JmSoftmaxFwdCuda);
-JM_DECLARE_HANDLER(JmSoftmaxBwdCuda);
-JM_DECLARE_HANDLER(JmLayerNormFwdCuda);
-JM_DECLARE_HANDLER(JmLayerNormBwdCuda);
-JM_DECLARE_HANDLER(JmRmsNormFwdCuda);
-JM_DECLARE_HANDLER(JmRmsNormBwdCuda);
-JM_DECLARE_HANDLER(JmGeluFwdCuda);
-JM_DECLARE_HANDLER(JmGeluBwdCuda);
-JM_DECLARE_HANDLER(JmScaleCuda);
-JM_DECLARE_HANDLER(JmBiasCuda);
-JM_DECLARE_HANDLER(JmGeluOnlyCuda);
-JM_DECLARE_HANDLER(JmCopyCuda);
+#define JM_DECLARE_CUDA(target, name) JM_DECLARE_HANDLER(name##Cuda);
+JM_TARGETS(JM_DECLARE_CUDA)
+#undef JM_DECLARE_CUDA
 #endif

@@ -23,25 +23,13 @@ struct Entry {
 };
 
 #ifdef JAX_MEMOPS_WITH_CUDA
-#define JM_ENTRY(target, name) {target, name##Cpu, name##Cuda}
+#define JM_ENTRY(target, name) {target, name##Cpu, name##Cuda},
 #else
-#define JM_ENTRY(target, name) {target, name##Cpu}
+#define JM_ENTRY(target, name) {target, name##Cpu},
 #endif
 
-const Entry kEntries[] = {
-    JM_ENTRY("jax_memops_softmax_fwd", JmSoftmaxFwd),
-    JM_ENTRY("jax_memops_softmax_bwd", JmSoftmaxBwd),
-    JM_ENTRY("jax_memops_layer_norm_fwd", JmLayerNormFwd),
-    JM_ENTRY("jax_memops_layer_norm_bwd", JmLayerNormBwd),
-    JM_ENTRY("jax_memops_rms_norm_fwd", JmRmsNormFwd),
-    JM_ENTRY("jax_memops_rms_norm_bwd", JmRmsNormBwd),
-    JM_ENTRY("jax_memops_gelu_fwd", JmGeluFwd),
-    JM_ENTRY("jax_memops_gelu_bwd", JmGeluBwd),
-    JM_ENTRY("jax_memops_scale", JmScale),
-    JM_ENTRY("jax_memops_bias", JmBias),
-    JM_ENTRY("jax_memops_gelu", JmGeluOnly),
-    JM_ENTRY("jax_memops_copy", JmCopy),
-};
+const Entry kEntries[] = {JM_TARGETS(JM_ENTRY)};
+#undef JM_ENTRY
 
 }  // namespace
 

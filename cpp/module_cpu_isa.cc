@@ -20,15 +20,9 @@ struct Entry {
   Handler cpu;
 };
 
-// The same targets as module.cc's table.
-const Entry kEntries[] = {
-    {"jax_memops_softmax_fwd", JmSoftmaxFwdCpu},       {"jax_memops_softmax_bwd", JmSoftmaxBwdCpu},
-    {"jax_memops_layer_norm_fwd", JmLayerNormFwdCpu},  {"jax_memops_layer_norm_bwd", JmLayerNormBwdCpu},
-    {"jax_memops_rms_norm_fwd", JmRmsNormFwdCpu},      {"jax_memops_rms_norm_bwd", JmRmsNormBwdCpu},
-    {"jax_memops_gelu_fwd", JmGeluFwdCpu},             {"jax_memops_gelu_bwd", JmGeluBwdCpu},
-    {"jax_memops_scale", JmScaleCpu},                  {"jax_memops_bias", JmBiasCpu},
-    {"jax_memops_gelu", JmGeluOnlyCpu},                {"jax_memops_copy", JmCopyCpu},
-};
+#define JM_CPU_ENTRY(target, name) {target, name##Cpu},
+const Entry kEntries[] = {JM_TARGETS(JM_CPU_ENTRY)};
+#undef JM_CPU_ENTRY
 
 }  // namespace
 
