@@ -24,7 +24,7 @@
 #include "xla/ffi/api/c_api.h"
 
 // Every target and its handlers' name stem (JmSoftmaxFwd: JmSoftmaxFwdCpu, JmSoftmaxFwdCuda), the one list the
-// declarations below and the modules' capsule tables (module.cc, module_cpu_isa.cc) are made from.
+// declarations below and the capsule tables (module.cc, cpu_isa_table.cc) are made from.
 #define JM_TARGETS(X)                            \
   X("jax_memops_softmax_fwd", JmSoftmaxFwd)       \
   X("jax_memops_softmax_bwd", JmSoftmaxBwd)       \
@@ -44,6 +44,15 @@
 #define JM_DECLARE_CPU(target, name) JM_DECLARE_HANDLER(name##Cpu);
 JM_TARGETS(JM_DECLARE_CPU)
 #undef JM_DECLARE_CPU
+
+// A CPU handler by target: the table that the AVX2 build of the CPU handlers (cpu_isa_table.cc) exports as
+// kJmCpuTableSymbol, a function of this type, for module.cc's cpu_handlers_from.
+struct JmCpuHandler {
+  const char* target;
+  XLA_FFI_Error* (*handler)(XLA_FFI_CallFrame*);
+};
+using JmCpuTableFn = const JmCpuHandler* (*)(int* count);
+inline constexpr const char kJmCpuTableSymbol[] = "jm_cpu_handler_table";
 
 #ifdef JAX_MEMOPS_WITH_CUDA
 #define JM_DECLARE_CUDA(target, name) JM_DECLARE_HANDLER(name##Cuda);

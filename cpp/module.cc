@@ -2,7 +2,12 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+#include <stdexcept>
 #include <string>
+
+#if defined(__linux__)
+#include <dlfcn.h>
+#endif
 
 #include "handlers.h"
 
@@ -61,6 +66,26 @@ NB_MODULE(_jax_memops, m) {
       },
       "Whether this CPU runs code built for `isa` ('avx2'): which build of the CPU handlers _ext.py registers.");
   m.def(
+      "cpu_handlers_from",
+      [](const std::string& path) {
+        nb::dict cpu;
+#if defined(__linux__)
+        // RTLD_LOCAL: none of the library's symbols can stand in for another's. Never closed: XLA holds its handlers.
+        void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (lib == nullptr) throw std::runtime_error("jax_memops: cannot load " + path + ": " + dlerror());
+        const auto table = reinterpret_cast<JmCpuTableFn>(dlsym(lib, kJmCpuTableSymbol));
+        if (table == nullptr) throw std::runtime_error("jax_memops: " + path + " has no " + kJmCpuTableSymbol);
+        int n = 0;
+        const JmCpuHandler* entries = table(&n);
+        for (int i = 0; i < n; ++i) cpu[entries[i].target] = capsule(entries[i].handler);
+#else
+        throw std::runtime_error("jax_memops: a second build of the CPU handlers loads on Linux only, not " + path);
+#endif
+        return cpu;
+      },
+      "The CPU handler capsules {target name: capsule} of a second build of them (build_info()['cpu_avx2_library'],\n"
+      "beside this module), loaded from `path`: call it only where cpu_supports says that build runs.");
+  m.def(
       "build_info",
       [] {
         nb::dict info;
@@ -76,12 +101,12 @@ NB_MODULE(_jax_memops, m) {
         info["cuda_archs"] = "";
         info["cuda_version"] = "";
 #endif
-#ifdef JAX_MEMOPS_CPU_AVX2_MODULE
-        info["cpu_avx2_module"] = true;
+#ifdef JAX_MEMOPS_CPU_AVX2_LIBRARY
+        info["cpu_avx2_library"] = JAX_MEMOPS_CPU_AVX2_LIBRARY;  // its file name, beside this module
 #else
-        info["cpu_avx2_module"] = false;
+        info["cpu_avx2_library"] = "";
 #endif
         return info;
       },
-      "How this module was built: versions, FFI API, CUDA and its architectures, whether the AVX2 CPU module was.");
+      "How this module was built: versions, FFI API, CUDA and its architectures, the AVX2 CPU library's file.");
 }

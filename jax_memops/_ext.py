@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import warnings
 
@@ -22,18 +21,19 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 def _cpu_handlers() -> tuple[str, dict | None]:
     """(the CPU handlers' build in use, its capsules, None for the main module's). JAX_MEMOPS_CPU_ISA: auto (the
     AVX2 build where it was built and this CPU has AVX2, else the baseline one), baseline, or avx2 (an error where
-    that build cannot run). The AVX2 module is imported only after the CPU is checked: its code would fault on a CPU
+    that build cannot run). The AVX2 library is loaded only after the CPU is checked: its code would fault on a CPU
     without AVX2. Both builds give bitwise the same results, NaNs' sign bits apart (tests/test_cpu_isa.py)."""
     isa = os.environ.get("JAX_MEMOPS_CPU_ISA", "auto")
     if isa not in CPU_ISAS:
         raise ValueError(f"JAX_MEMOPS_CPU_ISA={isa!r}: expected one of {', '.join(CPU_ISAS)}")
     if isa == "baseline":
         return "baseline", None
-    if _jax_memops.build_info()["cpu_avx2_module"] and _jax_memops.cpu_supports("avx2"):
-        module = importlib.import_module("._jax_memops_cpu_avx2", __package__)
-        return "avx2", dict(module.registrations())
+    library = _jax_memops.build_info()["cpu_avx2_library"]
+    if library and _jax_memops.cpu_supports("avx2"):
+        path = os.path.join(os.path.dirname(_jax_memops.__file__), library)  # beside the module, editable or not
+        return "avx2", dict(_jax_memops.cpu_handlers_from(path))
     if isa == "avx2":
-        why = "this CPU has no AVX2" if _jax_memops.build_info()["cpu_avx2_module"] else "it was not built"
+        why = "this CPU has no AVX2" if library else "it was not built"
         raise RuntimeError(f"JAX_MEMOPS_CPU_ISA=avx2, but the AVX2 build of the CPU handlers cannot run: {why}")
     return "baseline", None
 
@@ -42,8 +42,9 @@ _CPU_ISA, _CPU_TABLE = _cpu_handlers()
 
 
 def build_info() -> dict:
-    """How the extension was built: its version, the jaxlib whose FFI headers it used, CUDA and archs, whether the
-    AVX2 build of the CPU handlers was made; and which CPU build is registered ("cpu_isa": baseline or avx2)."""
+    """How the extension was built: its version, the jaxlib whose FFI headers it used, CUDA and archs, the file of the
+    AVX2 build of the CPU handlers ("" if none was made); and which CPU build is registered ("cpu_isa": baseline or
+    avx2)."""
     return dict(_jax_memops.build_info(), cpu_isa=_CPU_ISA)
 
 

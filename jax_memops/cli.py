@@ -25,7 +25,7 @@ def cmd_info(args) -> int:
           f"XLA FFI API {b['ffi_api']})")
     cuda = f"yes, CUDA {b['cuda_version']}, archs {b['cuda_archs']}" if b["cuda"] else "no"
     print(f"CUDA kernels compiled: {cuda}")
-    avx2 = "present" if b["cpu_avx2_module"] else "not built"
+    avx2 = "present" if b["cpu_avx2_library"] else "not built"
     print(f"CPU handlers: the {b['cpu_isa']} build (AVX2 build {avx2}; JAX_MEMOPS_CPU_ISA=auto|baseline|avx2)")
     import jaxlib
     import platform
