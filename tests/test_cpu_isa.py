@@ -57,10 +57,11 @@ OUTPUTS = 3 * len(SHAPES) * (4 * 4 + 2)  # dtypes x shapes x (y and 3 gradients 
 
 def _dump(path, isa: str) -> dict:
     """The outputs of _DUMP_SCRIPT under JAX_MEMOPS_CPU_ISA=isa, in a fresh interpreter (the choice is made once, at
-    import)."""
+    import), run from / so that a source checkout in the working directory cannot stand in for the installed package
+    (as in memops_testing.run_script)."""
     script = _DUMP_SCRIPT.replace("SHAPES", repr(SHAPES))
     env = dict(os.environ, JAX_MEMOPS_CPU_ISA=isa, JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", script, str(path)], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", script, str(path)], env=env, cwd="/", capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-2000:] + out.stderr[-4000:]
     with np.load(path) as data:
@@ -69,7 +70,7 @@ def _dump(path, isa: str) -> dict:
 
 def _import_under(isa: str) -> subprocess.CompletedProcess:
     code = "import jax_memops as jm; print(jm.build_info()['cpu_isa'])"
-    return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, JAX_MEMOPS_CPU_ISA=isa),
+    return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, JAX_MEMOPS_CPU_ISA=isa), cwd="/",
                           capture_output=True, text=True, timeout=300)
 
 
