@@ -11,27 +11,28 @@ import pytest
 import jax_memops as jm
 from jax_memops import _jax_memops
 
+import memops_testing as mt
+
 AVX2_RUNS = bool(jm.build_info()["cpu_avx2_library"]) and _jax_memops.cpu_supports("avx2")
 
 # Every CPU target (forward and backward of the four ops; the unfused pieces and the copy, forward) over odd shapes,
 # the three dtypes, and rows holding NaN, -inf and huge entries; every output saved as float32 (exact for each dtype).
 _DUMP_SCRIPT = r"""
-import sys
 import numpy as np, jax, jax.numpy as jnp
 jax.config.update("jax_platforms", "cpu")
 import jax_memops as jm
 from jax_memops import unfused
-out = {"isa": np.array(jm.build_info()["cpu_isa"])}
+out = {{"isa": np.array(jm.build_info()["cpu_isa"])}}
 rng = np.random.default_rng(11)
-with_vjp = {
+with_vjp = {{
     "softmax": lambda x, s, b: jm.softmax(x),
     "layer_norm": jm.layer_norm,
     "rms_norm": lambda x, s, b: jm.rms_norm(x, s),
     "gelu": jm.scale_bias_gelu,
-}
-forward = {"chain": lambda x: unfused.three_kernels(x, 1.5, 0.25), "copy": unfused.copy}
+}}
+forward = {{"chain": lambda x: unfused.three_kernels(x, 1.5, 0.25), "copy": unfused.copy}}
 for dt in (jnp.float32, jnp.bfloat16, jnp.float16):
-    for rows, c in SHAPES:
+    for rows, c in {shapes!r}:
         x = (3.0 * rng.standard_normal((rows, c))).astype(np.float32)
         if rows > 2 and c > 1:
             x[0, c // 2] = np.nan
@@ -41,14 +42,15 @@ for dt in (jnp.float32, jnp.bfloat16, jnp.float16):
         s = jnp.asarray(1 + 0.1 * rng.standard_normal(c), jnp.float32)
         b = jnp.asarray(0.1 * rng.standard_normal(c), jnp.float32)
         g = jnp.asarray(rng.standard_normal((rows, c)), dt)
-        results = {name: (f(x),) for name, f in forward.items()}
+        results = {{name: (f(x),) for name, f in forward.items()}}
         for name, f in with_vjp.items():
             y, pullback = jax.vjp(f, x, s, b)
             results[name] = (y,) + tuple(pullback(g))
         for name, arrays in results.items():
             for i, a in enumerate(arrays):
-                out[f"{name} {jnp.dtype(dt).name} {rows}x{c} {i}"] = np.asarray(a.astype(jnp.float32))  # exact
-np.savez(sys.argv[1], **out)
+                key = f"{{name}} {{jnp.dtype(dt).name}} {{rows}}x{{c}} {{i}}"
+                out[key] = np.asarray(a.astype(jnp.float32))  # exact for every dtype
+np.savez({path!r}, **out)
 print("OK")
 """
 SHAPES = [(3, 1), (5, 2), (4, 31), (6, 33), (65, 1000), (3, 4097), (2, 50257), (129, 768), (17, 12289)]
@@ -57,13 +59,9 @@ OUTPUTS = 3 * len(SHAPES) * (4 * 4 + 2)  # dtypes x shapes x (y and 3 gradients 
 
 def _dump(path, isa: str) -> dict:
     """The outputs of _DUMP_SCRIPT under JAX_MEMOPS_CPU_ISA=isa, in a fresh interpreter (the choice is made once, at
-    import), run from / so that a source checkout in the working directory cannot stand in for the installed package
-    (as in memops_testing.run_script)."""
-    script = _DUMP_SCRIPT.replace("SHAPES", repr(SHAPES))
-    env = dict(os.environ, JAX_MEMOPS_CPU_ISA=isa, JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", script, str(path)], env=env, cwd="/", capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-2000:] + out.stderr[-4000:]
+    import)."""
+    mt.run_script(_DUMP_SCRIPT, 600, env={"JAX_MEMOPS_CPU_ISA": isa, "JAX_PLATFORMS": "cpu"}, shapes=SHAPES,
+                  path=str(path))
     with np.load(path) as data:
         return {k: data[k] for k in data.files}
 
