@@ -10,7 +10,8 @@
 #   gpt       examples/gpt.py --compare (jm ops vs plain Flax, same init and data) into gpu-out/gpt
 #   multi     benchmarks/multi_gpu.py (row-sharded ops on every GPU vs one; needs 2 or more GPUs)
 # Environment: TESTS_K (pytest -k expression, e.g. gpu), PYTEST_N (pytest-xdist workers; they share the GPU,
-# so preallocation is turned off for the test stage), BENCH_ARGS (extra bench options), GPT_STEPS,
+# so preallocation is turned off for the test stage), DURATIONS (how many of the slowest tests pytest lists;
+# default 40), BENCH_ARGS (extra bench options), GPT_STEPS,
 # T_TEST / T_SAN / T_BENCH / T_GPT / T_MULTI (seconds each stage may take; a stage past its limit is
 # stopped and noted).
 set -uo pipefail
@@ -33,17 +34,19 @@ for stage in $stages; do
       [ $rc -eq 0 ] || { tail -40 "$out/build.log"; break; }
       python3 -P -m jax_memops.cli info | tee "$out/info.txt" ;;
     test)
-      # -v: each result is logged as it happens (a stage cut off by its limit still names its failures);
-      # --timeout (pytest-timeout): a hung test fails alone.
-      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${T_TEST:-1200} python3 -P -m pytest -v -rfEs \
-        --timeout=${TEST_TIMEOUT:-300} ${PYTEST_N:+-n $PYTEST_N} ${TESTS_K:+-k "$TESTS_K"} tests > "$out/pytest.log" 2>&1
+      # -v: each result is logged as it happens; the stage's limit interrupts pytest (SIGINT, then KILL 20 s
+      # later) so a run cut off still prints its summary and the slowest tests (--durations); --timeout
+      # (pytest-timeout): a hung test fails alone.
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -s INT -k 20 ${T_TEST:-1200} python3 -P -m pytest -v -rfEs \
+        --durations=${DURATIONS:-40} --timeout=${TEST_TIMEOUT:-300} ${PYTEST_N:+-n $PYTEST_N} \
+        ${TESTS_K:+-k "$TESTS_K"} tests > "$out/pytest.log" 2>&1
       rc=$?; note test "rc=$rc $((SECONDS - start))s $(tail -1 "$out/pytest.log")"
       [ $rc -eq 0 ] || grep -E "(FAILED|ERROR)( |$)" "$out/pytest.log" | grep -v "^E " | head -30 ;;
     slow)
       # The > 2^31-element tests, one at a time (each holds several GB on the host and the GPU; side by
       # side under xdist they can exhaust host memory).
-      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${T_SLOW:-1200} python3 -P -m pytest -v -rfEs \
-        --timeout=${TEST_TIMEOUT:-300} -k "gpu and slow" tests > "$out/pytest_slow.log" 2>&1
+      XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -s INT -k 20 ${T_SLOW:-1200} python3 -P -m pytest -v -rfEs \
+        --durations=${DURATIONS:-40} --timeout=${TEST_TIMEOUT:-300} -k "gpu and slow" tests > "$out/pytest_slow.log" 2>&1
       rc=$?; note slow "rc=$rc $((SECONDS - start))s $(tail -1 "$out/pytest_slow.log")"
       [ $rc -eq 0 ] || grep -E "(FAILED|ERROR)( |$)" "$out/pytest_slow.log" | grep -v "^E " | head -30 ;;
     sanitize)

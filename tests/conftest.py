@@ -9,7 +9,9 @@ imports JAX; single-device tests are unaffected (jit places on one device).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import zlib
 
 import numpy as np
@@ -24,11 +26,24 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
                                f" --xla_force_host_platform_device_count={CPU_DEVICES}").strip()
 
 import jax  # noqa: E402
+import memops_testing as mt  # noqa: E402
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: slow-ish test (large inputs or many compilations)")
     config.addinivalue_line("markers", "gpu: test that needs a GPU (skipped when JAX sees none)")
+    # The compilation cache that run_script(compile_cache=True) shares (memops_testing.py): made once per test run
+    # by the controlling process (xdist workers inherit its environment; they have `workerinput`) and removed at its
+    # end; JAX_MEMOPS_TEST_COMPILE_CACHE= (empty) turns it off.
+    if not hasattr(config, "workerinput") and mt.COMPILE_CACHE_ENV not in os.environ:
+        os.environ[mt.COMPILE_CACHE_ENV] = tempfile.mkdtemp(prefix="jax_memops_compile_cache_")
+        config._jm_compile_cache = os.environ[mt.COMPILE_CACHE_ENV]
+
+
+def pytest_unconfigure(config):
+    root = getattr(config, "_jm_compile_cache", None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def gpu_devices():

@@ -333,4 +333,4 @@ print("OK")
 @pytest.mark.slow
 @pytest.mark.parametrize("grid", ["persistent", "full"])
 def test_gpu_elementwise_grid(gpu, grid):
-    mt.run_script(_GRID_SCRIPT, 600, env={"JAX_MEMOPS_GRID": grid})
+    mt.run_script(_GRID_SCRIPT, 600, env={"JAX_MEMOPS_GRID": grid}, compile_cache=True)

@@ -703,7 +703,8 @@ print("OK")
                                           ("v21", ""), ("v23", ""), ("v28", ""), ("v29", ""), ("v44", ""), ("", ""),
                                           ("", "persistent")])
 def test_norm_forward_versions(gpu, version, grid):
-    mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid})
+    mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid},
+                  compile_cache=True)
 
 
 # The fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default (v36: v35's
@@ -812,4 +813,4 @@ print("OK")
     "version", ["", "v35", "v36-k2", "v36-k3", "v34", "v34-chunks", "v33", "v32", "v31", "v30", "v19", "v19-hold",
                 "v19-lean", "v19-deep", "v18"])
 def test_norm_backward_versions(gpu, version):
-    mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version})
+    mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version}, compile_cache=True)

@@ -584,7 +584,7 @@ VERSION_SHAPES = [(40000, 33), (5000, 255), (5000, 256), (3000, 257), (300, 1000
 
 
 def _run_script(script, shapes, **env_vars):
-    return mt.run_script(script, env=env_vars, shapes=shapes)
+    return mt.run_script(script, env=env_vars, compile_cache=True, shapes=shapes)
 
 
 def _run_fwd_script(shapes, **env_vars):
