@@ -523,13 +523,12 @@ def run_script(script: str, timeout: int = 900, *, env: dict, compile_cache: boo
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
     key = hashlib.sha1(text.encode()).hexdigest()[:16]
     warm = os.path.join(root, key + ".warm")  # exists once a run of this text has filled the cache
-    if os.path.exists(warm):
-        return run()
     with open(os.path.join(root, key + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when run() fails
-        if os.path.exists(warm):
+        first = not os.path.exists(warm)
+        if not first:  # the cache is filled: the other runs of this text go side by side
             fcntl.flock(lock, fcntl.LOCK_UN)
-            return run()
         err = run()
-        open(warm, "w").close()
+        if first:
+            open(warm, "w").close()
         return err
