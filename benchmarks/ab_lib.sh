@@ -158,10 +158,11 @@ ab_norm_sanitize() { ab_sanitize "$1" "$2" "${3:-280}" layer_norm rms_norm; }
 
 # ab_norm_fwd_verify: the norms' forward GPU tests (size classes, versions, row groups, large mean) beside
 # compute-sanitizer memcheck and racecheck over every norm forward kernel (sanitize.py --fwd: layer_norm, its
-# scale-only and parameter-free forms, rms_norm); the tests' last line, each tool's checks and summaries.
+# scale-only and parameter-free forms, rms_norm); the tests' last line, each tool's checks and summaries. Optional
+# arguments: the sanitizers' seconds, the tests' seconds, seconds per test (default 280, 280, 270).
 ab_norm_fwd_verify() {
-  SAN_ARGS=--fwd ab_sanitize nfwd kns=norm_fwd 280 layer_norm layer_norm_scale layer_norm_noparams rms_norm &
-  ab_gpu_tests nverify-tests 280 "norm_forward_classes or norm_forward_versions" 270
+  SAN_ARGS=--fwd ab_sanitize nfwd kns=norm_fwd "${1:-280}" layer_norm layer_norm_scale layer_norm_noparams rms_norm &
+  ab_gpu_tests nverify-tests "${2:-280}" "norm_forward_classes or norm_forward_versions" "${3:-270}"
   wait
   local log
   for log in memcheck-nfwd racecheck-nfwd; do

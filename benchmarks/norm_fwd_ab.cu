@@ -20,7 +20,7 @@
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/norm_fwd_ab.cu \
 //        -o /tmp/norm_fwd_ab && /tmp/norm_fwd_ab [ln-bf16 rms-bf16 ln-f32 rms-f32 ln-params early packs-f32 packs-more
-//        packs-bf16 v29 early-f32 early-bf16 io v44 half-io]
+//        packs-bf16 v29 early-f32 early-bf16 io v44 half-io pairs]
 //   (default: the first four)
 #include <algorithm>
 #include <cmath>
@@ -871,10 +871,79 @@ bool run_half_io(const char* title) {
   return all_ok;
 }
 
+// pairs (RESULTS.md "v48"): the lean block rows holding R rows per block (the kernel's R: each parameter pack loaded
+// once for the R rows) and under register bounds (the kernel's kRegs: more resident rows), cached I/O, against v45's
+// rule (launch_v44: the same for 16-bit rows; twice: the A/A pair) and the 8-pack rows without parameters (the bound
+// v47 measured), % of the 1-pack copy.
+template <typename T, bool kRms, int NP, int R, int kRegs = 0>
+bool multi_rows(const Bufs<T>& b, const Out<T>& o) {
+  const RowsPlan p = plan_norm_rows<T, NP>(b.cols);
+  if (!p.ok || !p.block_rows || b.cols % jm::cuda::kVec<T> != 0 || p.block > jm::cuda::lean_bound_threads(kRegs)) {
+    return false;
+  }
+  const bool s = b.scale != nullptr, bi = !kRms && b.bias != nullptr;
+  const auto go = [&](auto kernel) {
+    kernel<<<grid_of((b.rows + R - 1) / R), p.block>>>(b.x, b.scale, kRms ? nullptr : b.bias, o.y, o.mean, o.rstd,
+                                                       b.rows, b.cols, 1.0f / static_cast<float>(b.cols), kEps, p.tpr);
+  };
+  if (s && (kRms || bi)) {
+    go(jm::cuda::norm_fwd_lean_kernel<T, kRms, true, NP, true, !kRms, true, false, true, R, kRegs>);
+  } else {
+    go(jm::cuda::norm_fwd_lean_kernel<T, kRms, true, NP, false, false, true, false, true, R, kRegs>);
+  }
+  return true;
+}
+
+template <typename T, bool kRms>
+bool run_pairs(const char* title, const std::vector<int>& widths) {
+  using Fn = bool (*)(const Bufs<T>&, const Out<T>&);
+  const std::pair<Fn, const char*> multis[] = {
+      {multi_rows<T, kRms, 4, 2, 64>, "R = 2, NP = 4, 64 registers"}, {multi_rows<T, kRms, 4, 2, 56>, "R = 2, NP = 4, 56"},
+      {multi_rows<T, kRms, 3, 2, 64>, "R = 2, NP = 3, 64"},             {multi_rows<T, kRms, 3, 2, 56>, "R = 2, NP = 3, 56"},
+      {multi_rows<T, kRms, 6, 1, 64>, "NP = 6, 64"},                    {multi_rows<T, kRms, 2, 4, 64>, "R = 4, NP = 2, 64"},
+      {multi_rows<T, kRms, 2, 4, 56>, "R = 4, NP = 2, 56"}};
+  constexpr int kMulti = sizeof(multis) / sizeof(multis[0]);
+  std::printf("\n**%s: R rows per block, register bounds** (per sample: median (q1, q3) of v45's time over the "
+              "variant's; %% of the 1-pack copy)\n\n| C | copy 1 GB/s | v45 GB/s (%%) | A/A | no parameters |", title);
+  for (const auto& m : multis) std::printf(" %s |", m.second);
+  std::printf(" check |\n|---|---|---|---|---|");
+  for (int i = 0; i < kMulti; ++i) std::printf("---|");
+  std::printf("---|\n");
+  bool all_ok = true;
+  for (int cols : widths) {
+    Case<T> c(cols, 4 + kMulti);  // outputs: copy, v45, v45 again, none, the variants
+    Bufs<T> none = c.b;
+    none.scale = nullptr;
+    none.bias = nullptr;
+    std::vector<inproc::Variant> vs;
+    vs.push_back({"copy 1", [&] { inproc::copy<1, false>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
+    vs.push_back({"v45", [&] { launch_v44<T, kRms>(c.b, c.outs[1]); }, {}});
+    vs.push_back({"v45 again", [&] { launch_v44<T, kRms>(c.b, c.outs[2]); }, {}});
+    vs.push_back({"none", [&] { multi_rows<T, kRms, 8, 1>(none, c.outs[3]); }, {}});
+    std::vector<std::pair<int, std::string>> outs{{1, "v45"}, {2, "v45 again"}};
+    std::vector<int> at(kMulti, -1);
+    for (int i = 0; i < kMulti; ++i) {
+      if (!multis[i].first(c.b, c.outs[4 + i])) continue;  // probe: a plan of block rows within the bound
+      at[i] = static_cast<int>(vs.size());
+      vs.push_back({multis[i].second, [&, i] { multis[i].first(c.b, c.outs[4 + i]); }, {}});
+      outs.push_back({4 + i, multis[i].second});
+    }
+    Measured<T, kRms> m = measure<T, kRms>(c, vs, outs);
+    m.check(none, 3, "none");
+    const auto cell = [&](int i) { return ratio_cell(c, vs, i, m.bytes, m.copy1); };
+    all_ok = all_ok && m.check.ok;
+    std::printf("| %d | %.0f | %.0f (%.0f%%) | %s | %s |", cols, m.copy1, m.base, 100 * m.base / m.copy1,
+                cell(2).c_str(), cell(3).c_str());
+    for (int i = 0; i < kMulti; ++i) std::printf(" %s |", cell(at[i]).c_str());
+    std::printf(" %s:%s |\n", m.check.ok ? "ok" : "FAILED", m.check.why.c_str());
+  }
+  return all_ok;
+}
+
 }  // namespace
 
 // Arguments: the ops to run, of ln-bf16 rms-bf16 ln-f32 rms-f32 (default these four), ln-params, early, packs-f32,
-// packs-more, packs-bf16, v29, early-f32, early-bf16, io, v44 and half-io.
+// packs-more, packs-bf16, v29, early-f32, early-bf16, io, v44, half-io and pairs.
 int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -932,6 +1001,10 @@ int main(int argc, char** argv) {
   if (argc > 1 && want("half-io")) {
     ok = run_half_io<false>("LayerNorm, f32") && ok;
     ok = run_half_io<true>("RMSNorm, f32") && ok;
+  }
+  if (argc > 1 && want("pairs")) {
+    ok = run_pairs<__nv_bfloat16, false>("LayerNorm, bf16", {4096, 8192, 8200, 10000, 12288}) && ok;
+    ok = run_pairs<__nv_bfloat16, true>("RMSNorm, bf16", {4096, 8192, 12288}) && ok;
   }
   if (argc > 1 && want("packs-bf16")) {
     ok = run_packs<__nv_bfloat16, false, 1, 2, 3, 4>("LayerNorm, bf16", "v28", launch_v28<__nv_bfloat16, false>,

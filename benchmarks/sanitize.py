@@ -60,7 +60,8 @@ from jax_memops import reference, unfused
 # SHAPES[i] runs in dtype i % 3, so (3, 4608) is f32, the fused kernel, and the two after it 16-bit): (67, 2304) 96
 # threads of K = 3, five a block; (131, 4608) 192 of K = 3, two a block; (131, 5000) 224 of K = 3, slots left empty, two
 # a block. v45's f32 lean block rows of 129..256 packs, parameters held: (3, 768) at 3 packs, every slot used, (2, 1000)
-# at 4, slots left empty; (5, 1024) above; f32 (3, 1001) on v4's rows with cached I/O.
+# at 4, slots left empty; (5, 1024) above; f32 (3, 1001) on v4's rows with cached I/O. v48's bf16 pair rows (two rows
+# per block, lean_pair_plan): (263, 10000) at 4 packs (odd rows), (700, 8192) at 3, (131, 5000) at 3 / 4 (RMSNorm).
 SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056), (3, 4095), (3, 4097),
           (2, 12288), (1, 24580), (32003, 33), (2, 3, 31), (301, 2048), (2, 12288), (3, 16384), (2, 24576),
           (2, 4096), (5, 1024), (3, 2056), (2, 8192), (300, 6152), (263, 10000), (1201, 4096), (700, 8192),

@@ -19,6 +19,7 @@
 
 #include "norm_rows.cuh"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace jm::cuda {
@@ -77,12 +78,25 @@ __device__ __forceinline__ void quad_fresh(const uint4& u, int q, float (&out)[4
 // cached I/O f32 LayerNorm +2..8% at C = 2048-8192, RMSNorm +2..6%, bf16 +1..5% (LayerNorm 12288: a tie); the held
 // parameters on top of it f32 LayerNorm 2048 +3.5% (at 4 packs, against 3 without), RMSNorm 2048 / 8192 +2..2.5%,
 // but -3..-33% where their registers cost resident rows (LayerNorm 4096 / 8192).
+// R (v48, block rows): rows per block. Each thread holds its packs of R rows (R * NP packs), the rows' reductions
+// share one barrier each, and pass 3 loads each parameter pack once for all R rows — 1 / R of the parameters' L1
+// traffic per element, which v47 found is the whole gap of the 16-bit rows to the copy (RESULTS.md "v47", "v48").
+// kRegs (v48, block rows): at most that many registers per thread (0: 80, the bound of 768 threads per SM), for blocks of
+// at most lean_bound_threads(kRegs) threads: more resident rows where the rows' registers allow.
+constexpr int lean_bound_blocks(int regs) { return regs == 0 ? 1 : regs >= 64 ? 2 : 3; }
+constexpr int lean_bound_threads(int regs) {
+  return regs == 0 ? kMaxRowBlock : 65536 / (regs * lean_bound_blocks(regs)) / 32 * 32;  // whole warps
+}
+
 template <typename T, bool kRms, bool kBlockRow, int NP, bool kScale = true, bool kBias = !kRms, bool kStaged = true,
-          bool kHold = false, bool kCachedIo = false>
-__global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
+          bool kHold = false, bool kCachedIo = false, int R = 1, int kRegs = 0>
+__global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamBlock,
+                                  kBlockRow ? lean_bound_blocks(kRegs) : kMaxRowBlock / kTeamBlock)
     norm_fwd_lean_kernel(const T* __restrict__ x, const float* __restrict__ scale, const float* __restrict__ bias,
                          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
                          int cols, float inv_cols, float epsilon, int tpr) {
+  static_assert(R >= 1 && (R == 1 || kBlockRow), "several rows per block: block rows only");
+  static_assert(kRegs == 0 || kBlockRow, "a register bound: block rows only");
   constexpr int V = kVec<T>;
   constexpr bool kHasBias = !kRms && kBias;
   constexpr int kParams = int{kScale} + int{kHasBias};
@@ -95,16 +109,22 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
   const int packs = cols / V;
   const bool full = packs == NP * tm.rt;
   int parity = 0;
-  for (int64_t base = tm.first; base < rows; base += tm.step, parity ^= 1) {
-    const int64_t row = base + tm.group;
-    const bool valid = row < rows;
-    const uint4* xw = reinterpret_cast<const uint4*>(x + (valid ? row : 0) * cols);
-    uint4 w[NP];  // packs as words; zeros past the row or past the last row
+  // base: the row group (team rows: the block's first row; block rows: the block's R rows from base * R).
+  for (int64_t base = tm.first; base * R < rows; base += tm.step, parity ^= 1) {
+    int64_t row[R];
+    bool valid[R];
+    uint4 w[R][NP];  // packs as words; zeros past the row or past the last row
 #pragma unroll
-    for (int k = 0; k < NP; ++k) {
-      const int i = tm.lane + k * tm.rt;
-      w[k] = make_uint4(0u, 0u, 0u, 0u);
-      if (valid && (full || i < packs)) w[k] = kCachedIo ? __ldg(xw + i) : __ldcs(xw + i);
+    for (int r = 0; r < R; ++r) {
+      row[r] = R == 1 ? base + tm.group : base * R + r;
+      valid[r] = row[r] < rows;
+      const uint4* xw = reinterpret_cast<const uint4*>(x + (valid[r] ? row[r] : 0) * cols);
+#pragma unroll
+      for (int k = 0; k < NP; ++k) {
+        const int i = tm.lane + k * tm.rt;
+        w[r][k] = make_uint4(0u, 0u, 0u, 0u);
+        if (valid[r] && (full || i < packs)) w[r][k] = kCachedIo ? __ldg(xw + i) : __ldcs(xw + i);
+      }
     }
     float4 held[kHeld ? kParams : 1][kHeld ? NP * Q : 1];  // [parameter][pack k, quarter q], zeros past the row
     if constexpr (kHeld) {
@@ -135,61 +155,80 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
       }
     }
 
-    // Pass 1: Σx (LayerNorm) or Σx² (RMSNorm); the zero packs add nothing.
-    float s1[1] = {0.0f};
+    // Pass 1: Σx (LayerNorm) or Σx² (RMSNorm) per row; the zero packs add nothing.
+    float s1[R] = {};
 #pragma unroll
-    for (int k = 0; k < NP; ++k) {
-      float v[V];
-      unpack_words_pass1<T>(w[k], v);
+    for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) s1[0] = kRms ? fmaf(v[j], v[j], s1[0]) : s1[0] + v[j];
+      for (int k = 0; k < NP; ++k) {
+        float v[V];
+        unpack_words_pass1<T>(w[r][k], v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) s1[r] = kRms ? fmaf(v[j], v[j], s1[r]) : s1[r] + v[j];
+      }
     }
     row_sums<kBlockRow>(s1, tpr, parity);
 
-    float m1 = 0.0f, dmean = 0.0f, rstd;
+    float m1[R] = {}, dmean[R] = {}, rstd[R];
     if constexpr (kRms) {
-      rstd = rsqrtf(s1[0] * inv_cols + epsilon);
+#pragma unroll
+      for (int r = 0; r < R; ++r) rstd[r] = rsqrtf(s1[r] * inv_cols + epsilon);
     } else {
-      m1 = s1[0] * inv_cols;
-      float s2[2] = {0.0f, 0.0f};  // Σd, Σd², d = x - m1, over the row's elements only
+      float s2[2 * R] = {};  // per row Σd, Σd², d = x - m1, over the row's elements only
 #pragma unroll
-      for (int k = 0; k < NP; ++k) {
-        if (full || tm.lane + k * tm.rt < packs) {
-          float v[V];
-          unpack_words_fresh<T>(w[k], v);
+      for (int r = 0; r < R; ++r) {
+        m1[r] = s1[r] * inv_cols;
 #pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const float d = v[j] - m1;
-            s2[0] += d;
-            s2[1] = fmaf(d, d, s2[1]);
+        for (int k = 0; k < NP; ++k) {
+          if (full || tm.lane + k * tm.rt < packs) {
+            float v[V];
+            unpack_words_fresh<T>(w[r][k], v);
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              const float d = v[j] - m1[r];
+              s2[2 * r] += d;
+              s2[2 * r + 1] = fmaf(d, d, s2[2 * r + 1]);
+            }
           }
         }
       }
       row_sums<kBlockRow>(s2, tpr, parity);
-      dmean = s2[0] * inv_cols;
-      float var = (s2[1] - s2[0] * dmean) * inv_cols;
-      if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
-      rstd = rsqrtf(var + epsilon);
-    }
-    if (valid && tm.lane == 0) {
-      if constexpr (!kRms) {
-        float first[V];
-        unpack_words_fresh<T>(w[0], first);
-        mean_out[row] = (m1 - first[0]) + dmean;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        dmean[r] = s2[2 * r] * inv_cols;
+        float var = (s2[2 * r + 1] - s2[2 * r] * dmean[r]) * inv_cols;
+        if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
+        rstd[r] = rsqrtf(var + epsilon);
       }
-      rstd_out[row] = rstd;
+    }
+    if (tm.lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (!valid[r]) continue;
+        if constexpr (!kRms) {
+          float first[V];
+          unpack_words_fresh<T>(w[r][0], first);
+          mean_out[row[r]] = (m1[r] - first[0]) + dmean[r];
+        }
+        rstd_out[row[r]] = rstd[r];
+      }
     }
 
-    // Pass 3: y = ((x - m1) * rstd + shift) * scale + bias, the parameters 4 columns at a time.
-    const float shift = -dmean * rstd;
+    // Pass 3: y = ((x - m1) * rstd + shift) * scale + bias, the parameters 4 columns at a time, once for the R rows.
+    float shift[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) shift[r] = -dmean[r] * rstd[r];
 #pragma unroll
     for (int k = 0; k < NP; ++k) {
       const int i = tm.lane + k * tm.rt;
-      if (valid && (full || i < packs)) {
-        Pack<T, V> out;
+      bool any = false;
+#pragma unroll
+      for (int r = 0; r < R; ++r) any = any || valid[r];
+      if (any && (full || i < packs)) {
+        Pack<T, V> out[R];
 #pragma unroll
         for (int q = 0; q < V / 4; ++q) {
-          float sc[4] = {}, b[4] = {}, v[4];
+          float sc[4] = {}, b[4] = {};
           // Columns i * V + 4q .. + 3 of parameter p (0: scale, kScale: bias), whose row is prow.
           const auto param4 = [&](int p, const float* prow, float(&dst)[4]) {
             if constexpr (kHeld) {
@@ -204,24 +243,32 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock, kBlockR
           };
           if constexpr (kScale) param4(0, scale, sc);
           if constexpr (kHasBias) param4(kScale, bias, b);
-          quad_fresh<T>(w[k], q, v);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float t = kRms ? v[j] * rstd : fmaf(v[j] - m1, rstd, shift);
-            float u = t;  // the affine step as the parameters present ask: one rounding with both
-            if constexpr (kScale && kHasBias) {
-              u = fmaf(t, sc[j], b[j]);
-            } else {
-              if constexpr (kScale) u = t * sc[j];
-              if constexpr (kHasBias) u = u + b[j];
+          for (int r = 0; r < R; ++r) {
+            float v[4];
+            quad_fresh<T>(w[r][k], q, v);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const float t = kRms ? v[j] * rstd[r] : fmaf(v[j] - m1[r], rstd[r], shift[r]);
+              float u = t;  // the affine step as the parameters present ask: one rounding with both
+              if constexpr (kScale && kHasBias) {
+                u = fmaf(t, sc[j], b[j]);
+              } else {
+                if constexpr (kScale) u = t * sc[j];
+                if constexpr (kHasBias) u = u + b[j];
+              }
+              out[r].v[4 * q + j] = from_float<T>(u);
             }
-            out.v[4 * q + j] = from_float<T>(u);
           }
         }
-        if constexpr (kCachedIo) {
-          store_raw<V>(y + row * cols, i, out);
-        } else {
-          store_stream<V>(y + row * cols, i, out);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (!valid[r]) continue;
+          if constexpr (kCachedIo) {
+            store_raw<V>(y + row[r] * cols, i, out[r]);
+          } else {
+            store_stream<V>(y + row[r] * cols, i, out[r]);
+          }
         }
       }
     }
@@ -276,6 +323,35 @@ constexpr LeanBlock lean_block_plan(int64_t packs, bool short_rows = true) {
   if (sizeof(T) == 4 && np > 0 && kRms) return {np, true};
   if (sizeof(T) == 4 && np > 0 && packs <= 512) return {4, true};  // LayerNorm: 65..128 threads at 4 packs
   return {np, false};
+}
+
+// v48 (the default for 16-bit rows of 512..1536 packs, bf16 C = 4096..12288; norms.cu): the lean block rows two rows
+// per block (R = 2) at NP packs per thread under a bound of `regs` registers — of the candidates below that compile
+// without spills (ptxas -v; LayerNorm's 4 packs spill at 56), the one that keeps the most threads resident per SM.
+// Measured inside one process against v45's rule (benchmarks/norm_fwd_ab.cu pairs, two rounds per call, A/A within
+// 2.4%; RESULTS.md "v48"), the plan's pick: bf16 LayerNorm 4096 +2..4%, 8192 +3..3.5%, 8200 +12..13%, 10000 +7..10%,
+// 12288 +2..4%; RMSNorm +1.6..3.7%; in the bench (device timing) LayerNorm 8192 89 -> 92% of the copy, 12288 86 ->
+// 88-89%. Why both: the pair halves the parameter loads per element (alone, at 80 registers: +0.5..2.6%), the bound
+// keeps more rows resident (alone, 8 packs at 64: -4..+9%; at 56 they spill: -24..-29%).
+struct LeanPairs {
+  int np = 0;    // packs per thread, 0: not the pair rows
+  int regs = 0;  // the kernel's kRegs
+};
+
+template <bool kRms>
+constexpr LeanPairs lean_pair_plan(int64_t packs) {
+  LeanPairs best{};
+  if (packs < 512 || packs > 1536) return best;
+  // RMSNorm: 4 packs fit 56 registers, and {3, 56} or {4, 56} always keeps more threads resident than a bound of 64.
+  const LeanPairs cands[] = {{3, 56}, kRms ? LeanPairs{4, 56} : LeanPairs{3, 64}, {4, kRms ? 56 : 64}};
+  int64_t best_threads = 0;
+  for (const LeanPairs c : cands) {
+    const int64_t block = ceil_div(ceil_div(packs, c.np), 32) * 32;
+    if (block > lean_bound_threads(c.regs)) continue;
+    const int64_t blocks = std::min<int64_t>(65536 / (block * c.regs), 2048 / block);
+    if (blocks * block > best_threads) best_threads = blocks * block, best = c;
+  }
+  return best;
 }
 
 }  // namespace jm::cuda

@@ -40,46 +40,53 @@ namespace {
 // without a scale or a bias too since v28, when their team rows began to read the parameters from shared memory).
 // Since v29 the lean kernel's block rows take the packs per thread lean_tuned_plan gives (f32 rows too); since v44
 // the lean rows read x by __ldg and store y plainly, and f32 block rows hold their parameters where that plan says;
-// since v45 v4's rows read and store the same way, and f32 rows of C = 516..1024 take the lean block rows too.
+// since v45 v4's rows read and store the same way, and f32 rows of C = 516..1024 take the lean block rows too; since
+// v48 bf16 rows of 512..1536 packs (C = 4096..12288) take the lean block rows two per block (lean_pair_plan).
 // For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them for
 // every dtype (v3: 8 packs for every 16-bit team row, the rule before v10), =v21 the rule before v23, =v23 the lean
 // rows' parameter loads before v28 (in pass 3; with both parameters), =v28 the packs before v29, =v29 the lean rows'
 // streaming loads and stores before v44 (and their parameters loaded in pass 3), =v44 v4's streaming loads and stores
-// before v45 (norm_fwd_half.cuh's kCachedIo), and v44's lean block rows (v45 adds f32 C = 516..1024, lean_block_plan).
+// before v45 (norm_fwd_half.cuh's kCachedIo), and v44's lean block rows (v45 adds f32 C = 516..1024, lean_block_plan),
+// =v45 one row per block (v48 adds the pair rows).
 // The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44 };
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
                                       {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21},
                                        {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}, {"v29", NormFwd::kV29},
-                                       {"v44", NormFwd::kV44}},
+                                       {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// The rule by dtype: the default, v23, v28, v29 and v44 (which differ from it only in the lean rows' parameter loads,
-// packs and cache hints, and v4's cache hints).
+// The rule by dtype: the default, v23, v28, v29, v44 and v45 (which differ from it only in the lean rows' parameter
+// loads, packs, rows per block and cache hints, and v4's cache hints).
 bool norm_fwd_by_dtype() {
   const NormFwd v = norm_fwd_version();
   return v == NormFwd::kByDtype || v == NormFwd::kV23 || v == NormFwd::kV28 || v == NormFwd::kV29 ||
-         v == NormFwd::kV44;
+         v == NormFwd::kV44 || v == NormFwd::kV45;
 }
+
+// v45: the default's rule but for v48's pair rows (lean_pair_plan).
+bool norm_fwd_v45_or_later() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV45; }
 
 // The lean kernel's block rows: lean_block_plan by default (v45: f32 C = 516..1024 too), v44's under v44, v29's
 // lean_block_packs without held parameters under v29 (norm_fwd_lean.cuh), none under the older versions.
 template <typename T, bool kRms>
 LeanBlock lean_tuned_plan(int64_t packs) {
   const NormFwd v = norm_fwd_version();
-  if (v == NormFwd::kByDtype || v == NormFwd::kV44) return lean_block_plan<T, kRms>(packs, v == NormFwd::kByDtype);
+  if (v == NormFwd::kByDtype || v == NormFwd::kV44 || v == NormFwd::kV45) {
+    return lean_block_plan<T, kRms>(packs, v != NormFwd::kV44);
+  }
   return {v == NormFwd::kV29 ? lean_block_packs<T, kRms>(packs) : 0, false};
 }
 
 // v44: the lean kernel's cached I/O (kCachedIo), by default and under v44.
-bool lean_cached_io() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV44; }
+bool lean_cached_io() { return norm_fwd_v45_or_later() || norm_fwd_version() == NormFwd::kV44; }
 
 // v45: v4's rows with cached I/O (norm_fwd_half.cuh's kCachedIo), by default only.
-bool half_cached_io() { return norm_fwd_version() == NormFwd::kByDtype; }
+bool half_cached_io() { return norm_fwd_v45_or_later(); }
 
 // f(std::integral_constant<int, np>) for the packs lean_block_packs<T, kRms> can give (2: f32 RMSNorm; 3: f32; 4: f32,
 // bf16 LayerNorm).
@@ -530,6 +537,28 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
           };
           // f(std::bool_constant<io>): io = the kernel's kCachedIo (v44's default), else the streaming pair.
           const auto cached = [&](auto f) { return lean_cached_io() ? f(std::true_type{}) : f(std::false_type{}); };
+          // v48: 16-bit rows of 512..1536 packs two per block, with cached I/O (lean_pair_plan), by default only.
+          if constexpr (sizeof(T) == 2) {
+            const LeanPairs pairs = lean_pair_plan<kRms>(s.cols / kVec<T>);
+            if (pairs.np > 0 && norm_fwd_version() == NormFwd::kByDtype) {
+              const auto at = [&](auto np, auto regs) {
+                constexpr int kNp = decltype(np)::value, kRegs = decltype(regs)::value;
+                RowsPlan p = plan_norm_rows<T, kNp>(s.cols);
+                p.rows_per_block = 2;
+                return go(norm_fwd_lean_kernel<T, kRms, true, kNp, kS, kB, true, false, true, 2, kRegs>, p);
+              };
+              using I3 = std::integral_constant<int, 3>;
+              using I4 = std::integral_constant<int, 4>;
+              using R56 = std::integral_constant<int, 56>;
+              using R64 = std::integral_constant<int, 64>;
+              if constexpr (kRms) {  // lean_pair_plan: 56 registers
+                return pairs.np == 3 ? at(I3{}, R56{}) : at(I4{}, R56{});
+              } else {
+                if (pairs.np == 3) return pairs.regs == 56 ? at(I3{}, R56{}) : at(I3{}, R64{});
+                return at(I4{}, R64{});
+              }
+            }
+          }
           if constexpr (kLeanTuned<T, kRms>) {
             if (tuned.np > 0) {
               return with_lean_packs<T, kRms>(tuned.np, [&](auto np) {

@@ -542,10 +542,13 @@ def test_big_norm_backward_teams(gpu, op, c, dtype):
 # v29's lean block rows (norm_fwd_lean.cuh's lean_block_packs; whole packs, one parameter row): f32 C = 1028..8192 at
 # 3 packs ((129, 1028): the first, slots left empty; (65, 2048)), 4 ((65, 2056), (97, 4096) LayerNorm, (9, 6144),
 # (5, 8192): every slot used) and RMSNorm's 2 ((65, 2056), (97, 4096)); (257, 1024) stays on v4; bf16 LayerNorm at 4
-# ((65, 2056), (97, 4096)).
+# ((65, 2056), (97, 4096)). v48's bf16 pair rows (norm_fwd_lean.cuh's lean_pair_plan: two rows per block, 512..1536
+# packs; odd row counts leave the last block's second row empty): (97, 4096), (9, 6144), (5, 8192) and (9, 8200) at 3
+# packs (RMSNorm 8200 / 6144 at 4), (7, 10000) at 4, (700, 12288) at 3 (RMSNorm 4).
 FWD_CLASS_SHAPES = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 768), (300, 1001), (257, 1024),
                     (129, 1027), (129, 1028), (65, 2048), (65, 2055), (65, 2056), (97, 4096), (33, 4097), (9, 6144),
-                    (5, 8192), (700, 12288), (9, 12289), (5, 24576), (5, 24580), (3, 49152), (3, 50257)]
+                    (5, 8192), (9, 8200), (7, 10000), (700, 12288), (9, 12289), (5, 24576), (5, 24580), (3, 49152),
+                    (3, 50257)]
 
 
 @pytest.mark.parametrize("dtype", mt.DTYPES, ids=mt.DTYPE_IDS)
@@ -644,7 +647,9 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
 # ((65, 1032): slots past the row hold zeros); scale-only and parameter-free rows through the same instances. Since
 # v45 (v44: the rule before) v4's rows read x by __ldg and store y plainly (f32 (8001, 515) team rows, (301, 769),
 # (700, 12288) block rows), and f32 rows of 129..256 packs take the lean block rows with their parameters held: (8001,
-# 768) at 3 packs, (129, 516) at 3 and (20, 1000) at 4 with slots left empty.
+# 768) at 3 packs, (129, 516) at 3 and (20, 1000) at 4 with slots left empty. Since v48 (v45: the rule before) bf16
+# rows of 512..1536 packs run two rows per block (lean_pair_plan): (97, 4096), (3, 8192) at 3 packs (odd rows: the last
+# block's second row empty), (5, 10000) at 4, (700, 12288) at 3 (RMSNorm 4); the persistent grid strides over them.
 _NORM_V4_SCRIPT = r"""
 import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
 sys.path.insert(0, {tests!r})
@@ -653,8 +658,8 @@ gpu = jax.devices("gpu")[0]
 put = lambda *a: [jax.device_put(t, gpu) for t in a]
 rng = np.random.default_rng(19)
 shapes = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 515), (129, 516), (20, 1000), (300, 1001), (8001, 768),
-          (301, 769), (65, 1031), (65, 1032), (1, 2048), (3, 8192), (97, 4096), (33, 4097), (700, 12288), (9, 12289),
-          (5, 12291), (5, 12292), (5, 24583), (3, 24584), (3, 50257)]
+          (301, 769), (65, 1031), (65, 1032), (1, 2048), (3, 8192), (97, 4096), (33, 4097), (5, 10000), (700, 12288),
+          (9, 12289), (5, 12291), (5, 12292), (5, 24583), (3, 24584), (3, 50257)]
 ln, rms = jax.jit(jm.layer_norm), jax.jit(jm.rms_norm)
 ln0, rms0 = jax.jit(lambda t: jm.layer_norm(t)), jax.jit(lambda t: jm.rms_norm(t))
 ln_s = jax.jit(lambda t, p: jm.layer_norm(t, p))  # one parameter absent: 16-byte loads of the other (v28)
@@ -700,8 +705,8 @@ print("OK")
 
 
 @pytest.mark.parametrize("version,grid", [("v4", ""), ("v3", ""), ("v4", "persistent"), ("v3", "persistent"),
-                                          ("v21", ""), ("v23", ""), ("v28", ""), ("v29", ""), ("v44", ""), ("", ""),
-                                          ("", "persistent")])
+                                          ("v21", ""), ("v23", ""), ("v28", ""), ("v29", ""), ("v44", ""), ("v45", ""),
+                                          ("", ""), ("", "persistent")])
 def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid},
                   compile_cache=True)
