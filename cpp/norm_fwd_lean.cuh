@@ -79,8 +79,9 @@ __device__ __forceinline__ void quad_fresh(const uint4& u, int q, float (&out)[4
 // parameters on top of it f32 LayerNorm 2048 +3.5% (at 4 packs, against 3 without), RMSNorm 2048 / 8192 +2..2.5%,
 // but -3..-33% where their registers cost resident rows (LayerNorm 4096 / 8192).
 // R (v48, block rows): rows per block. Each thread holds its packs of R rows (R * NP packs), the rows' reductions
-// share one barrier each, and pass 3 loads each parameter pack once for all R rows — 1 / R of the parameters' L1
-// traffic per element, which v47 found is the whole gap of the 16-bit rows to the copy (RESULTS.md "v47", "v48").
+// share one barrier each, and pass 3 loads each parameter pack once for all R rows: 1 / R of the parameter loads per
+// element (v47 had found the bf16 rows without them at 96-98% of the copy; alone, R = 2 gains 0.5-2.6%, RESULTS.md
+// "v48").
 // kRegs (v48, block rows): at most that many registers per thread (0: 80, the bound of 768 threads per SM), for blocks of
 // at most lean_bound_threads(kRegs) threads: more resident rows where the rows' registers allow.
 constexpr int lean_bound_blocks(int regs) { return regs == 0 ? 1 : regs >= 64 ? 2 : 3; }
@@ -325,7 +326,7 @@ constexpr LeanBlock lean_block_plan(int64_t packs, bool short_rows = true) {
   return {np, false};
 }
 
-// v48 (the default for 16-bit rows of 512..1536 packs, bf16 C = 4096..12288; norms.cu): the lean block rows two rows
+// v48 (the default for bf16 rows of 512..1536 packs, C = 4096..12288; norms.cu): the lean block rows two rows
 // per block (R = 2) at NP packs per thread under a bound of `regs` registers — of the candidates below that compile
 // without spills (ptxas -v; LayerNorm's 4 packs spill at 56), the one that keeps the most threads resident per SM.
 // Measured inside one process against v45's rule (benchmarks/norm_fwd_ab.cu pairs, two rounds per call, A/A within
@@ -342,10 +343,13 @@ template <bool kRms>
 constexpr LeanPairs lean_pair_plan(int64_t packs) {
   LeanPairs best{};
   if (packs < 512 || packs > 1536) return best;
-  // RMSNorm: 4 packs fit 56 registers, and {3, 56} or {4, 56} always keeps more threads resident than a bound of 64.
-  const LeanPairs cands[] = {{3, 56}, kRms ? LeanPairs{4, 56} : LeanPairs{3, 64}, {4, kRms ? 56 : 64}};
+  // RMSNorm's 4 packs fit 56 registers, and {3, 56} or {4, 56} always keeps more threads resident than a bound of 64.
+  constexpr LeanPairs kLayerNorm[] = {{3, 56}, {3, 64}, {4, 64}};
+  constexpr LeanPairs kRmsNorm[] = {{3, 56}, {4, 56}};
+  const LeanPairs* cands = kRms ? kRmsNorm : kLayerNorm;
   int64_t best_threads = 0;
-  for (const LeanPairs c : cands) {
+  for (int i = 0; i < (kRms ? 2 : 3); ++i) {
+    const LeanPairs c = cands[i];
     const int64_t block = ceil_div(ceil_div(packs, c.np), 32) * 32;
     if (block > lean_bound_threads(c.regs)) continue;
     const int64_t blocks = std::min<int64_t>(65536 / (block * c.regs), 2048 / block);

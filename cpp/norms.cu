@@ -537,7 +537,7 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
           };
           // f(std::bool_constant<io>): io = the kernel's kCachedIo (v44's default), else the streaming pair.
           const auto cached = [&](auto f) { return lean_cached_io() ? f(std::true_type{}) : f(std::false_type{}); };
-          // v48: 16-bit rows of 512..1536 packs two per block, with cached I/O (lean_pair_plan), by default only.
+          // v48: bf16 rows of 512..1536 packs two per block, with cached I/O (lean_pair_plan), by default only.
           if constexpr (sizeof(T) == 2) {
             const LeanPairs pairs = lean_pair_plan<kRms>(s.cols / kVec<T>);
             if (pairs.np > 0 && norm_fwd_version() == NormFwd::kByDtype) {
