@@ -60,6 +60,10 @@ struct Bufs {
   float *scale, *bias;
   int64_t rows;
   int cols;
+  // The same rows with the given parameters only (the others absent).
+  Bufs with_params(bool keep_scale, bool keep_bias) const {
+    return {x, keep_scale ? scale : nullptr, keep_bias ? bias : nullptr, rows, cols};
+  }
 };
 
 template <typename T>
@@ -291,10 +295,7 @@ bool run_params() {
   bool all_ok = true;
   for (int cols : kWidths) {
     Case<T> c(cols, 8);  // outputs: copy, both, both again, scale only, neither, RMSNorm, v21 scale only, v21 neither
-    Bufs<T> only = c.b;
-    only.bias = nullptr;
-    Bufs<T> none = only;
-    none.scale = nullptr;
+    const Bufs<T> only = c.b.with_params(true, false), none = c.b.with_params(false, false);
     std::vector<inproc::Variant> vs;
     vs.push_back({"copy", [&] { inproc::copy<4, true>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
     vs.push_back({"both", [&] { launch_lean<T, false>(c.b, c.outs[1]); }, {}});
@@ -588,9 +589,7 @@ bool run_early_params(const char* title, const std::vector<int>& widths) {
   bool all_ok = true;
   for (int cols : widths) {
     Case<T> c(cols, 7);  // outputs: copy, v29, v29 again, no parameters, registers at NP = 2, 3, 4
-    Bufs<T> none = c.b;
-    none.scale = nullptr;
-    none.bias = nullptr;
+    const Bufs<T> none = c.b.with_params(false, false);
     std::vector<inproc::Variant> vs;
     vs.push_back({"copy 1", [&] { inproc::copy<1, false>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
     vs.push_back({"v29", [&] { launch_v29<T, kRms>(c.b, c.outs[1]); }, {}});
@@ -912,9 +911,7 @@ bool run_pairs(const char* title, const std::vector<int>& widths) {
   bool all_ok = true;
   for (int cols : widths) {
     Case<T> c(cols, 4 + kMulti);  // outputs: copy, v45, v45 again, none, the variants
-    Bufs<T> none = c.b;
-    none.scale = nullptr;
-    none.bias = nullptr;
+    const Bufs<T> none = c.b.with_params(false, false);
     std::vector<inproc::Variant> vs;
     vs.push_back({"copy 1", [&] { inproc::copy<1, false>(c.b.x, c.outs[0].y, c.n * int64_t{sizeof(T)}); }, {}});
     vs.push_back({"v45", [&] { launch_v44<T, kRms>(c.b, c.outs[1]); }, {}});
