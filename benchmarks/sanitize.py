@@ -104,6 +104,10 @@ SOFTMAX_V5_SHAPES = [((40000, 33), jnp.float32), ((3, 8193), jnp.float32), ((60,
 SOFTMAX_WIDE_SHAPES = [((3, 16385), jnp.float32), ((5, 50257), jnp.bfloat16), ((2, 262144), jnp.float32),
                        ((2, 524288), jnp.bfloat16), ((2, 327680), jnp.float16)]
 SOFTMAX_AB_SHAPES = [((3, 8193), jnp.float32), ((68, 131072), jnp.float32), ((5, 50257), jnp.float16)]
+# v49's prefetch of each bulk-copy CTA's next share into L2 (softmax_fwd_tma.cuh `ahead`) runs where a cluster has a
+# next row: more rows than resident clusters. Through registers (bf16 100003: k = 4, misaligned) and from one buffer
+# (f32 32771, misaligned); SOFTMAX_V5_SHAPES' f32 68 x 131072 too.
+SOFTMAX_AHEAD_SHAPES = [((300, 100003), jnp.bfloat16), ((600, 32771), jnp.float32)]
 NORM_V4_SHAPES = [((5, 33), jnp.float32), ((300, 64), jnp.bfloat16), ((3, 1001), jnp.float16),
                   ((3, 1028), jnp.float32), ((4000, 768), jnp.float32), ((2, 2056), jnp.bfloat16),
                   ((3, 4097), jnp.float32), ((2, 12288), jnp.float32), ((2, 12288), jnp.bfloat16),
@@ -235,6 +239,7 @@ def main():
     cases += [("", shape, dtypes[i % len(dtypes)]) for i, shape in enumerate(SOFTMAX_CLASS_SHAPES)]
     cases += [("v5 ", shape, dtype) for shape, dtype in SOFTMAX_V5_SHAPES]
     cases += [("wide ", shape, dtype) for shape, dtype in SOFTMAX_WIDE_SHAPES]
+    cases += [("ahead ", shape, dtype) for shape, dtype in SOFTMAX_AHEAD_SHAPES]
     empty = jnp.zeros((0,), jnp.float32)
     for tag, shape, dtype in cases:
         key, kx = jax.random.split(key)

@@ -1,7 +1,9 @@
 // The softmax forward's long rows inside one process (issue 4: C = 50257 / 131072 at 77-83% of the copy; RESULTS.md
 // "v36"; the method: inproc_ab.cuh): the handler's own choice (softmax.cu included whole: launch_fwd_v3, the default
-// version) against a two-pass kernel with L2 as the row buffer whose passes are pipelined across rows
-// (softmax_fwd_l2pipe_kernel below), v14's two-pass kernel and three copies of the same bytes. Per variant: GB/s (x
+// version, v49) against v27 (no prefetch into L2), the bulk-copy cluster alone with 0 / 60 / 75 / 90% of each CTA's
+// next share prefetched into L2 (v49's rule: 75%), a two-pass kernel with L2 as the row buffer whose passes are
+// pipelined across rows (v36: softmax_fwd_l2pipe_kernel below), v14's two-pass kernel and three copies of the same
+// bytes. (Calls 1-2 of v49 measured other prefetches: branch v49-ahead.) Per variant: GB/s (x
 // read, y written), its ratio to the default (median of the per-sample ratios); the default twice (A/A). Every output
 // checked against float64 on sampled rows, NaN poured into the outputs first.
 //
@@ -92,26 +94,49 @@ template <typename T>
 bool run_case(const char* dtype, int cols, int sms) {
   const int64_t rows = kElems / cols, n = rows * cols, bytes = n * int64_t{sizeof(T)};
   const jm::RowShape s{rows, cols};
-  const auto resident = [&](auto kernel, int block, const T* x, T* y) {
+  const auto resident = [&](auto kernel, int block, const T* x, T* y, auto... extra) {
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0));
     const int64_t grid = std::min<int64_t>(rows, int64_t{per_sm} * sms);
-    kernel<<<static_cast<unsigned>(grid), block>>>(x, y, rows, cols);
+    kernel<<<static_cast<unsigned>(grid), block>>>(x, y, rows, cols, extra...);
   };
   struct Kernel {
     std::string name;
     std::function<void(const T*, T*)> launch;
   };
+  // The handler's default (v49) or another version of it; the bulk-copy cluster alone (where 16-bit rows take the L2
+  // two-pass kernel by default too) with ahead_pct % of each CTA's next share prefetched into L2.
+  const auto handler = [&](jm::cuda::FwdVersion version) {
+    return [&, version](const T* x, T* y) {
+      bool launched = false;
+      if (jm::cuda::launch_fwd_v3<T>(nullptr, s, true, version, x, y, &launched).failure() || !launched) {
+        std::fprintf(stderr, "the handler's kernel did not launch\n");
+        std::exit(1);
+      }
+    };
+  };
+  const auto bulk_copy = [&](int ahead_pct) {
+    return [&, ahead_pct](const T* x, T* y) {
+      jm::cuda::DeviceInfo dev;
+      bool launched = false;
+      if (jm::cuda::device_info(&dev).failure() ||
+          jm::cuda::launch_fwd_tma<T, smx::kTmaBlock, true>(dev, nullptr, s, jm::cuda::FwdVersion::kV5, x, y,
+                                                            &launched, ahead_pct).failure() ||
+          !launched) {
+        std::fprintf(stderr, "the bulk-copy cluster did not launch\n");
+        std::exit(1);
+      }
+    };
+  };
+  using jm::cuda::FwdVersion;
   std::vector<Kernel> ks = {
-      {"default", [&](const T* x, T* y) {
-         bool launched = false;
-         if (jm::cuda::launch_fwd_v3<T>(nullptr, s, true, jm::cuda::FwdVersion::kV27, x, y, &launched).failure() ||
-             !launched) {
-           std::fprintf(stderr, "the default did not launch\n");
-           std::exit(1);
-         }
-       }},
-      {"default again (A/A)", nullptr},
+      {"default (v49)", handler(FwdVersion::kV49)},
+      {"default again (A/A)", handler(FwdVersion::kV49)},
+      {"v27 (no prefetch)", handler(FwdVersion::kV27)},
+      {"bulk-copy cluster, ahead 0%", bulk_copy(0)},
+      {"bulk-copy cluster, ahead 60%", bulk_copy(60)},
+      {"bulk-copy cluster, ahead 75%", bulk_copy(75)},
+      {"bulk-copy cluster, ahead 90%", bulk_copy(90)},
       {"v14 two-pass, 512 x 2 per SM",
        [&](const T* x, T* y) { resident(smx::softmax_fwd_l2_kernel<T>, smx::kL2Block, x, y); }},
       {"pipelined, 1024 x 4 packs, 1 per SM",
@@ -123,7 +148,6 @@ bool run_case(const char* dtype, int cols, int sms) {
       {"pipelined, 256 x 8 packs, 2 per SM",
        [&](const T* x, T* y) { resident(smx::softmax_fwd_l2pipe_kernel<T, 256, 8, 2>, 256, x, y); }},
   };
-  ks[1].launch = ks[0].launch;
   T* x;
   CK(cudaMalloc(&x, bytes));
   fill_x<<<1024, 256>>>(x, n, 7u + cols);

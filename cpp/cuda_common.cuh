@@ -592,6 +592,22 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
 #endif
 }
 
+// An asynchronous prefetch of the 16-byte words inside [p, p + bytes) from HBM into L2 (sm_90:
+// cp.async.bulk.prefetch.L2, in pieces of at most 64 KB; nothing on older targets). A hint that holds no
+// registers or shared memory and that nothing waits for: the loads that later read those bytes hit L2.
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
+#if JM_BULK_COPY
+  if (bytes <= 0) return;
+  constexpr uint64_t kPiece = 64 * 1024;
+  const uint64_t a = reinterpret_cast<uint64_t>(p);
+  const uint64_t end = (a + static_cast<uint64_t>(bytes)) & ~uint64_t{15};
+  for (uint64_t s = (a + 15) & ~uint64_t{15}; s < end; s += kPiece) {
+    const uint32_t n = static_cast<uint32_t>(end - s < kPiece ? end - s : kPiece);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s), "r"(n) : "memory");
+  }
+#endif
+}
+
 // This CTA's shared-memory address `local` (smem_addr) as the address of the same variable in cluster
 // CTA `rank`'s shared memory.
 __device__ __forceinline__ uint32_t cluster_map(uint32_t local, int rank) {

@@ -372,7 +372,9 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v27 by default: v26 with the rows that 2 packs fill on 16 threads (16-bit C =
+// Which forward kernels "auto" runs. v49 by default: v27, but each CTA of the bulk-copy cluster prefetches into L2 the
+// first kTmaAheadPct % of its share of its next row once this row's share has landed (softmax_fwd_tma.cuh's `ahead`).
+// v27: v26 with the rows that 2 packs fill on 16 threads (16-bit C =
 // 256, blocks of 128, before v23's 8-pack rows) and on 32 (f32 C = 256, unbounded) (RESULTS.md "v25": +2..3% and +3%
 // in one process). v26: v25 with the rows that 2 packs per thread fill exactly, up to 8
 // threads (16-bit: C = 128) or 16 (f32: C = 32, 64, 128), on 2 packs (16-bit: as v25's; f32: its exps kept, >= 6
@@ -394,11 +396,11 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // without its L2 two-pass rows) or "v14" (v20 with streaming loads and stores in the register rows) or "v20" (v21 with
 // streaming loads and stores in the 8-pack rows) or "v21" (v14 with the register rows' x read by __ldg and y stored
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
-// "v23", "v24", "v25" or "v26". Any other value: v27.
+// "v23", "v24", "v25", "v26" or "v27". Any other value: v49.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
-  kV26, kV27
+  kV26, kV27, kV49
 };
 
 FwdVersion fwd_version() {
@@ -409,8 +411,8 @@ FwdVersion fwd_version() {
                   {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5},
                   {"v9", FwdVersion::kV9}, {"v14", FwdVersion::kV14}, {"v20", FwdVersion::kV20},
                   {"v21", FwdVersion::kV21}, {"v23", FwdVersion::kV23}, {"v24", FwdVersion::kV24},
-                  {"v25", FwdVersion::kV25}, {"v26", FwdVersion::kV26}},
-                 FwdVersion::kV27);
+                  {"v25", FwdVersion::kV25}, {"v26", FwdVersion::kV26}, {"v27", FwdVersion::kV27}},
+                 FwdVersion::kV49);
   return version;
 }
 
@@ -445,17 +447,17 @@ int forced_cluster_k() {
 
 // Under plan_log_on(): each bulk-copy launch whose plan differs from the previous one is described on
 // stderr (variant and ", messages" where the kernel merges by messages, CTA size, cluster
-// size, chunk, shared memory, clusters resident), for A/B runs and the tests.
+// size, chunk, shared memory, clusters resident, packs prefetched ahead), for A/B runs and the tests.
 void log_tma_plan(const char* variant, bool messages, RowShape s, int block, int k, int64_t chunk, int64_t smem,
-                  int active) {
+                  int active, int ahead) {
   static std::atomic<int64_t> last{-1};
   const int64_t key = ((s.cols * 64 + k * 2 + messages) * 1000003) ^
                       static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
   if (!plan_log_due(last, key)) return;
   std::fprintf(stderr, "softmax_fwd plan: %s%s x %d threads rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB "
-               "clusters=%d\n", variant, messages ? ", messages" : "", block, static_cast<long long>(s.rows),
-               static_cast<long long>(s.cols), k, static_cast<long long>(chunk), static_cast<long long>(smem / 1024),
-               active);
+               "clusters=%d ahead=%d packs\n", variant, messages ? ", messages" : "", block,
+               static_cast<long long>(s.rows), static_cast<long long>(s.cols), k, static_cast<long long>(chunk),
+               static_cast<long long>(smem / 1024), active, ahead);
 }
 
 // One plan of a bulk-copy kernel: cluster size k, chunk = ceil(packs / k) packs per CTA in each of
@@ -464,6 +466,7 @@ void log_tma_plan(const char* variant, bool messages, RowShape s, int block, int
 struct TmaPlan {
   int k = 0, active = 0, block = 0;
   int64_t chunk = 0, smem = 0, score = 0;
+  int ahead = 0;  // the kernel's `ahead`: packs of the next row's share prefetched into L2 (v49)
 };
 
 constexpr int kTmaScoredPerSm = 2;  // a second CTA per SM overlaps one's reduction with the other's loads
@@ -498,12 +501,12 @@ TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_
 template <auto Kernel, typename T>
 ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p, cudaStream_t stream, RowShape s,
                            const T* x, T* y, bool* launched) {
-  log_tma_plan(variant, messages, s, p.block, p.k, p.chunk, p.smem, p.active);
+  log_tma_plan(variant, messages, s, p.block, p.k, p.chunk, p.smem, p.active, p.ahead);
   const int64_t clusters = std::min<int64_t>(s.rows, p.active);
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), p.block, p.k,
                                                 stream, &attr, static_cast<size_t>(p.smem));
-  if (cudaLaunchKernelEx(&cfg, Kernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk)) !=
+  if (cudaLaunchKernelEx(&cfg, Kernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk), p.ahead) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     return ffi::Error::Success();
@@ -511,6 +514,15 @@ ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p,
   *launched = true;
   return check_launch("softmax_fwd (bulk-copy cluster)");
 }
+
+// v49 (the default): the share of its next row that each bulk-copy CTA prefetches into L2 once its row has landed
+// (softmax_fwd_tma.cuh's `ahead`). Measured inside one process against v27 (benchmarks/softmax_long_ab.cu, two rounds,
+// A/A 0.99-1.03; RESULTS.md "v49"): 75% gave f32 50257 +9%, 65536 +6.2..6.6%, 131072 +7.6..8.7%, bf16 100000
+// +4.7..5.2%, 131072 +8..8.7%; 50% and 100% 0.3-2.2 points less; prefetches issued beside the row's bulk copy instead
+// up to 4 points less at 35-80% of the share, nothing at 100%. Another process read +1.2..2.4% at the same shapes (A/A
+// 1.005-1.021), 60-90% within 1.5 points of each other; the bench (device timing) f32 50257 / 131072 81 / 83 -> 83 /
+// 86% of the copy, bf16 131072 78 -> 82%.
+constexpr int kTmaAheadPct = 75;
 
 // The bulk-copy cluster class (sm_90; softmax_fwd_tma.cuh): among cluster sizes k = 1, 2, 4, 8, 16 the
 // plan with the most CTAs resident, counted up to 2 per SM (a second CTA per SM overlaps one CTA's
@@ -524,11 +536,12 @@ ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p,
 // smaller cluster, one buffer).
 // kPush: the kernels that merge a row's (max, sum) by messages; where the plan's k is below
 // push_min_cluster(), the barrier's kernels plan and run instead.
+// ahead_pct: the percentage of a CTA's share of its next row that it prefetches into L2 (TmaPlan::ahead).
 // *launched = false (and success) when no plan fits or launches: the caller falls back to the v2
 // classes.
 template <typename T, int B = smx::kTmaBlock, bool kPush = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
-                          T* y, bool* launched) {
+                          T* y, bool* launched, int ahead_pct = 0) {
   constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush>;
   constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush>;
   constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush>;
@@ -580,8 +593,11 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   }
   if (best.first.k == 0) return ffi::Error::Success();
   if constexpr (kPush) {  // the plans are those of the message kernels; below push_min_cluster, the barrier's
-    if (best.first.k < push_min_cluster()) return launch_fwd_tma<T, B, false>(dev, stream, s, version, x, y, launched);
+    if (best.first.k < push_min_cluster()) {
+      return launch_fwd_tma<T, B, false>(dev, stream, s, version, x, y, launched, ahead_pct);
+    }
   }
+  best.first.ahead = static_cast<int>(ceil_div(best.first.chunk * ahead_pct, int64_t{100}));
   switch (best.second) {
     case kOne: return launch_tma_plan<kOneStage>("one buffer", kPush, best.first, stream, s, x, y, launched);
     case kR8: return launch_tma_plan<kRegs8>("registers (8)", kPush, best.first, stream, s, x, y, launched);
@@ -678,6 +694,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
+  const int ahead_pct = version == FwdVersion::kV49 ? kTmaAheadPct : 0;
+  if (version == FwdVersion::kV49) version = FwdVersion::kV27;  // elsewhere v27
   const bool wide2 = version == FwdVersion::kV27;
   if (wide2) version = FwdVersion::kV26;  // elsewhere v26
   const bool fill2 = version == FwdVersion::kV26;
@@ -777,7 +795,7 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
-  return launch_fwd_tma<T, smx::kTmaBlock, true>(dev, stream, s, version, x, y, launched);
+  return launch_fwd_tma<T, smx::kTmaBlock, true>(dev, stream, s, version, x, y, launched, ahead_pct);
 }
 
 ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,

@@ -52,9 +52,14 @@ struct TmaShare {
 //     are bounded to 64 (NP <= 8) or 128 (NP = 16) registers per thread at 1024 threads per SM.
 //   kPush (v11): the cluster's merge of (max, sum) by messages (mail_merge, softmax_rows.cuh) instead of
 //     a cluster barrier and DSMEM reads (softmax.cu takes it for k >= 4).
+// ahead (v49, an argument; 0: none): once a row's share has landed, thread 0 prefetches the first `ahead` packs of
+//   its share of the CTA's next row from HBM into L2 (prefetch_l2), so that HBM keeps reading for this SM through
+//   the row's reduction, merge and output pass, and the next row's bulk copy is served mostly by L2. softmax.cu
+//   takes 75% of the share (the whole share measured 1-2 points slower; issued beside the row's own bulk copy, the
+//   prefetch competes with it for HBM: at 100% no gain; RESULTS.md "v49").
 template <typename T, int S, int NP, int B = kTmaBlock, bool kPush = false>
 __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
-    softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk) {
+    softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk, int ahead) {
   static_assert(S == 1 || S == 2, "one or two stages");
   static_assert(NP == 0 || S == 1, "the register variant needs one stage");
 #if JM_BULK_COPY
@@ -108,6 +113,12 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     const P* buf = stages + st * chunk;
     T* yb = yr + sp.head + int64_t{share.lo} * V;
     mbar_wait(&bar[st], parity);
+    if (tid == 0 && ahead > 0 && row + it.step < rows) {  // v49: the next row's first packs into L2 (above)
+      const T* xn = xr + it.step * int64_t{cols};
+      const RowSpan<T, V, int> sn(xn, cols, true);
+      const TmaShare sh(sn.body, rank, chunk);
+      prefetch_l2(xn + sn.head + int64_t{sh.lo} * V, int64_t{min(sh.n, ahead)} * int64_t{sizeof(P)});
+    }
 
     P v[NP > 0 ? NP : 1];  // NP > 0: this thread's packs (share packs tid, tid + nt, ...)
     if constexpr (NP > 0) {

@@ -594,7 +594,7 @@ def _run_fwd_script(shapes, **env_vars):
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9", "v9-wide",
-                                     "v9-wide-512", "v14", "v20", "v21", "v23", "v24", "v25", "v26"])
+                                     "v9-wide-512", "v14", "v20", "v21", "v23", "v24", "v25", "v26", "v27"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
@@ -695,6 +695,23 @@ def test_gpu_fwd_cluster_plans(gpu, version, k):
                           JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
     threads = 512 if version == "v7-512" else 256
     assert f"x {threads} threads" in err, f"no bulk-copy launch of {threads}-thread CTAs:\n" + err[-4000:]
+
+
+# v49 (the default; cpp/softmax.cu kTmaAheadPct): once a bulk-copy CTA's share of a row has landed, it prefetches the
+# first 75% of its share of its next row into L2; v27 prefetches nothing. CLUSTER_SHAPES (many rows per cluster, one
+# row, misaligned rows, shares cut short at the row's end) against float64 under both, at the rule's cluster sizes
+# and at k = 1 and 16; the plan log must show each launch's prefetch as the rule gives (ceil(0.75 chunk) or 0 packs).
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("version,k", [("", ""), ("", "1"), ("", "16"), ("v27", "")])
+def test_gpu_fwd_l2_ahead(gpu, version, k):
+    err = _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k,
+                          JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    plans = re.findall(r"softmax_fwd plan: .* chunk=(\d+) packs .* ahead=(\d+) packs", err)
+    assert plans, "no bulk-copy launch:\n" + err[-4000:]
+    for chunk, ahead in plans:
+        want = 0 if version == "v27" else -(-int(chunk) * 75 // 100)
+        assert int(ahead) == want, f"{version or 'default'}: chunk {chunk} prefetched {ahead} packs\n" + err[-4000:]
 
 
 # JAX_MEMOPS_SOFTMAX_PUSH (cpp/softmax.cu push_min_cluster): how the bulk-copy cluster merges each
