@@ -94,11 +94,11 @@ template <typename T>
 bool run_case(const char* dtype, int cols, int sms) {
   const int64_t rows = kElems / cols, n = rows * cols, bytes = n * int64_t{sizeof(T)};
   const jm::RowShape s{rows, cols};
-  const auto resident = [&](auto kernel, int block, const T* x, T* y, auto... extra) {
+  const auto resident = [&](auto kernel, int block, const T* x, T* y) {
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0));
     const int64_t grid = std::min<int64_t>(rows, int64_t{per_sm} * sms);
-    kernel<<<static_cast<unsigned>(grid), block>>>(x, y, rows, cols, extra...);
+    kernel<<<static_cast<unsigned>(grid), block>>>(x, y, rows, cols);
   };
   struct Kernel {
     std::string name;
@@ -115,12 +115,12 @@ bool run_case(const char* dtype, int cols, int sms) {
       }
     };
   };
+  jm::cuda::DeviceInfo dev;
+  if (jm::cuda::device_info(&dev).failure()) std::exit(1);
   const auto bulk_copy = [&](int ahead_pct) {
     return [&, ahead_pct](const T* x, T* y) {
-      jm::cuda::DeviceInfo dev;
       bool launched = false;
-      if (jm::cuda::device_info(&dev).failure() ||
-          jm::cuda::launch_fwd_tma<T, smx::kTmaBlock, true>(dev, nullptr, s, jm::cuda::FwdVersion::kV5, x, y,
+      if (jm::cuda::launch_fwd_tma<T, smx::kTmaBlock, true>(dev, nullptr, s, jm::cuda::FwdVersion::kV5, x, y,
                                                             &launched, ahead_pct).failure() ||
           !launched) {
         std::fprintf(stderr, "the bulk-copy cluster did not launch\n");
