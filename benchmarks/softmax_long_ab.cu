@@ -1,7 +1,7 @@
 // The softmax forward's long rows inside one process (issue 4: C = 50257 / 131072 at 77-83% of the copy; RESULTS.md
 // "v36"; the method: inproc_ab.cuh): the handler's own choice (softmax.cu included whole: launch_fwd_v3, the default
 // version, v49) against v27 (no prefetch into L2), the bulk-copy cluster alone with 0 / 60 / 75 / 90% of each CTA's
-// next share prefetched into L2 (v49's rule: 75%), a two-pass kernel with L2 as the row buffer whose passes are
+// next share prefetched into L2 (v49's rule: 75%; 16-bit rows also from one buffer, v5-s1), a two-pass kernel with L2 as the row buffer whose passes are
 // pipelined across rows (v36: softmax_fwd_l2pipe_kernel below), v14's two-pass kernel and three copies of the same
 // bytes. (Calls 1-2 of v49 measured other prefetches: branch v49-ahead.) Per variant: GB/s (x
 // read, y written), its ratio to the default (median of the per-sample ratios); the default twice (A/A). Every output
@@ -117,11 +117,11 @@ bool run_case(const char* dtype, int cols, int sms) {
   };
   jm::cuda::DeviceInfo dev;
   if (jm::cuda::device_info(&dev).failure()) std::exit(1);
-  const auto bulk_copy = [&](int ahead_pct) {
-    return [&, ahead_pct](const T* x, T* y) {
+  const auto bulk_copy = [&](int ahead_pct, jm::cuda::FwdVersion version = jm::cuda::FwdVersion::kV5) {
+    return [&, ahead_pct, version](const T* x, T* y) {
       bool launched = false;
-      if (jm::cuda::launch_fwd_tma<T, smx::kTmaBlock, true>(dev, nullptr, s, jm::cuda::FwdVersion::kV5, x, y,
-                                                            &launched, ahead_pct).failure() ||
+      if (jm::cuda::launch_fwd_tma<T, smx::kTmaBlock, true>(dev, nullptr, s, version, x, y, &launched, ahead_pct)
+              .failure() ||
           !launched) {
         std::fprintf(stderr, "the bulk-copy cluster did not launch\n");
         std::exit(1);
@@ -137,6 +137,8 @@ bool run_case(const char* dtype, int cols, int sms) {
       {"bulk-copy cluster, ahead 60%", bulk_copy(60)},
       {"bulk-copy cluster, ahead 75%", bulk_copy(75)},
       {"bulk-copy cluster, ahead 90%", bulk_copy(90)},
+      {"bulk-copy cluster, one buffer (v5-s1), ahead 0%", bulk_copy(0, FwdVersion::kV5S1)},
+      {"bulk-copy cluster, one buffer (v5-s1), ahead 75%", bulk_copy(75, FwdVersion::kV5S1)},
       {"v14 two-pass, 512 x 2 per SM",
        [&](const T* x, T* y) { resident(smx::softmax_fwd_l2_kernel<T>, smx::kL2Block, x, y); }},
       {"pipelined, 1024 x 4 packs, 1 per SM",
