@@ -595,15 +595,25 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
 // An asynchronous prefetch of the 16-byte words inside [p, p + bytes) from HBM into L2 (sm_90:
 // cp.async.bulk.prefetch.L2, in pieces of at most 64 KB; nothing on older targets). A hint that holds no
 // registers or shared memory and that nothing waits for: the loads that later read those bytes hit L2.
+// kKeep: the lines arrive with L2's evict_last priority (an A/B variant, RESULTS.md "v50"): kept ahead of the
+// streaming lines until a read with another policy (bulk_load's evict_first) takes them.
+template <bool kKeep = false>
 __device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
 #if JM_BULK_COPY
   if (bytes <= 0) return;
   constexpr uint64_t kPiece = 64 * 1024;
   const uint64_t a = reinterpret_cast<uint64_t>(p);
   const uint64_t end = (a + static_cast<uint64_t>(bytes)) & ~uint64_t{15};
+  uint64_t policy = 0;
+  if constexpr (kKeep) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
   for (uint64_t s = (a + 15) & ~uint64_t{15}; s < end; s += kPiece) {
     const uint32_t n = static_cast<uint32_t>(end - s < kPiece ? end - s : kPiece);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s), "r"(n) : "memory");
+    if constexpr (kKeep) {
+      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(s), "r"(n), "l"(policy)
+                   : "memory");
+    } else {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s), "r"(n) : "memory");
+    }
   }
 #endif
 }

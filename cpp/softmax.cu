@@ -374,6 +374,8 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // Which forward kernels "auto" runs. v49 by default: v27, but each CTA of the bulk-copy cluster prefetches into L2 the
 // first kTmaAheadPct % of its share of its next row once this row's share has landed (softmax_fwd_tma.cuh's `ahead`).
+// v50 (JAX_MEMOPS_SOFTMAX_FWD=v50, the candidate for the next default): v49 with those prefetches at L2's evict_last
+// priority (kTmaKeepAhead below).
 // v27: v26 with the rows that 2 packs fill on 16 threads (16-bit C =
 // 256, blocks of 128, before v23's 8-pack rows) and on 32 (f32 C = 256, unbounded) (RESULTS.md "v25": +2..3% and +3%
 // in one process). v26: v25 with the rows that 2 packs per thread fill exactly, up to 8
@@ -396,11 +398,11 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // without its L2 two-pass rows) or "v14" (v20 with streaming loads and stores in the register rows) or "v20" (v21 with
 // streaming loads and stores in the 8-pack rows) or "v21" (v14 with the register rows' x read by __ldg and y stored
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
-// "v23", "v24", "v25", "v26" or "v27". Any other value: v49.
+// "v23", "v24", "v25", "v26", "v27" or "v50". Any other value: v49.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
-  kV26, kV27, kV49
+  kV26, kV27, kV49, kV50
 };
 
 FwdVersion fwd_version() {
@@ -411,7 +413,8 @@ FwdVersion fwd_version() {
                   {"v9-wide", FwdVersion::kV9Wide}, {"v9-wide-512", FwdVersion::kV9Wide512}, {"v5", FwdVersion::kV5},
                   {"v9", FwdVersion::kV9}, {"v14", FwdVersion::kV14}, {"v20", FwdVersion::kV20},
                   {"v21", FwdVersion::kV21}, {"v23", FwdVersion::kV23}, {"v24", FwdVersion::kV24},
-                  {"v25", FwdVersion::kV25}, {"v26", FwdVersion::kV26}, {"v27", FwdVersion::kV27}},
+                  {"v25", FwdVersion::kV25}, {"v26", FwdVersion::kV26}, {"v27", FwdVersion::kV27},
+                  {"v50", FwdVersion::kV50}},
                  FwdVersion::kV49);
   return version;
 }
@@ -434,9 +437,9 @@ int tma_active_clusters(const DeviceInfo& dev, int k, int smem, int block) {
   return cached_active_clusters<Kernel>(cache[k][kb], dev, block, k, smem);
 }
 
-// JAX_MEMOPS_SOFTMAX_FWD_K=k (1..16; read once per process), for tests and A/B of plans only: the
-// bulk-copy plans consider cluster size k alone (where it does not fit or launch, the next
-// plan runs). 0: their rules.
+// JAX_MEMOPS_SOFTMAX_FWD_K=k (1..16, powers of two or not; read once per process), for tests and A/B of plans only:
+// the bulk-copy plans consider cluster size k alone (where it does not fit or launch, the next plan runs). 0: their
+// rules (k = 1, 2, 4, 8, 16).
 int forced_cluster_k() {
   static const int k = [] {
     const int v = std::atoi(env_value("JAX_MEMOPS_SOFTMAX_FWD_K").c_str());
@@ -447,17 +450,18 @@ int forced_cluster_k() {
 
 // Under plan_log_on(): each bulk-copy launch whose plan differs from the previous one is described on
 // stderr (variant and ", messages" where the kernel merges by messages, CTA size, cluster
-// size, chunk, shared memory, clusters resident, packs prefetched ahead), for A/B runs and the tests.
+// size, chunk, shared memory, clusters resident, packs prefetched ahead and whether at evict_last), for A/B runs and
+// the tests.
 void log_tma_plan(const char* variant, bool messages, RowShape s, int block, int k, int64_t chunk, int64_t smem,
-                  int active, int ahead) {
+                  int active, int ahead, bool keep) {
   static std::atomic<int64_t> last{-1};
   const int64_t key = ((s.cols * 64 + k * 2 + messages) * 1000003) ^
                       static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
   if (!plan_log_due(last, key)) return;
   std::fprintf(stderr, "softmax_fwd plan: %s%s x %d threads rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB "
-               "clusters=%d ahead=%d packs\n", variant, messages ? ", messages" : "", block,
+               "clusters=%d ahead=%d packs%s\n", variant, messages ? ", messages" : "", block,
                static_cast<long long>(s.rows), static_cast<long long>(s.cols), k, static_cast<long long>(chunk),
-               static_cast<long long>(smem / 1024), active, ahead);
+               static_cast<long long>(smem / 1024), active, ahead, keep ? " (evict_last)" : "");
 }
 
 // One plan of a bulk-copy kernel: cluster size k, chunk = ceil(packs / k) packs per CTA in each of
@@ -466,7 +470,8 @@ void log_tma_plan(const char* variant, bool messages, RowShape s, int block, int
 struct TmaPlan {
   int k = 0, active = 0, block = 0;
   int64_t chunk = 0, smem = 0, score = 0;
-  int ahead = 0;  // the kernel's `ahead`: packs of the next row's share prefetched into L2 (v49)
+  int ahead = 0;      // the kernel's `ahead`: packs of the next row's share prefetched into L2 (v49)
+  bool keep = false;  // those prefetches at L2's evict_last priority (the kernel's kKeepAhead; v50), for the log
 };
 
 constexpr int kTmaScoredPerSm = 2;  // a second CTA per SM overlaps one's reduction with the other's loads
@@ -501,7 +506,7 @@ TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_
 template <auto Kernel, typename T>
 ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p, cudaStream_t stream, RowShape s,
                            const T* x, T* y, bool* launched) {
-  log_tma_plan(variant, messages, s, p.block, p.k, p.chunk, p.smem, p.active, p.ahead);
+  log_tma_plan(variant, messages, s, p.block, p.k, p.chunk, p.smem, p.active, p.ahead, p.keep);
   const int64_t clusters = std::min<int64_t>(s.rows, p.active);
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), p.block, p.k,
@@ -524,6 +529,13 @@ ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p,
 // 86% of the copy, bf16 131072 78 -> 82%.
 constexpr int kTmaAheadPct = 75;
 
+// v50 (JAX_MEMOPS_SOFTMAX_FWD=v50; launch_fwd_tma's kKeep): the prefetches above at L2's evict_last priority, so that the
+// streaming lines go first (x's bulk copies read at evict_first, y's stores streaming). Nsight Compute over v49 (one
+// launch each, f32 50257 / 131072): 274 / 275 MB read from HBM for tensors of 268 (v27: 268), L2 at 86% of its peak
+// throughput; at 100% of the share 288-294 MB. Measured inside one process (benchmarks/softmax_long_ab.cu, two rounds,
+// against the same plan without the hint; RESULTS.md "v50"): f32 50257 +4%, 65536 +4%, 131072 +4.4..5.7%, bf16 131072
+// +1..2%. Not yet the default: its GPU tests and the bench are still to run on the H200 (the session's device time
+// ran out first).
 // The bulk-copy cluster class (sm_90; softmax_fwd_tma.cuh): among cluster sizes k = 1, 2, 4, 8, 16 the
 // plan with the most CTAs resident, counted up to 2 per SM (a second CTA per SM overlaps one CTA's
 // reduction with the other's loads; more adds little), on ties the smallest k that merges by messages,
@@ -539,25 +551,26 @@ constexpr int kTmaAheadPct = 75;
 // ahead_pct: the percentage of a CTA's share of its next row that it prefetches into L2 (TmaPlan::ahead).
 // *launched = false (and success) when no plan fits or launches: the caller falls back to the v2
 // classes.
-template <typename T, int B = smx::kTmaBlock, bool kPush = false>
+// force_k (A/B harnesses; 0: forced_cluster_k()): the plans of cluster size force_k alone, any k in 1..16.
+// kKeep (v50): the kernels' prefetches at L2's evict_last priority (softmax_fwd_tma.cuh kKeepAhead).
+template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
-                          T* y, bool* launched, int ahead_pct = 0) {
-  constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush>;
-  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush>;
-  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush>;
-  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B, kPush>;
+                          T* y, bool* launched, int ahead_pct = 0, int force_k = 0) {
+  constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush, kKeep>;
+  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kKeep>;
+  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep>;
+  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B, kPush, kKeep>;
   constexpr int64_t kAny = INT_MAX;
   *launched = false;
   const int64_t packs = ceil_div(s.cols, kVec<T>);
   const bool regs = version == FwdVersion::kV5Reg || (version == FwdVersion::kV5 && sizeof(T) == 2);
   const bool two_stages = version == FwdVersion::kV3 || version == FwdVersion::kV3Prefetch;
-  const int forced = forced_cluster_k();
+  const int forced = force_k != 0 ? force_k : forced_cluster_k();
   enum Variant { kTwo, kOne, kR8, kR16 };
   const bool tie_push = kPush && tie_to_messages();
   auto best_of = [&](auto plan_k) {  // plan_k(k) -> {TmaPlan, Variant}
     std::pair<TmaPlan, Variant> best{};
-    for (int k = 1; k <= kMaxClusterNonPortable; k *= 2) {
-      if (forced != 0 && k != forced) continue;
+    for (int k = forced != 0 ? forced : 1; k <= kMaxClusterNonPortable; k = forced != 0 ? INT_MAX : 2 * k) {
       const auto p = plan_k(k);
       const bool to_messages = tie_push && p.first.score > 0 && p.first.score == best.first.score &&
                                best.first.k < push_min_cluster() && p.first.k >= push_min_cluster();
@@ -594,10 +607,11 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   if (best.first.k == 0) return ffi::Error::Success();
   if constexpr (kPush) {  // the plans are those of the message kernels; below push_min_cluster, the barrier's
     if (best.first.k < push_min_cluster()) {
-      return launch_fwd_tma<T, B, false>(dev, stream, s, version, x, y, launched, ahead_pct);
+      return launch_fwd_tma<T, B, false, kKeep>(dev, stream, s, version, x, y, launched, ahead_pct, force_k);
     }
   }
   best.first.ahead = static_cast<int>(ceil_div(best.first.chunk * ahead_pct, int64_t{100}));
+  best.first.keep = kKeep && best.first.ahead > 0;
   switch (best.second) {
     case kOne: return launch_tma_plan<kOneStage>("one buffer", kPush, best.first, stream, s, x, y, launched);
     case kR8: return launch_tma_plan<kRegs8>("registers (8)", kPush, best.first, stream, s, x, y, launched);
@@ -694,6 +708,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
+  const bool keep_ahead = version == FwdVersion::kV50;
+  if (keep_ahead) version = FwdVersion::kV49;  // elsewhere v49
   const int ahead_pct = version == FwdVersion::kV49 ? kTmaAheadPct : 0;
   if (version == FwdVersion::kV49) version = FwdVersion::kV27;  // elsewhere v27
   const bool wide2 = version == FwdVersion::kV27;
@@ -795,7 +811,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
-  return launch_fwd_tma<T, smx::kTmaBlock, true>(dev, stream, s, version, x, y, launched, ahead_pct);
+  return keep_ahead ? launch_fwd_tma<T, smx::kTmaBlock, true, true>(dev, stream, s, version, x, y, launched, ahead_pct)
+                    : launch_fwd_tma<T, smx::kTmaBlock, true>(dev, stream, s, version, x, y, launched, ahead_pct);
 }
 
 ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,

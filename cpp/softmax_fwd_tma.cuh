@@ -53,11 +53,15 @@ struct TmaShare {
 //   kPush (v11): the cluster's merge of (max, sum) by messages (mail_merge, softmax_rows.cuh) instead of
 //     a cluster barrier and DSMEM reads (softmax.cu takes it for k >= 4).
 // ahead (v49, an argument; 0: none): once a row's share has landed, thread 0 prefetches the first `ahead` packs of
-//   its share of the CTA's next row from HBM into L2 (prefetch_l2), so that HBM keeps reading for this SM through
+//   its share of the CTA's next row (S = 2: the row after next, whose copy is not yet in flight; an A/B variant)
+//   from HBM into L2 (prefetch_l2), so that HBM keeps reading for this SM through
 //   the row's reduction, merge and output pass, and the next row's bulk copy is served mostly by L2. softmax.cu
 //   takes 75% of the share (the whole share measured 1-2 points slower; issued beside the row's own bulk copy, the
 //   prefetch competes with it for HBM: at 100% no gain; RESULTS.md "v49").
-template <typename T, int S, int NP, int B = kTmaBlock, bool kPush = false>
+// kKeepAhead (v50, JAX_MEMOPS_SOFTMAX_FWD=v50): those prefetches at L2's evict_last priority (prefetch_l2's kKeep), so
+//   that the streaming lines (x's bulk copies, y's stores) are evicted before them: v49's prefetch left 2% of x to be
+//   read from HBM twice, and in one process the hint read 4-6% faster in f32 and 1-2% in bf16 (RESULTS.md "v50").
+template <typename T, int S, int NP, int B = kTmaBlock, bool kPush = false, bool kKeepAhead = false>
 __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk, int ahead) {
   static_assert(S == 1 || S == 2, "one or two stages");
@@ -113,11 +117,12 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     const P* buf = stages + st * chunk;
     T* yb = yr + sp.head + int64_t{share.lo} * V;
     mbar_wait(&bar[st], parity);
-    if (tid == 0 && ahead > 0 && row + it.step < rows) {  // v49: the next row's first packs into L2 (above)
-      const T* xn = xr + it.step * int64_t{cols};
+    // v49: the first packs of the next row whose copy is not yet in flight into L2 (above); S = 2: the row after next.
+    if (tid == 0 && ahead > 0 && row + S * it.step < rows) {
+      const T* xn = xr + S * it.step * int64_t{cols};
       const RowSpan<T, V, int> sn(xn, cols, true);
       const TmaShare sh(sn.body, rank, chunk);
-      prefetch_l2(xn + sn.head + int64_t{sh.lo} * V, int64_t{min(sh.n, ahead)} * int64_t{sizeof(P)});
+      prefetch_l2<kKeepAhead>(xn + sn.head + int64_t{sh.lo} * V, int64_t{min(sh.n, ahead)} * int64_t{sizeof(P)});
     }
 
     P v[NP > 0 ? NP : 1];  // NP > 0: this thread's packs (share packs tid, tid + nt, ...)

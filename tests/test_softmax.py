@@ -594,7 +594,8 @@ def _run_fwd_script(shapes, **env_vars):
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9", "v9-wide",
-                                     "v9-wide-512", "v14", "v20", "v21", "v23", "v24", "v25", "v26", "v27"])
+                                     "v9-wide-512", "v14", "v20", "v21", "v23", "v24", "v25", "v26", "v27",
+                                     "v50"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
@@ -676,42 +677,47 @@ def test_gpu_bwd_versions(gpu, version):
 
 
 # The bulk-copy cluster plans (cpp/softmax.cu launch_fwd_tma) under their rules ("") and with the cluster
-# size forced by JAX_MEMOPS_SOFTMAX_FWD_K (where the forced k does not fit, the v2 classes run): many
-# rows per resident cluster (each buffer refilled with mbarrier parities 0, 1, 0, ...), one row, misaligned
-# rows (8193, 50257, 131073), the special rows; k = 16 at 8193 (129 packs per CTA for 256 threads:
-# threads without packs; v7-512's 512-thread CTAs: more than half without); f32 400000 (v3's two buffers
-# do not fit at k <= 16; one buffer does). The plan log must show the variant's CTA size.
+# size forced by JAX_MEMOPS_SOFTMAX_FWD_K, a power of two or not (where the forced k does not fit, the v2
+# classes run): many rows per resident cluster (each buffer refilled with mbarrier parities 0, 1, 0, ...), one
+# row, misaligned rows (8193, 50257, 131073), the special rows; k = 16 at 8193 (129 packs per CTA for 256
+# threads: threads without packs; v7-512's 512-thread CTAs: more than half without); f32 400000 (v3's two
+# buffers do not fit at k <= 16; one buffer does). The plan log must show the variant's CTA size and a
+# launch at the forced k.
 CLUSTER_SHAPES = [(1900, 8193), (3, 16385), (1, 50257), (320, 50257), (470, 32768), (130, 131072), (260, 131073),
                (12, 400000)]
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version,k", [("v5", ""), ("v5", "1"), ("v5", "2"), ("v5", "16"), ("v5-s1", "16"),
-                                       ("v5-reg", "16"), ("v3", ""), ("v3", "16"), ("v7-512", ""),
+@pytest.mark.parametrize("version,k", [("v5", ""), ("v5", "1"), ("v5", "2"), ("v5", "3"), ("v5", "16"),
+                                       ("v5-s1", "16"), ("v5-reg", "16"), ("v3", ""), ("v3", "16"), ("v7-512", ""),
                                        ("v7-512", "16")])
 def test_gpu_fwd_cluster_plans(gpu, version, k):
     err = _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k,
                           JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
     threads = 512 if version == "v7-512" else 256
     assert f"x {threads} threads" in err, f"no bulk-copy launch of {threads}-thread CTAs:\n" + err[-4000:]
+    assert not k or f" k={k} " in err, f"no bulk-copy launch at k = {k}:\n" + err[-4000:]
 
 
 # v49 (the default; cpp/softmax.cu kTmaAheadPct): once a bulk-copy CTA's share of a row has landed, it prefetches the
-# first 75% of its share of its next row into L2; v27 prefetches nothing. CLUSTER_SHAPES (many rows per cluster, one
-# row, misaligned rows, shares cut short at the row's end) against float64 under both, at the rule's cluster sizes
-# and at k = 1 and 16; the plan log must show each launch's prefetch as the rule gives (ceil(0.75 chunk) or 0 packs).
+# first 75% of its share of its next row into L2; v50 the same at L2's evict_last priority; v27 prefetches nothing.
+# CLUSTER_SHAPES (many rows per cluster, one row, misaligned rows, shares cut short at the row's end) against float64
+# under each, at the rule's cluster sizes and at k = 1, 3 and 16; the plan log must show each launch's prefetch as the
+# version gives (ceil(0.75 chunk) or 0 packs, "(evict_last)" for v50 alone).
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version,k", [("", ""), ("", "1"), ("", "16"), ("v27", "")])
+@pytest.mark.parametrize("version,k", [("", ""), ("", "1"), ("", "3"), ("", "16"), ("v50", ""), ("v50", "1"),
+                                       ("v50", "16"), ("v27", "")])
 def test_gpu_fwd_l2_ahead(gpu, version, k):
     err = _run_fwd_script(CLUSTER_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k,
                           JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
-    plans = re.findall(r"softmax_fwd plan: .* chunk=(\d+) packs .* ahead=(\d+) packs", err)
+    plans = re.findall(r"softmax_fwd plan: .* chunk=(\d+) packs .* ahead=(\d+) packs( \(evict_last\))?", err)
     assert plans, "no bulk-copy launch:\n" + err[-4000:]
-    for chunk, ahead in plans:
+    for chunk, ahead, keep in plans:
         want = 0 if version == "v27" else -(-int(chunk) * 75 // 100)
         assert int(ahead) == want, f"{version or 'default'}: chunk {chunk} prefetched {ahead} packs\n" + err[-4000:]
+        assert bool(keep) == (version == "v50"), f"{version or 'default'}: evict_last {bool(keep)}\n" + err[-4000:]
 
 
 # JAX_MEMOPS_SOFTMAX_PUSH (cpp/softmax.cu push_min_cluster): how the bulk-copy cluster merges each
