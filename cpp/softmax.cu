@@ -375,7 +375,7 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // Which forward kernels "auto" runs. v49 by default: v27, but each CTA of the bulk-copy cluster prefetches into L2 the
 // first kTmaAheadPct % of its share of its next row once this row's share has landed (softmax_fwd_tma.cuh's `ahead`).
 // v50 (JAX_MEMOPS_SOFTMAX_FWD=v50, the candidate for the next default): v49 with those prefetches at L2's evict_last
-// priority (kTmaKeepAhead below).
+// priority (launch_fwd_tma's kKeep; measured beside kTmaAheadPct below).
 // v27: v26 with the rows that 2 packs fill on 16 threads (16-bit C =
 // 256, blocks of 128, before v23's 8-pack rows) and on 32 (f32 C = 256, unbounded) (RESULTS.md "v25": +2..3% and +3%
 // in one process). v26: v25 with the rows that 2 packs per thread fill exactly, up to 8
@@ -529,13 +529,14 @@ ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p,
 // 86% of the copy, bf16 131072 78 -> 82%.
 constexpr int kTmaAheadPct = 75;
 
-// v50 (JAX_MEMOPS_SOFTMAX_FWD=v50; launch_fwd_tma's kKeep): the prefetches above at L2's evict_last priority, so that the
-// streaming lines go first (x's bulk copies read at evict_first, y's stores streaming). Nsight Compute over v49 (one
-// launch each, f32 50257 / 131072): 274 / 275 MB read from HBM for tensors of 268 (v27: 268), L2 at 86% of its peak
-// throughput; at 100% of the share 288-294 MB. Measured inside one process (benchmarks/softmax_long_ab.cu, two rounds,
-// against the same plan without the hint; RESULTS.md "v50"): f32 50257 +4%, 65536 +4%, 131072 +4.4..5.7%, bf16 131072
-// +1..2%. Not yet the default: its GPU tests and the bench are still to run on the H200 (the session's device time
-// ran out first).
+// v50 (JAX_MEMOPS_SOFTMAX_FWD=v50; launch_fwd_tma's kKeep): the prefetches above at L2's evict_last priority, so that
+// the streaming lines go first (x's bulk copies read at evict_first, y's stores streaming). Nsight Compute over v49
+// (one launch each, f32 50257 / 131072): 274 / 275 MB read from HBM for tensors of 268 (v27: 268), L2 at 86% of its
+// peak throughput; at 100% of the share 288-294 MB. Measured inside one process (benchmarks/softmax_long_ab.cu, two
+// rounds, against the same plan without the hint; RESULTS.md "v50"): f32 50257 +4%, 65536 +4%, 131072 +4.4..5.7%,
+// bf16 131072 +1..2%, in a process where v49 gained nothing over v27. Not yet the default: its GPU tests and the bench
+// are still to run on the H200 (the session's device time ran out first).
+
 // The bulk-copy cluster class (sm_90; softmax_fwd_tma.cuh): among cluster sizes k = 1, 2, 4, 8, 16 the
 // plan with the most CTAs resident, counted up to 2 per SM (a second CTA per SM overlaps one CTA's
 // reduction with the other's loads; more adds little), on ties the smallest k that merges by messages,

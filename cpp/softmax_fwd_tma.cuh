@@ -53,11 +53,11 @@ struct TmaShare {
 //   kPush (v11): the cluster's merge of (max, sum) by messages (mail_merge, softmax_rows.cuh) instead of
 //     a cluster barrier and DSMEM reads (softmax.cu takes it for k >= 4).
 // ahead (v49, an argument; 0: none): once a row's share has landed, thread 0 prefetches the first `ahead` packs of
-//   its share of the CTA's next row (S = 2: the row after next, whose copy is not yet in flight; an A/B variant)
-//   from HBM into L2 (prefetch_l2), so that HBM keeps reading for this SM through
-//   the row's reduction, merge and output pass, and the next row's bulk copy is served mostly by L2. softmax.cu
-//   takes 75% of the share (the whole share measured 1-2 points slower; issued beside the row's own bulk copy, the
-//   prefetch competes with it for HBM: at 100% no gain; RESULTS.md "v49").
+//   its share of the CTA's next row (S = 2: the row after next, whose copy is not yet in flight; an A/B variant) from
+//   HBM into L2 (prefetch_l2), so that HBM keeps reading for this SM through the row's reduction, merge and output
+//   pass, and the next row's bulk copy is served mostly by L2. softmax.cu takes 75% of the share (the whole share
+//   measured 1-2 points slower; issued beside the row's own bulk copy, the prefetch competes with it for HBM: at 100%
+//   no gain; RESULTS.md "v49").
 // kKeepAhead (v50, JAX_MEMOPS_SOFTMAX_FWD=v50): those prefetches at L2's evict_last priority (prefetch_l2's kKeep), so
 //   that the streaming lines (x's bulk copies, y's stores) are evicted before them: v49's prefetch left 2% of x to be
 //   read from HBM twice, and in one process the hint read 4-6% faster in f32 and 1-2% in bf16 (RESULTS.md "v50").
