@@ -13,6 +13,12 @@
 #            prefetch's plans, the merges, 8 workers.
 #   atests   test_gpu_fwd_l2_ahead (the default v49, v50's hint and v27 at the rules' and forced cluster sizes; call 6
 #            ran out of device time after the build: the next session's first call).
+#   For the next session (v50 as the default's candidate; `lib` first):
+#   vtests   test_gpu_fwd_l2_ahead and test_gpu_fwd_versions[v50] (and v27), 8 workers.
+#   san50    compute-sanitizer memcheck and racecheck over the softmax forward kernels under JAX_MEMOPS_SOFTMAX_FWD=v50
+#            (sanitize.py --fwd: its SOFTMAX_AHEAD_SHAPES run the prefetch).
+#   sbench50 the bench's softmax forward (device timing) under the default and under v50, one process each.
+#   (then `harness long` with LONG_ROUNDS="1 2 3": the handler's v49 against v50 in three processes' worth of rounds.)
 #   ncu      Nsight Compute over the harness's first launches per case (the default twice, v27, the bulk copy at 75
 #            and 100%; bf16 50257: v14's L2 two-pass kernel): DRAM bytes read and written against the tensor's, L2 hit
 #            rates, throughput; does the prefetch cost extra HBM reads (prefetched lines evicted before their copy)?
@@ -49,6 +55,18 @@ stage_ctests() {
 stage_atests() {
   ab_gpu_tests atests 170 "fwd_l2_ahead" 160
   grep -E "passed|failed|FAILED|ERROR" "$out/atests.log" | tail -5
+}
+
+stage_vtests() {
+  ab_gpu_tests vtests 400 "fwd_l2_ahead or (fwd_versions and (v50 or v27))" 280
+  grep -E "passed|failed|FAILED|ERROR" "$out/vtests.log" | tail -5
+}
+
+stage_san50() { JAX_MEMOPS_SOFTMAX_FWD=v50 SAN_ARGS=--fwd ab_sanitize san50 kns=softmax_fwd 220 softmax; }
+
+stage_sbench50() {
+  ab_dbench sbench-v49 device --ops softmax --dirs fwd --parts sweep
+  JAX_MEMOPS_SOFTMAX_FWD=v50 ab_dbench sbench-v50 device --ops softmax --dirs fwd --parts sweep
 }
 
 stage_ncu() {
