@@ -11,10 +11,10 @@
 #            whole wave's time at these row counts?
 #   ctests   the bulk-copy cluster's GPU tests (slow ones included) after force_k / any forced k: the plans, the
 #            prefetch's plans, the merges, 8 workers.
-#   atests   test_gpu_fwd_l2_ahead (the default v49, v50's hint and v27 at the rules' and forced cluster sizes; call 6
-#            ran out of device time after the build: the next session's first call).
 #   For the next session (v50 as the default's candidate; `lib` first):
-#   vtests   test_gpu_fwd_l2_ahead and test_gpu_fwd_versions[v50] (and v27), 8 workers.
+#   vtests   test_gpu_fwd_l2_ahead (the default v49, v50's hint and v27 at the rules' and forced cluster sizes) and
+#            test_gpu_fwd_versions[v50] (and v27), 8 workers. (Call 6 ran its first part alone, as a stage atests, and
+#            ran out of device time one test in.)
 #   san50    compute-sanitizer memcheck and racecheck over the softmax forward kernels under JAX_MEMOPS_SOFTMAX_FWD=v50
 #            (sanitize.py --fwd: its SOFTMAX_AHEAD_SHAPES run the prefetch).
 #   sbench50 the bench's softmax forward (device timing) under the default and under v50, one process each.
@@ -50,11 +50,6 @@ stage_rounds() {
 stage_ctests() {
   ab_gpu_tests ctests 400 "fwd_cluster_plans or fwd_l2_ahead or fwd_push_reduce or fwd_tie_rule" 280
   grep -E "passed|failed|FAILED|ERROR" "$out/ctests.log" | tail -5
-}
-
-stage_atests() {
-  ab_gpu_tests atests 170 "fwd_l2_ahead" 160
-  grep -E "passed|failed|FAILED|ERROR" "$out/atests.log" | tail -5
 }
 
 stage_vtests() {
