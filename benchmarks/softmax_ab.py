@@ -18,7 +18,7 @@ dtype), v7-512 (v5 with 512-thread CTAs in the bulk-copy cluster), v9-wide / v9-
 rows wherever they fit), v9 (v14 without its L2 two-pass rows), v14 (v20 with streaming loads and stores
 in the register rows), v20 (v21 with streaming loads and stores in the 8-pack rows), v21 (v23 with 4 packs per
 thread in the 16-bit sub-warp rows), v23..v26 (the short rows' steps to v27), v27 (v49 without its prefetch of each
-bulk-copy CTA's next share into L2); anything else is v49, the default),
+bulk-copy CTA's next share into L2), v49 (v50's prefetch at the normal priority); anything else is v50, the default),
 JAX_MEMOPS_SOFTMAX_L2_SHARE (the share of L2, in percent, that v14's 16-bit rows in flight may fill to take
 the two-pass kernel; default 56, 0: never), JAX_MEMOPS_SOFTMAX_BWD (v9: the register
 clusters' order of v9-v11, 8 CTAs of 1024 threads before 16 of 512; v9-1024: 1024-thread CTAs first; v35: the plans

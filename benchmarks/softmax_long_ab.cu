@@ -1,16 +1,20 @@
 // The softmax forward's long rows inside one process (issue 4: C = 50257 / 131072 at 78-86% of the copy; the method:
-// inproc_ab.cuh): the handler's own choice (softmax.cu included whole: launch_fwd_v3, the default version, v49)
-// against v27 (no prefetch into L2), v50 (v49's prefetch at L2's evict_last priority), the bulk-copy cluster alone
+// inproc_ab.cuh): the handler's own choice (softmax.cu included whole: launch_fwd_v3, the default version, v50: v49's
+// prefetch at L2's evict_last priority) against v27 (no prefetch into L2), v49, the bulk-copy cluster alone
 // under other plans than the rule's (v50's calls: cluster size k, CTAs of 256 / 512 / 1024 threads, 75 or 100% of each
 // CTA's next share prefetched into L2, at L2's evict_last priority or not, two buffers prefetching the row after
-// next), v14's two-pass kernel and three copies of the same bytes. (v36's pipelined two-pass kernel and v49's
-// prefetch sizes: RESULTS.md and git history.) Per variant: GB/s (x read, y written), its ratio to the default
+// next), v14's two-pass kernel and three copies of the same bytes. (v36's pipelined two-pass kernel, v49's
+// prefetch sizes: RESULTS.md and git history; v51's prefetches 2-3 rows ahead and v14's kernel prefetching its next
+// row: RESULTS.md, branch v51-depth.) Per variant: GB/s (x read, y written), its ratio to the default
 // (median of the per-sample ratios); the default twice (A/A). Every output checked against float64 on sampled rows,
 // NaN poured into the outputs first.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/softmax_long_ab.cu \
 //        cpp/softmax_ladder.cu -o /tmp/softmax_long_ab && /tmp/softmax_long_ab [f32:C | bf16:C ...]
+// AB_VARIANTS=v27,v49 (name fragments) times the default and those variants alone (the copies always).
+#include <string_view>
+
 #include "softmax_ab_common.cuh"
 #include "softmax.cu"
 
@@ -68,10 +72,10 @@ bool run_case(const char* dtype, int cols, int sms) {
   using B512 = std::integral_constant<int, 512>;
   using B1024 = std::integral_constant<int, 1024>;
   std::vector<Kernel> ks = {
-      {"default (v49)", handler(FwdVersion::kV49)},
-      {"default again (A/A)", handler(FwdVersion::kV49)},
+      {"default (v50)", handler(FwdVersion::kV50)},
+      {"default again (A/A)", handler(FwdVersion::kV50)},
       {"v27 (no prefetch)", handler(FwdVersion::kV27)},
-      {"v50 (the prefetch at evict_last)", handler(FwdVersion::kV50)},
+      {"v49 (the prefetch at the normal priority)", handler(FwdVersion::kV49)},
       {"bulk copy, rule's k, 75%", bulk_copy(B256{}, 75)},
       {"bulk copy, rule's k, 100%", bulk_copy(B256{}, 100)},
       {"bulk copy, rule's k, 75%, kept (evict_last)", tma(B256{}, std::true_type{}, 75, 0, FwdVersion::kV5)},
@@ -92,6 +96,25 @@ bool run_case(const char* dtype, int cols, int sms) {
       {"v14 two-pass, 512 x 2 per SM",
        [&](const T* x, T* y) { return resident(smx::softmax_fwd_l2_kernel<T>, smx::kL2Block, x, y); }},
   };
+  // AB_VARIANTS (comma-separated name fragments): only the variants whose names hold one of them, the default kept.
+  if (const char* only = std::getenv("AB_VARIANTS"); only != nullptr && *only != '\0') {
+    std::vector<std::string> frags;
+    for (std::string_view rest = only; !rest.empty();) {
+      const size_t comma = std::min(rest.find(','), rest.size());
+      if (comma > 0) frags.emplace_back(rest.substr(0, comma));
+      rest.remove_prefix(std::min(comma + 1, rest.size()));
+    }
+    std::vector<Kernel> kept = {ks[0]};
+    for (size_t i = 1; i < ks.size(); ++i) {
+      for (const std::string& f : frags) {
+        if (ks[i].name.find(f) != std::string::npos) {
+          kept.push_back(ks[i]);
+          break;
+        }
+      }
+    }
+    ks = std::move(kept);
+  }
   T* x;
   CK(cudaMalloc(&x, bytes));
   fill_x<<<1024, 256>>>(x, n, 7u + cols);

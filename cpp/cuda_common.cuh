@@ -593,10 +593,10 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
 }
 
 // An asynchronous prefetch of the 16-byte words inside [p, p + bytes) from HBM into L2 (sm_90:
-// cp.async.bulk.prefetch.L2, in pieces of at most 64 KB; nothing on older targets). A hint that holds no
-// registers or shared memory and that nothing waits for: the loads that later read those bytes hit L2.
-// kKeep: the lines arrive with L2's evict_last priority (an A/B variant, RESULTS.md "v50"): kept ahead of the
-// streaming lines until a read with another policy (bulk_load's evict_first) takes them.
+// cp.async.bulk.prefetch.L2, in pieces of at most 64 KB; nothing on older targets). A hint that holds no registers or
+// shared memory and that nothing waits for: the loads that later read those bytes hit L2. kKeep: the lines arrive with
+// L2's evict_last priority (the softmax forward's since v50, RESULTS.md "v50"): kept ahead of the streaming lines until
+// a read with another policy (bulk_load's evict_first) takes them.
 template <bool kKeep = false>
 __device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
 #if JM_BULK_COPY

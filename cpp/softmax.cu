@@ -372,10 +372,10 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 
 // ---- Forward v3 (softmax_fwd_regs.cuh, softmax_fwd_tma.cuh) -------------------------------------------
 
-// Which forward kernels "auto" runs. v49 by default: v27, but each CTA of the bulk-copy cluster prefetches into L2 the
-// first kTmaAheadPct % of its share of its next row once this row's share has landed (softmax_fwd_tma.cuh's `ahead`).
-// v50 (JAX_MEMOPS_SOFTMAX_FWD=v50, the candidate for the next default): v49 with those prefetches at L2's evict_last
-// priority (launch_fwd_tma's kKeep; measured beside kTmaAheadPct below).
+// Which forward kernels "auto" runs. v50 by default: v49 with its prefetches at L2's evict_last priority
+// (launch_fwd_tma's kKeep; measured beside kTmaAheadPct below). v49: v27, but each CTA of the bulk-copy cluster
+// prefetches into L2 the first kTmaAheadPct % of its share of its next row once this row's share has landed
+// (softmax_fwd_tma.cuh's `ahead`).
 // v27: v26 with the rows that 2 packs fill on 16 threads (16-bit C =
 // 256, blocks of 128, before v23's 8-pack rows) and on 32 (f32 C = 256, unbounded) (RESULTS.md "v25": +2..3% and +3%
 // in one process). v26: v25 with the rows that 2 packs per thread fill exactly, up to 8
@@ -398,7 +398,7 @@ ffi::Error launch_auto(cudaStream_t stream, RowShape s, int elems, int vec_width
 // without its L2 two-pass rows) or "v14" (v20 with streaming loads and stores in the register rows) or "v20" (v21 with
 // streaming loads and stores in the 8-pack rows) or "v21" (v14 with the register rows' x read by __ldg and y stored
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
-// "v23", "v24", "v25", "v26", "v27" or "v50". Any other value: v49.
+// "v23", "v24", "v25", "v26", "v27" or "v49". Any other value: v50.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
@@ -414,8 +414,8 @@ FwdVersion fwd_version() {
                   {"v9", FwdVersion::kV9}, {"v14", FwdVersion::kV14}, {"v20", FwdVersion::kV20},
                   {"v21", FwdVersion::kV21}, {"v23", FwdVersion::kV23}, {"v24", FwdVersion::kV24},
                   {"v25", FwdVersion::kV25}, {"v26", FwdVersion::kV26}, {"v27", FwdVersion::kV27},
-                  {"v50", FwdVersion::kV50}},
-                 FwdVersion::kV49);
+                  {"v49", FwdVersion::kV49}},
+                 FwdVersion::kV50);
   return version;
 }
 
@@ -520,22 +520,22 @@ ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p,
   return check_launch("softmax_fwd (bulk-copy cluster)");
 }
 
-// v49 (the default): the share of its next row that each bulk-copy CTA prefetches into L2 once its row has landed
-// (softmax_fwd_tma.cuh's `ahead`). Measured inside one process against v27 (benchmarks/softmax_long_ab.cu, two rounds,
-// A/A 0.99-1.03; RESULTS.md "v49"): 75% gave f32 50257 +9%, 65536 +6.2..6.6%, 131072 +7.6..8.7%, bf16 100000
-// +4.7..5.2%, 131072 +8..8.7%; 50% and 100% 0.3-2.2 points less; prefetches issued beside the row's bulk copy instead
-// up to 4 points less at 35-80% of the share, nothing at 100%. Another process read +1.2..2.4% at the same shapes (A/A
-// 1.005-1.021), 60-90% within 1.5 points of each other; the bench (device timing) f32 50257 / 131072 81 / 83 -> 83 /
-// 86% of the copy, bf16 131072 78 -> 82%.
+// v49 (v50's prefetch at the normal priority): the share of its next row that each bulk-copy CTA prefetches into L2
+// once its row has landed (softmax_fwd_tma.cuh's `ahead`). Measured inside one process against v27
+// (benchmarks/softmax_long_ab.cu, two rounds, A/A 0.99-1.03; RESULTS.md "v49"): 75% gave f32 50257 +9%, 65536
+// +6.2..6.6%, 131072 +7.6..8.7%, bf16 100000 +4.7..5.2%, 131072 +8..8.7%; 50% and 100% 0.3-2.2 points less; prefetches
+// issued beside the row's bulk copy instead up to 4 points less at 35-80% of the share, nothing at 100%. Another
+// process read +1.2..2.4% at the same shapes (A/A 1.005-1.021), 60-90% within 1.5 points of each other; the bench
+// (device timing) f32 50257 / 131072 81 / 83 -> 83 / 86% of the copy, bf16 131072 78 -> 82%.
 constexpr int kTmaAheadPct = 75;
 
-// v50 (JAX_MEMOPS_SOFTMAX_FWD=v50; launch_fwd_tma's kKeep): the prefetches above at L2's evict_last priority, so that
-// the streaming lines go first (x's bulk copies read at evict_first, y's stores streaming). Nsight Compute over v49
-// (one launch each, f32 50257 / 131072): 274 / 275 MB read from HBM for tensors of 268 (v27: 268), L2 at 86% of its
-// peak throughput; at 100% of the share 288-294 MB. Measured inside one process (benchmarks/softmax_long_ab.cu, two
-// rounds, against the same plan without the hint; RESULTS.md "v50"): f32 50257 +4%, 65536 +4%, 131072 +4.4..5.7%,
-// bf16 131072 +1..2%, in a process where v49 gained nothing over v27. Not yet the default: its GPU tests and the bench
-// are still to run on the H200 (the session's device time ran out first).
+// v50 (the default; launch_fwd_tma's kKeep): the prefetches above at L2's evict_last priority, so that the streaming
+// lines go first (x's bulk copies read at evict_first, y's stores streaming). Nsight Compute over v49 (one launch each,
+// f32 50257 / 131072): 274 / 275 MB read from HBM for tensors of 268 (v27: 268), L2 at 86% of its peak throughput; at
+// 100% of the share 288-294 MB. Measured inside one process against v49 (benchmarks/softmax_long_ab.cu, three rounds
+// in three processes; RESULTS.md "v51"): f32 50257 +3.2..4.7%, 65536 +2.6..3.5%, 131072 +1.6..3.8%, bf16 131072 and
+// 262144 -0.2..+2%; the bench (device timing) f32 50257 / 131072 83 / 86 -> 85 / 87% of the copy, bf16 131072 82 ->
+// 83%, every other cell within 0.01x and a point. Prefetching 2 or 3 rows ahead lost 5-19% (RESULTS.md "v51").
 
 // The bulk-copy cluster class (sm_90; softmax_fwd_tma.cuh): among cluster sizes k = 1, 2, 4, 8, 16 the
 // plan with the most CTAs resident, counted up to 2 per SM (a second CTA per SM overlaps one CTA's

@@ -58,9 +58,10 @@ struct TmaShare {
 //   pass, and the next row's bulk copy is served mostly by L2. softmax.cu takes 75% of the share (the whole share
 //   measured 1-2 points slower; issued beside the row's own bulk copy, the prefetch competes with it for HBM: at 100%
 //   no gain; RESULTS.md "v49").
-// kKeepAhead (v50, JAX_MEMOPS_SOFTMAX_FWD=v50): those prefetches at L2's evict_last priority (prefetch_l2's kKeep), so
-//   that the streaming lines (x's bulk copies, y's stores) are evicted before them: v49's prefetch left 2% of x to be
-//   read from HBM twice, and in one process the hint read 4-6% faster in f32 and 1-2% in bf16 (RESULTS.md "v50").
+// kKeepAhead (v50, the default; JAX_MEMOPS_SOFTMAX_FWD=v49 runs without): those prefetches at L2's evict_last priority
+//   (prefetch_l2's kKeep), so that the streaming lines (x's bulk copies, y's stores) are evicted before them: v49's
+//   prefetch left 2% of x to be read from HBM twice; in one process the hint read 2-5% faster than v49 in f32 and 0-2%
+//   in bf16 (RESULTS.md "v50", "v51").
 template <typename T, int S, int NP, int B = kTmaBlock, bool kPush = false, bool kKeepAhead = false>
 __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk, int ahead) {
