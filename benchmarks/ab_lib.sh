@@ -9,7 +9,7 @@
 #   ab_norm_fwd_verify, ab_norm_fwd_rounds, ab_norm_sweep, ab_big_tests,
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
 #   ab_smxab, ab_san_cpu, ab_dbench, ab_version_table, ab_norm_btest, ab_norm_versions, ab_norm_ptest,
-#   ab_norm_sanr, ab_norm_verify, ab_norm_big, ab_norm_nver, ab_norm_nbench, ab_bwd_vtest: below
+#   ab_norm_sanr, ab_norm_verify, ab_norm_big, ab_norm_nver, ab_norm_nbench, ab_bwd_vtest, ab_full: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -412,4 +412,14 @@ ab_bwd_vtest() {
   JAX_MEMOPS_SOFTMAX_BWD=$1 ab_gpu_tests vtest-inproc 200 \
     "gpu and softmax and (auto_size_classes_backward or auto_many_rows)" 190
   JAX_MEMOPS_SOFTMAX_BWD=$1 ab_big_tests "big_softmax_size_class and $2"
+}
+
+# ab_full SECONDS PATTERN: the whole bench with device timing into $out/full (README's table, plots and ladder), its
+# result lines matching PATTERN (grep -E) shown.
+ab_full() {
+  mkdir -p "$out/full"
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$1" python3 -P -m jax_memops.cli bench --timing device --out "$out/full" \
+    > "$out/full/bench_full_device.txt" 2> "$out/full/bench_stderr.txt"
+  echo "rc=$? (full)"
+  grep -E "$2" "$out/full/bench_full_device.txt"
 }

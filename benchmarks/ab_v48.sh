@@ -24,13 +24,7 @@ stage_nfwd() {
   JAX_MEMOPS_NORM_FWD=v45 ab_dbench nbench-fwd-v45 device --ops layer_norm rms_norm --dirs fwd --parts sweep
 }
 
-stage_full() {
-  mkdir -p "$out/full"
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 400 python3 -P -m jax_memops.cli bench --timing device --out "$out/full" \
-    > "$out/full/bench_full_device.txt" 2> "$out/full/bench_stderr.txt"
-  echo "rc=$? (full)"
-  grep -E '^(layer_norm|rms_norm) +fwd ' "$out/full/bench_full_device.txt"
-}
+stage_full() { ab_full 400 "^(layer_norm|rms_norm) +fwd "; }
 
 ab_init "$@"
 ab_run v48

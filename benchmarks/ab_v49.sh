@@ -46,13 +46,7 @@ stage_verify() { ab_softmax_fwd_verify verify v27 kns=softmax_fwd; }
 # the first backward on a cluster, sanitize.py's note, stopped verify's racecheck before the long rows).
 stage_sanfwd() { SAN_ARGS=--fwd ab_sanitize sanfwd kns=softmax_fwd 220 softmax; }
 
-stage_full() {
-  mkdir -p "$out/full"
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 400 python3 -P -m jax_memops.cli bench --timing device --out "$out/full" \
-    > "$out/full/bench_full_device.txt" 2> "$out/full/bench_stderr.txt"
-  echo "rc=$? (full)"
-  grep -E '^softmax +fwd ' "$out/full/bench_full_device.txt"
-}
+stage_full() { ab_full 400 "^softmax +fwd "; }
 
 stage_sbench() { ab_dbench sbench-fwd device --ops softmax --dirs fwd --parts sweep; }
 

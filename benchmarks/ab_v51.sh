@@ -22,14 +22,14 @@
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
+stage_harness() { ab_nvcc_harness softmax_long_ab.cu /tmp/softmax_long_ab cpp/softmax_ladder.cu; }
+
 stage_lib() {
-  ab_nvcc_harness softmax_long_ab.cu /tmp/softmax_long_ab cpp/softmax_ladder.cu &
+  stage_harness &
   ab_build || { wait; return 1; }
   wait
   ls -la /tmp/softmax_long_ab
 }
-
-stage_harness() { ab_nvcc_harness softmax_long_ab.cu /tmp/softmax_long_ab cpp/softmax_ladder.cu; }
 
 stage_long() {
   local round
@@ -53,15 +53,11 @@ stale_and_poisoned)) or fwd_l2_ahead or (fwd_versions and (v49 or v27))" 270
 
 stage_race() { ab_sanitize_resume racecheck race kns=softmax_fwd 200 --fwd --only softmax; }
 
-stage_big() { ab_big_tests "(big_softmax_forward and auto) or (big_softmax_size_class and (131072 or 262147 or 524288))"; }
-
-stage_full() {
-  mkdir -p "$out/full"
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 python3 -P -m jax_memops.cli bench --timing device --out "$out/full" \
-    > "$out/full/bench_full_device.txt" 2> "$out/full/bench_stderr.txt"
-  echo "rc=$? (full)"
-  grep -E '^softmax +fwd ' "$out/full/bench_full_device.txt"
+stage_big() {
+  ab_big_tests "(big_softmax_forward and auto) or (big_softmax_size_class and (131072 or 262147 or 524288))"
 }
+
+stage_full() { ab_full 300 "^softmax +fwd "; }
 
 ab_init "$@"
 ab_run v51

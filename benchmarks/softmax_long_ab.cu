@@ -96,7 +96,8 @@ bool run_case(const char* dtype, int cols, int sms) {
       {"v14 two-pass, 512 x 2 per SM",
        [&](const T* x, T* y) { return resident(smx::softmax_fwd_l2_kernel<T>, smx::kL2Block, x, y); }},
   };
-  // AB_VARIANTS (comma-separated name fragments): only the variants whose names hold one of them, the default kept.
+  // AB_VARIANTS (comma-separated name fragments, so none can hold a comma): only the variants whose names hold one of
+  // them, the default kept.
   if (const char* only = std::getenv("AB_VARIANTS"); only != nullptr && *only != '\0') {
     std::vector<std::string> frags;
     for (std::string_view rest = only; !rest.empty();) {
