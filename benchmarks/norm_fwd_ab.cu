@@ -3,7 +3,7 @@
 //
 //   copy      a full-grid 16-byte copy of x into y (4 words per thread, streaming hints; not the best copy: XLA's
 //             copy of the same bytes read up to 6% faster in another process, RESULTS.md "v23").
-//   v21       the default before v23 (norms.cu's rule): f32 norm_fwd_half.cuh's 4 packs; 16-bit norm_rows.cuh's
+//   v21       the default before v23 (norm_fwd.cu's rule): f32 norm_fwd_half.cuh's 4 packs; 16-bit norm_rows.cuh's
 //             8 packs, LayerNorm team rows on norm_fwd_half.cuh's 6-pack kernel where v10 takes them; twice (v21,
 //             v21b: the A/A pair).
 //   lean      norm_fwd_lean.cuh's rows in v21's geometry and packs (v23's default for bf16 LayerNorm; bf16
@@ -82,7 +82,7 @@ void half_rows(const Bufs<T>& b, const Out<T>& o, const RowsPlan& p) {
                                                                                   b.rows, b.cols, kEps, p.tpr);
 }
 
-// v21's rule (norms.cu before v23), the kernels and geometry it launches.
+// v21's rule (norm_fwd.cu before v23), the kernels and geometry it launches.
 template <typename T, bool kRms>
 void launch_v21(const Bufs<T>& b, const Out<T>& o) {
   if constexpr (sizeof(T) == 4) {
@@ -117,7 +117,7 @@ void lean_rows(const Bufs<T>& b, const Out<T>& o, const RowsPlan& p) {
 }
 
 // The lean rows in v21's geometry: f32 4 packs; 16-bit 8, LayerNorm team rows 6 where v10 takes them (bf16
-// LayerNorm: v23's default, RMSNorm: v24's, norms.cu). The kernel's A/B options measured here (RESULTS.md "v24",
+// LayerNorm: v23's default, RMSNorm: v24's, norm_fwd.cu). The kernel's A/B options measured here (RESULTS.md "v24",
 // "v25") are on branches v25-merge and v25-pivot.
 // kS / kB: scale / bias present (b's pointers must match: the kernel reads what they say); kE: the kernel's kStaged.
 // kIo: the kernel's kCachedIo.
@@ -135,7 +135,7 @@ void launch_lean(const Bufs<T>& b, const Out<T>& o) {
   lean_rows<T, kRms, false, N, kS, kB, kE, false, kIo>(b, o, plan);
 }
 
-// v28 (norms.cu's rule before v29): f32 v4's rows (launch_v21's), bf16 the lean rows at 8 / 6 packs.
+// v28 (norm_fwd.cu's rule before v29): f32 v4's rows (launch_v21's), bf16 the lean rows at 8 / 6 packs.
 template <typename T, bool kRms>
 void launch_v28(const Bufs<T>& b, const Out<T>& o) {
   if constexpr (sizeof(T) == 4) {
@@ -378,7 +378,7 @@ bool run_early() {
 
 // packs (RESULTS.md "v29"): the copy ceiling's lesson (copy_ceiling.cu: a full-grid copy of 1 pack per thread reads
 // 4168 GB/s, 4 packs 4046, 8 packs 3953, streaming hints 1-2% less) tried on the norms: the lean rows at NP = 1, 2,
-// 3, 4 packs per thread (more threads per row: fewer bytes in flight per thread), against the default (norms.cu's
+// 3, 4 packs per thread (more threads per row: fewer bytes in flight per thread), against the default (norm_fwd.cu's
 // rule then: f32 v4's rows, bf16 the lean rows at 8 / 6 packs; twice, the A/A pair) and both copies. v29: the rule
 // adopted from it (norm_fwd_lean.cuh's lean_block_packs) against the rule before.
 template <int NP, typename T, bool kRms, bool kIo = false>
@@ -469,7 +469,7 @@ bool run_packs(const char* title, const char* base, void (*launch_base)(const Bu
   return all_ok;
 }
 
-// v29 (norms.cu's rule since v29): block rows at lean_block_packs where it gives packs, else the rule before. kIo
+// v29 (norm_fwd.cu's rule since v29): block rows at lean_block_packs where it gives packs, else the rule before. kIo
 // (the lean kernel's kCachedIo) where the rule takes the lean kernel.
 template <typename T, bool kRms, bool kIo>
 void launch_v29(const Bufs<T>& b, const Out<T>& o) {
@@ -717,7 +717,7 @@ bool run_io(const char* title, const std::vector<int>& widths) {
   return all_ok;
 }
 
-// v44 (norms.cu's rule of v44): v44's lean_block_plan packs and held parameters with cached I/O, the lean rows'
+// v44 (norm_fwd.cu's rule of v44): v44's lean_block_plan packs and held parameters with cached I/O, the lean rows'
 // other instances with cached I/O, the rest as v29.
 template <typename T, bool kRms>
 void launch_v44(const Bufs<T>& b, const Out<T>& o) {

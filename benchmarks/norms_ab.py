@@ -1,4 +1,4 @@
-"""A/B of the LayerNorm / RMSNorm forward versions (cpp/norms.cu's JAX_MEMOPS_NORM_FWD: v3, norm_rows.cuh,
+"""A/B of the LayerNorm / RMSNorm forward versions (cpp/norm_fwd.cu's JAX_MEMOPS_NORM_FWD: v3, norm_rows.cuh,
 and v4, norm_fwd_half.cuh, each forced for every dtype; the default takes v4 for f32, v3 for 16-bit) on
 one GPU: benchmarks/softmax_ab.py with the norms' defaults, one process per version, one table (TB/s,
 % of copy, vs v3, vs XLA).

@@ -56,7 +56,7 @@ from jax_memops import reference, unfused
 # four rows a block), the slabs over the stages at the end; (2, 12288) f32 above, full rows. v35's 16-bit LayerNorm rows
 # of K = 3 read from their stages: (301, 2560) on 128-thread teams, (131, 5000) on 256-thread teams (two a block), slots
 # left empty; (263, 10000) and (530, 12288) above on 512-thread teams. Since v36 (the default; JAX_MEMOPS_NORM_BWD=v35
-# keeps v35's teams), 16-bit teams of a multiple of 32 threads that is not a power of two (cpp/norms.cu odd_team;
+# keeps v35's teams), 16-bit teams of a multiple of 32 threads that is not a power of two (cpp/norm_bwd.cu odd_team;
 # SHAPES[i] runs in dtype i % 3, so (3, 4608) is f32, the fused kernel, and the two after it 16-bit): (67, 2304) 96
 # threads of K = 3, five a block; (131, 4608) 192 of K = 3, two a block; (131, 5000) 224 of K = 3, slots left empty, two
 # a block. v45's f32 lean block rows of 129..256 packs, parameters held: (3, 768) at 3 packs, every slot used, (2, 1000)
@@ -67,7 +67,7 @@ SHAPES = [(1, 1), (5, 33), (300, 64), (3, 1001), (4, 1024), (3, 1028), (2, 2056)
           (2, 4096), (5, 1024), (3, 2056), (2, 8192), (300, 6152), (263, 10000), (1201, 4096), (700, 8192),
           (530, 12288), (411, 8192), (397, 10000), (131, 5000), (301, 2560), (3, 4608), (67, 2304), (131, 4608),
           (3, 768), (7, 1000), (3, 600), (2, 1000)]
-# One small shape per size class of softmax "auto" (cpp/softmax.cu): sub-warp rows, a warp, block rows
+# One small shape per size class of softmax "auto" (cpp/softmax_launch.cuh): sub-warp rows, a warp, block rows
 # (misaligned rows), clusters (7 CTAs; 8 x 512 or 16 x 512 / 8 x 1024; 16-bit: 8 x 1024 or 16 x 512),
 # the two-pass stream class; the forward of 16-bit 3 x 50257 runs v14's two-pass kernel (L2 as the row
 # buffer).
@@ -95,7 +95,7 @@ SOFTMAX_V5_SHAPES = [((40000, 33), jnp.float32), ((3, 8193), jnp.float32), ((60,
 # 4 packs per thread (the f32 default; here every dtype): team rows (33; 64 with many rows; 1001
 # misaligned), f32 block rows of 64 (1028) with more rows than resident blocks (4000 x 768), block rows
 # (2056; 4097 misaligned; 12288: 768 f32 / 384 16-bit threads), and v3's kernel beyond (f32 12292).
-# The backward's clusters of 5 packs per thread (cpp/softmax.cu launch_bwd_v38) at the barrier's merge: f32 16385 on 2
+# The backward's clusters of 5 packs per thread (cpp/softmax_bwd.cu launch_bwd_v38) at the barrier's merge: f32 16385 on 2
 # CTAs (v38, the default, and v37), bf16 50257 on 3 (v37 only; the default: 4 of 4 packs by messages). By messages:
 # SOFTMAX_CLASS_SHAPES' f32 50257 on 5 (v38, v37), f32 262147 on 13 of 1024 threads (v38), bf16 131072 and f16 262144
 # on 7 and 13 (v37); SOFTMAX_V5_SHAPES' bf16 131073 on 7 (both), bf16 600001 on 15 of 1024 and f32 262147 on 13 of

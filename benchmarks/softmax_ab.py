@@ -12,7 +12,7 @@ each version's speedup over the first version and over XLA.
         --out ab-builds                          # two builds: an older commit installed with
                                                  # `pip install --target /tmp/oldsite`, and this one
 
-Variables: JAX_MEMOPS_SOFTMAX_FWD (cpp/softmax.cu: v2, v3-prefetch, v3 (the two-buffer bulk-copy cluster for
+Variables: JAX_MEMOPS_SOFTMAX_FWD (cpp/softmax_fwd.cu: v2, v3-prefetch, v3 (the two-buffer bulk-copy cluster for
 long rows), v5 (v9 without its 8-pack rows), v5-s1 / v5-reg (its one-buffer variants, forced for every
 dtype), v7-512 (v5 with 512-thread CTAs in the bulk-copy cluster), v9-wide / v9-wide-512 (8-pack register
 rows wherever they fit), v9 (v14 without its L2 two-pass rows), v14 (v20 with streaming loads and stores
@@ -32,11 +32,11 @@ plans), JAX_MEMOPS_SOFTMAX_TIE (small: the bulk-copy planner's ties go to the sm
 anything else: to the smallest k that merges by messages), JAX_MEMOPS_SOFTMAX_PUSH (the clusters' merge, the
 bulk-copy forward's (max, sum) and the backward's sum: 0 the cluster barrier, 1 messages, for every k;
 anything else the default, messages from k = 4), JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for: persistent /
-full for every row kernel; anything else: each kernel's default), JAX_MEMOPS_NORM_FWD (cpp/norms.cu: v3
+full for every row kernel; anything else: each kernel's default), JAX_MEMOPS_NORM_FWD (cpp/norm_fwd.cu: v3
 or v4 for every dtype; v21: the default before v23's lean bf16 LayerNorm rows; anything else is the
 default: v4 for f32, v3 for 16-bit types but for LayerNorm team rows of 6 packs per thread where they fit as
 well as 8, and bf16 LayerNorm rows of whole packs with one parameter row on norm_fwd_lean.cuh) and
-JAX_MEMOPS_NORM_BWD (cpp/norms.cu: v18, v19, v19-hold, v19-lean, v19-deep, v30 or v31 for the fused backward;
+JAX_MEMOPS_NORM_BWD (cpp/norm_bwd.cu: v18, v19, v19-hold, v19-lean, v19-deep, v30 or v31 for the fused backward;
 anything else the default v32). Extra options go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 // The softmax forward's register rows inside one process (issue 4's C = 128 / 512, where the bench reads ours at
-// 0.95-1.03x XLA; RESULTS.md "v23"; the method: inproc_ab.cuh): the rule (softmax_fwd_regs.cuh; softmax.cu's
+// 0.95-1.03x XLA; RESULTS.md "v23"; the method: inproc_ab.cuh): the rule (softmax_fwd_regs.cuh; softmax_fwd.cu's
 // for C <= 4096, 16-bit 2048: 4 packs per thread, tpr = the smallest power of two >= 4 that holds the row, blocks
 // of 256 for sub-warp rows, one row per block beyond, a full grid) against other geometries of the same kernel
 // (tpr <= 1024), XLA's layout of short rows (softmax_fwd_tiled_kernel below; RESULTS.md "v24") and three copies
@@ -85,7 +85,7 @@ using inproc::kElems;
 using inproc::kSamples;
 using inproc::kWarmup;
 
-// The smallest power of two >= min_tpr threads that holds the row (softmax.cu's rule: min_tpr = kMinTpr, 4).
+// The smallest power of two >= min_tpr threads that holds the row (softmax_fwd.cu's rule: min_tpr = kMinTpr, 4).
 int rule_tpr(int cols, int elems_per_thread, int min_tpr = smx::kMinTpr) {
   int tpr = min_tpr;
   while (tpr * elems_per_thread < cols) tpr *= 2;
@@ -174,7 +174,7 @@ bool run_case(const char* dtype, int cols, int sms) {
     }
   }
   // The rule with fewer registers, more blocks resident (Nsight Compute: the rule's 4 blocks of 256 per SM, 50%
-  // theoretical occupancy, where XLA's Triton kernel runs at 100%): >= 5, 6, 8 blocks of 256 per SM (softmax.cu
+  // theoretical occupancy, where XLA's Triton kernel runs at 100%): >= 5, 6, 8 blocks of 256 per SM (softmax_fwd.cu
   // takes 6 for 16-bit 4-pack rows since v24; the "rule" here stays v23's 64 registers).
   if (tpr <= 32) {
     for (int b : {5, 6, 8}) {

@@ -1,5 +1,5 @@
 // The softmax forward's long rows inside one process (issue 4: C = 50257 / 131072 at 78-86% of the copy; the method:
-// inproc_ab.cuh): the handler's own choice (softmax.cu included whole: launch_fwd_v3, the default version, v50: v49's
+// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v50: v49's
 // prefetch at L2's evict_last priority) against v27 (no prefetch into L2), v49, the bulk-copy cluster alone
 // under other plans than the rule's (v50's calls: cluster size k, CTAs of 256 / 512 / 1024 threads, 75 or 100% of each
 // CTA's next share prefetched into L2, at L2's evict_last priority or not, two buffers prefetching the row after
@@ -16,7 +16,7 @@
 #include <string_view>
 
 #include "softmax_ab_common.cuh"
-#include "softmax.cu"
+#include "softmax_fwd.cu"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The FFI signature of every custom call, written once and shared by the CPU and CUDA handlers, so the
 // two platforms cannot drift apart (the table in handlers.h documents the same). Each function extends
-// a binding — ffi::Ffi::Bind() on the CPU, jm::cuda::cuda_binding() (cuda_common.cuh) on CUDA — with
+// a binding — ffi::Ffi::Bind() on the CPU, jm::cuda::cuda_binding() (cuda_base.cuh) on CUDA — with
 // the op's buffers (in order) and attributes.
 #pragma once
 

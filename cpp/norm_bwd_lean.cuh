@@ -1,6 +1,6 @@
-// LayerNorm / RMSNorm fused backward for 16-bit types (v19; norms.cu takes it for 16-byte packs, C <= 12288
+// LayerNorm / RMSNorm fused backward for 16-bit types (v19; norm_bwd.cu takes it for 16-byte packs, C <= 12288
 // and a scale shared by every row) and f32 (v20: rows of K = 4 packs of 4 per thread, C = 1024..8192, the
-// partials in registers where norm_bwd_fused_kernel keeps them in shared memory): norms.cu's
+// partials in registers where norm_bwd_fused_kernel keeps them in shared memory): norm_bwd.cu's
 // norm_bwd_fused_kernel with fewer instructions per element.
 // Why: Nsight Compute on that kernel (bf16 LayerNorm, C = 8192; RESULTS.md "v18") counted 44 thread
 // instructions per element, the SM issuing half the time at 4 warps per scheduler, the DRAM at 46% of its
@@ -25,11 +25,11 @@
 // Geometry and partials as in partials.cuh (teams of tpr threads, one row per team at a time, dscale / dbias
 // partials in registers, summed per block into the workspace in the same order as norm_bwd_fused_kernel).
 // v31: each team at its own barrier; RMSNorm's 16-bit rows of 769..1024 packs at K = 4, partials in shared memory
-// (RESULTS.md "v31"). v32: the K = 3 rows one row ahead with the scale held, LayerNorm's partials by quads (norms.cu
+// (RESULTS.md "v31"). v32: the K = 3 rows one row ahead with the scale held, LayerNorm's partials by quads (norm_bwd.cu
 // norm_bwd_lean). v33: kStages, the rows of wide teams through stages of shared memory filled by bulk copies. v34:
 // f32 rows of C = 8196..12288 at K = 6 on 512-thread teams, read from their stages in both passes (kSmemRows). v35:
 // LayerNorm's 16-bit staged rows of K = 3 the same way. v36 (the default): kOddTeams, staged teams of any multiple of
-// 32 threads (norms.cu odd_team).
+// 32 threads (norm_bwd.cu odd_team).
 #pragma once
 
 #include "partials.cuh"
@@ -43,7 +43,7 @@ namespace jm::cuda {
 // a block run out of phase, as blocks do; else at __syncthreads (every team of the block at each row). The
 // parity argument holds per team: its warps write only their own slots of `red`. (norm_bwd_fused_kernel's
 // team_sum2 the same way measured a tie at f32 C = 768 / 1536: not taken.)
-// kOddTeams (v36: norms.cu odd_team): teams of any multiple of 32 threads (wpt warps); the butterfly
+// kOddTeams (v36: norm_bwd.cu odd_team): teams of any multiple of 32 threads (wpt warps); the butterfly
 // spans the power of two at or above wpt, its lanes past the team's warps adding zeros. The team's first warp is
 // team * wpt, from the barrier's division. v36's first form took it as warp - warp % wpt, a modulo per row that the
 // compiler left in the loop (it sat under the lanes' condition): 1-8% slower where it replaced the power-of-two
@@ -176,20 +176,20 @@ __device__ __forceinline__ void add_quads(float* slab, int k, int block, const f
   }
 }
 
-// kQuads (K >= 4: RMSNorm's 16-bit rows of 769..1024 packs on teams of 256 threads, norms.cu's lean_team; v32:
+// kQuads (K >= 4: RMSNorm's 16-bit rows of 769..1024 packs on teams of 256 threads, norm_bwd.cu's lean_team; v32:
 // LayerNorm's K = 3 rows, one row ahead): the partials accumulate in shared memory by quads (partials.cuh's
 // partial_quads), where registers do not hold them beside K packs of x and dy (ptxas -v: spills). kTeamBar:
 // team_sum_lean's.
 // kStages > 0 (v33; kAhead 0, kTeamBar, teams of 64 threads or more): each team's next kStages rows of x and dy
 // are in flight into shared memory (bulk copies, one mbarrier per stage, issued by the team's lane 0), after the
-// partial slabs: kStages x 2 rows per team (norms.cu's norm_bwd_lean sizes it). A team reads its row from the stage
+// partial slabs: kStages x 2 rows per team (norm_bwd.cu's norm_bwd_lean sizes it). A team reads its row from the stage
 // into registers; once the team's row barrier has passed every thread holds it, and the stage takes the row kStages
 // ahead. Where one 512-thread team fills an SM, registers held one row ahead at most (32-48 KB of x and dy per SM in
 // flight); the stages hold two, for no registers.
 // kSmemRows (v34, v35; kStages, not kQuads): the row is not copied into registers; both passes read it from its stage,
 // and the stage takes the row kStages ahead after a second team barrier, once the second pass is done. The registers
 // hold the partials and the scale instead, and the partial slabs (needed only at the end) take the stages' memory
-// (norms.cu's `shared` size): at f32 K = 6 the row's 48 registers left no room for them (ptxas spilled 32-96 bytes with
+// (norm_bwd.cu's `shared` size): at f32 K = 6 the row's 48 registers left no room for them (ptxas spilled 32-96 bytes with
 // the partials by quads), and LayerNorm's two slabs left room for one stage only. v35: LayerNorm's 16-bit K = 3 rows,
 // whose partials v32 put in shared memory by quads (a load and a store of each per pack and row, empty slots included),
 // hold them in registers this way (+5-9% where a third of the slots is empty, C = 8200..11264).
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
   __shared__ TeamRed red;
   const PartialBlock blk = partial_block(rows, groups, per_group, 1);
   const int cols = static_cast<int>(cols64);  // <= 512 * K * E
-  static_assert(!kOddTeams || kStages > 0, "odd teams: staged rows only (norms.cu norm_bwd_lean)");
+  static_assert(!kOddTeams || kStages > 0, "odd teams: staged rows only (norm_bwd.cu norm_bwd_lean)");
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = kOddTeams ? tid - tid / tpr * tpr : tid & (tpr - 1);
   const int team = static_cast<int>(threadIdx.x) / tpr;

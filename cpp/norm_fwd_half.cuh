@@ -1,4 +1,4 @@
-// LayerNorm / RMSNorm forward v4 (the default for 4-byte types; JAX_MEMOPS_NORM_FWD=v3/v4 force, norms.cu):
+// LayerNorm / RMSNorm forward v4 (the default for 4-byte types; JAX_MEMOPS_NORM_FWD=v3/v4 force, norm_fwd.cu):
 // norm_rows.cuh's register rows with half the packs per thread (kRowPacksHalf = 4: f32 16 elements, 16-bit 32, kept
 // raw), twice the threads per row, more threads per SM. Why: ncu on v3 (f32 2048: 78 registers,
 // 64-thread CTAs, 37.5% occupancy, DRAM 70%) pointed at too few warps to cover each thread's
@@ -6,7 +6,7 @@
 // Same geometry (team rows of 4..32 threads in 256-thread blocks, block rows of 64..768 threads), same
 // row split (RowSpan: scalar head, 16-byte body, scalar tail; edge0 kept), same exact two-pass
 // statistics. Classes at N = 4 (plan_norm_rows<T, kRowPacksHalf>): team rows C <= 32*4*V + V - 1
-// (f32 515, 16-bit 1031), block rows C <= 768*4*V + V - 1 (f32 12291, 16-bit 24583); norms.cu runs
+// (f32 515, 16-bit 1031), block rows C <= 768*4*V + V - 1 (f32 12291, 16-bit 24583); norm_fwd.cu runs
 // v3's classes beyond (then v1), and v3 for rows > INT_MAX - 768 (32-bit row indices here).
 // Occupancy: block rows are compiled for 2 x 768 threads per SM (<= 40 registers: 1536 threads,
 // 75%; v3 768 at <= 80); team rows, whose row state is per thread (several rows per block; block rows
@@ -40,9 +40,9 @@ __device__ __forceinline__ const float* param_row_u32(const ParamView& p, int r,
 }
 
 // N = kRowPacksTeam6 (16-bit LayerNorm team rows where 6 packs need as many threads per row as v3's 8;
-// norms.cu): 6 packs per thread at 4 x 256 threads per SM (<= 64 registers; ptxas -v: 32 bytes of spill
+// norm_fwd.cu): 6 packs per thread at 4 x 256 threads per SM (<= 64 registers; ptxas -v: 32 bytes of spill
 // stores; RMSNorm, measured in A/B runs, compiled spill-free).
-// kCachedIo (v45, norms.cu's default): x read by __ldg and y written by plain stores (the lean rows' since v44) instead
+// kCachedIo (v45, norm_fwd.cu's default): x read by __ldg and y written by plain stores (the lean rows' since v44) instead
 // of the streaming pair (__ldcs / __stcs): +2.6..6% inside one process (f32 C = 512 team rows, 768 / 1024 / 12288 block
 // rows; RESULTS.md "v45"). v20 measured no gain here, one process against another, when these rows ran persistent.
 template <typename T, bool kRms, bool kBlockRow, int N = kRowPacksHalf, bool kCachedIo = false>

@@ -1,4 +1,4 @@
-// LayerNorm / RMSNorm forward v23 (norms.cu's default for bf16 rows of whole packs with one parameter row:
+// LayerNorm / RMSNorm forward v23 (norm_fwd.cu's default for bf16 rows of whole packs with one parameter row:
 // LayerNorm since v23, RMSNorm since v24): norm_rows.cuh's register rows on the lean backward's diet, for rows of
 // whole 16-byte packs and one scale (and bias) row shared by every row. v3's geometry and bounds (team rows of
 // tpr = 4..32 threads, block rows of 64..768, a full grid of row groups; 80 registers), the packs v21 gives each
@@ -28,7 +28,7 @@ namespace jm::cuda {
 // identical conversions across the passes whatever the asm's `volatile` asks, when no branch separates them (the
 // lean rows have none), and then holds the row as floats: 64 at 8 packs, 52-120 bytes of spill at 80 registers
 // (v22). Pass 1's conversions differ from passes 2 and 3's, so they are not reused. f16's cvt has no such twin:
-// norms.cu keeps f16 rows on v3.
+// norm_fwd.cu keeps f16 rows on v3.
 template <typename T>
 __device__ __forceinline__ void unpack_words_pass1(const uint4& u, float (&out)[kVec<T>]) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamB
 
 // v29: the packs per thread of the lean kernel's block rows for rows of `packs` 16-byte packs where they beat the
 // rule before (f32: norm_fwd_half.cuh's 4 packs on half the threads per SM; bf16 LayerNorm: the lean rows at 8
-// packs), 0 elsewhere (norms.cu). Measured inside one process (benchmarks/norm_fwd_ab.cu packs-*, then v29; four
+// packs), 0 elsewhere (norm_fwd.cu). Measured inside one process (benchmarks/norm_fwd_ab.cu packs-*, then v29; four
 // rounds in two processes, against A/A pairs within +-2%; RESULTS.md "v29"): f32 LayerNorm 3 packs +1.6..3.8% at
 // C = 2048, 4 +1.7..3.2% at 4096 / 8192; f32 RMSNorm 2 +3.6..5.1% at 4096, 4 +2.3..3.4% at 8192 (3 at 2048: +0.4..1.4);
 // bf16 LayerNorm 4 +3.3..6.4% at 4096. Ties, left as they were: f32 C = 768 / 1024 at 3 packs, bf16 RMSNorm at 3 / 4
@@ -326,7 +326,7 @@ constexpr LeanBlock lean_block_plan(int64_t packs, bool short_rows = true) {
   return {np, false};
 }
 
-// v48 (the default for bf16 rows of 512..1536 packs, C = 4096..12288; norms.cu): the lean block rows two rows
+// v48 (the default for bf16 rows of 512..1536 packs, C = 4096..12288; norm_fwd.cu): the lean block rows two rows
 // per block (R = 2) at NP packs per thread under a bound of `regs` registers — of the candidates below that compile
 // without spills (ptxas -v; LayerNorm's 4 packs spill at 56), the one that keeps the most threads resident per SM.
 // Measured inside one process against v45's rule (benchmarks/norm_fwd_ab.cu pairs, two rounds per call, A/A within

@@ -1,6 +1,6 @@
 // LayerNorm / RMSNorm forward with each row on chip, in registers: x is read from HBM once (16-byte
 // evict-first loads, all of a thread's issued before any is used), y written once (evict-first), the
-// statistics taken exactly in two passes over the registers. norms.cu picks the class per launch.
+// statistics taken exactly in two passes over the registers. norm_fwd.cu picks the class per launch.
 //
 // Size classes (N = kRowPacks = 8 packs of 16 bytes per thread: f32 32 elements, bf16/f16 64 (kept raw,
 // converted at each use, unpack_fresh); V = kVec<T> elements per pack; a row's aligned body has at
@@ -15,7 +15,7 @@
 // bytes of loads in flight per thread, ~96 KiB per SM. A persistent grid of exactly the resident
 // blocks (resident_blocks), rows strided over it, so no partial last wave: a block does at most one
 // row more than another. Longer rows, or x and y at different addresses modulo 16, take the v1 row
-// kernel of norms.cu (row cached in shared memory, batched loads).
+// kernel of norm_fwd.cu (row cached in shared memory, batched loads).
 //
 // Rows need not start on a 16-byte boundary (C % V != 0): each row is split into a scalar head, an
 // aligned body of 16-byte packs and a scalar tail (RowSpan). The edges (head + tail, < 2V elements) go
@@ -44,7 +44,7 @@ constexpr int kMaxRowBlock = 768;
 template <typename T>
 inline constexpr int kRowPacks = 8;
 
-// v4 (norm_fwd_half.cuh; the f32 default, norms.cu): half the packs per thread.
+// v4 (norm_fwd_half.cuh; the f32 default, norm_fwd.cu): half the packs per thread.
 inline constexpr int kRowPacksHalf = 4;
 // v9-6 (norm_fwd_half.cuh's kernel at N = 6; the 16-bit LayerNorm default where it needs as many threads
 // per row as 8 packs): team rows of 6 packs per thread at 64 registers (C = 768: 96 packs on 16 threads,

@@ -1,4 +1,4 @@
-// Parameter gradients without re-reading the tensors: the backward kernels (norms.cu, gelu.cu) accumulate
+// Parameter gradients without re-reading the tensors: the backward kernels (norm_bwd.cu, gelu.cu) accumulate
 // per-column partial sums in registers while they write dx, one partial row per block into the [P x C]
 // workspace (PartialsView, ffi_common.h); a second small kernel sums the P partials of each group per
 // column in a fixed order. No atomics: gradients are bitwise identical run after run.

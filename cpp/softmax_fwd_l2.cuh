@@ -1,5 +1,5 @@
 // Softmax "auto" forward v14 for 16-bit rows just beyond the block class (32768 < C, while two rows per
-// SM fit a share of L2; softmax.cu's launch_fwd_l2): one row per CTA of NT threads, two passes with L2
+// SM fit a share of L2; softmax_fwd.cu's launch_fwd_l2): one row per CTA of NT threads, two passes with L2
 // as the row buffer. Pass 1 reads the row from HBM (default caching, so the lines stay in L2) and merges
 // (max, sum) per batch of B packs; one block reduction; pass 2 re-reads the row, from L2, with
 // evict-first hints and writes y (streaming stores). HBM traffic stays one read and one write per

@@ -1,4 +1,4 @@
-// Softmax "auto" v3 forward of the sub-warp and block classes (softmax.cu's table): the register rows
+// Softmax "auto" v3 forward of the sub-warp and block classes (softmax_launch.cuh's table): the register rows
 // of softmax_rows.cuh (same geometry, RowIter / RowSpan / row_reduce, same -inf/NaN rules) with more
 // bytes in flight and fewer instructions per element:
 //   * prefetch (kPrefetch; an A/B option: measured 1-10% slower than kKeepExp / one raw set at

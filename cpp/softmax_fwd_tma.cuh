@@ -9,7 +9,7 @@
 // CTA: wait for the row's buffer -> per-thread max, then sum of exp(x - max) -> (max, sum) merged over
 // the block, then the cluster (DSMEM and one cluster barrier; v11, k >= 4: messages, kPush below) ->
 // y = exp(x - M) / S, 16-byte streaming stores. Three variants (template parameters S, NP; the host's
-// plan in softmax.cu picks k and the variant):
+// plan in softmax_fwd.cu picks k and the variant):
 //   v3 (S = 2): two buffers; the next row's copy is issued at the top of each row into the other one.
 //   v5, f32 (S = 1): one buffer, refilled at the top of the next row (after this row's output pass), so
 //     a CTA has no row in flight while it reduces and stores: the other CTAs of the SM hide that, and
@@ -40,7 +40,7 @@ struct TmaShare {
   __device__ TmaShare(int body, int rank, int chunk) : lo(rank * chunk), n(max(0, min(chunk, body - lo))) {}
 };
 
-// Variants (template parameters; JAX_MEMOPS_SOFTMAX_FWD picks, cpp/softmax.cu):
+// Variants (template parameters; JAX_MEMOPS_SOFTMAX_FWD picks, cpp/softmax_fwd.cu):
 //   S = 2, NP = 0 (v3): two stages, the next row's copy issued at the top of each row, three reads of the
 //     stage per row (max, sum, output).
 //   S = 1, NP = 0 (v5-s1): one stage, refilled only after the row's output pass: no row in flight within
@@ -51,11 +51,11 @@ struct TmaShare {
 //   B: threads per CTA (256; 512 is JAX_MEMOPS_SOFTMAX_FWD=v7-512, an A/B option: 0.92-1.13x). The register variants
 //     are bounded to 64 (NP <= 8) or 128 (NP = 16) registers per thread at 1024 threads per SM.
 //   kPush (v11): the cluster's merge of (max, sum) by messages (mail_merge, softmax_rows.cuh) instead of
-//     a cluster barrier and DSMEM reads (softmax.cu takes it for k >= 4).
+//     a cluster barrier and DSMEM reads (softmax_fwd.cu takes it for k >= 4).
 // ahead (v49, an argument; 0: none): once a row's share has landed, thread 0 prefetches the first `ahead` packs of
 //   its share of the CTA's next row (S = 2: the row after next, whose copy is not yet in flight; an A/B variant) from
 //   HBM into L2 (prefetch_l2), so that HBM keeps reading for this SM through the row's reduction, merge and output
-//   pass, and the next row's bulk copy is served mostly by L2. softmax.cu takes 75% of the share (the whole share
+//   pass, and the next row's bulk copy is served mostly by L2. softmax_fwd.cu takes 75% of the share (the whole share
 //   measured 1-2 points slower; issued beside the row's own bulk copy, the prefetch competes with it for HBM: at 100%
 //   no gain; RESULTS.md "v49").
 // kKeepAhead (v50, the default; JAX_MEMOPS_SOFTMAX_FWD=v49 runs without): those prefetches at L2's evict_last priority

@@ -1,6 +1,6 @@
 // The seed's softmax forward kernels, v1..v7 (llm.c dev/cuda/softmax_forward.cu style): a teaching
 // ladder, each version one idea beyond the one before. jm.softmax(x, algorithm=NAME) runs version
-// SOFTMAX_ALGORITHMS.index(NAME); "auto" (index 0) is the tuned kernel of softmax.cu.
+// SOFTMAX_ALGORITHMS.index(NAME); "auto" (index 0) is the tuned kernel of softmax_fwd.cu.
 //
 // version 1 (thread_per_row): one thread per row, three serial passes (max, sum, normalize). Teaches
 //   the safe-softmax structure; no parallelism within a row, and a warp's loads hit 32 different rows.
@@ -27,7 +27,7 @@
 // indices; the grid strides over rows (at most 32 blocks per SM are launched: no more are resident).
 // Deviations from the seed, all for correctness — every version has the semantics of "auto" and
 // jax.nn.softmax (-inf entries give 0, an all -inf row NaN, a NaN or +inf anywhere makes its row NaN):
-//   * the max is MaxOp (cuda_common.cuh), which propagates NaN, not the seed's fmaxf, which drops it.
+//   * the max is MaxOp (cuda_reduce.cuh), which propagates NaN, not the seed's fmaxf, which drops it.
 //     The three-pass kernels would still catch a NaN in the sum (exp(NaN - max)), but the online
 //     kernels' -inf guard (next point) would swallow one seen while the max is still -inf: [-inf, NaN, 1]
 //     would come out [0, NaN, 1]. With a NaN max every version poisons the row, as "auto" does;

@@ -1,5 +1,5 @@
 // The seed's softmax forward ladder (cpp/softmax_ladder.cu): seven kernels, v1..v7, which are the
-// `algorithm` indices 1..7 of jm.SOFTMAX_ALGORITHMS (index 0, "auto", is the kernel of softmax.cu).
+// `algorithm` indices 1..7 of jm.SOFTMAX_ALGORITHMS (index 0, "auto", is the kernel of softmax_fwd.cu).
 #pragma once
 
 #include <cstdint>

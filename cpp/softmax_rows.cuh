@@ -1,6 +1,7 @@
 // Softmax "auto" kernels that keep each row on chip, in registers: each element is read from HBM
 // once and written once (the forward reads x, writes y; the backward reads y and dy, writes dx).
-// Size classes and their limits are documented at the top of softmax.cu, which picks one per launch.
+// Size classes and their limits are documented at the top of softmax_launch.cuh; softmax_fwd.cu and
+// softmax_bwd.cu pick one per launch.
 //
 // One kernel template per direction serves every class; the geometry is a runtime argument:
 //   * sub-warp rows (tpr = 4..32 threads per row, several rows per warp, 256-thread blocks): reductions
@@ -37,10 +38,10 @@ constexpr int kMaxClusterNonPortable = 16;  // Hopper's limit, after an opt-in p
 // Packs (16 bytes) of each input a thread holds: 4, i.e. 16 f32 or 32 bf16/f16 row elements (the
 // forward keeps f32 as float exps, 16-bit raw; the backward keeps y and dy raw). 64 bytes per input in
 // flight per thread. More would spill under the 64-register bound; ptxas converts 16-bit packs to
-// float eagerly (2x the registers), which unpack_fresh (cuda_common.cuh) prevents.
+// float eagerly (2x the registers), which unpack_fresh (cuda_pack.cuh) prevents.
 constexpr int kFwdPacks = 4;
 constexpr int kBwdPacks = 4;
-// v37, v38 (softmax.cu launch_bwd_v38): the backward's register clusters with 5 packs of y and dy per thread where
+// v37, v38 (softmax_bwd.cu launch_bwd_v38): the backward's register clusters with 5 packs of y and dy per thread where
 // that leaves fewer thread slots idle; 62-64 registers, no spill (ptxas -v, sm_90; 6 packs spill 4-28 bytes).
 constexpr int kBwdWidePacks = 5;
 // v39 (the default, launch_bwd_v38): clusters that hold 8 packs of y per thread and read dy twice, the second time from
@@ -184,7 +185,7 @@ __device__ __forceinline__ typename Op::P cluster_reduce(typename Op::P v, int p
 }
 
 // The cluster's merge by messages (v11, v12; the bulk-copy forward and the backward's register
-// clusters, from k = 4 CTAs: push_min_cluster in softmax.cu): thread 0 of each CTA sends its block's
+// clusters, from k = 4 CTAs: push_min_cluster in softmax_launch.cuh): thread 0 of each CTA sends its block's
 // value into every CTA's inbox [row parity][sender rank] (st.async, completing on the receiver's
 // mbarrier of that parity), and each CTA waits on its own mbarrier for the k values, then every warp
 // merges them in rank order (the same bits in every CTA). No CTA waits for the others at a barrier;
@@ -459,7 +460,7 @@ __device__ __forceinline__ void dy_batches(int lane, int rt, int body, Load load
 // dx = y * (dy - sum(dy * y)) per row, y and dy in registers (raw packs, converted at each use).
 // kMail (clusters only; v12, clusters of 4 CTAs or more, v38: 2 or more): the cluster's sum by messages (mail_merge)
 // instead of a cluster barrier and DSMEM reads. N: the packs of y and of dy a thread holds (kBwdPacks;
-// kBwdWidePacks for v37's and v38's clusters, softmax.cu launch_bwd_v38). kHoldDy = false (v39): only y is held (N
+// kBwdWidePacks for v37's and v38's clusters, softmax_bwd.cu launch_bwd_v38). kHoldDy = false (v39): only y is held (N
 // = kBwdYPacks); dy is read for the sum with default caching, so that the rows in flight keep it in L2, and again,
 // evict-first, for dx: HBM still moves y, dy and dx once where the rows in flight fit L2.
 template <typename T, bool kCluster, bool kMail = false, int N = kBwdPacks, bool kHoldDy = true>

@@ -64,7 +64,7 @@ PARTIALS_FLOOR = 132    # never fewer partial rows than SMs (while there are row
 PARTIALS_BYTES = 256    # else at most one partial row per 256 bytes of each column of x
 PARTIALS_BYTES_TEAMS = 128  # norms' rows on teams of <= 256 threads: two blocks per SM are worth twice the partials
 TEAM_BLOCK = 256        # the norms' backward runs two such blocks per SM once its grid gives (nearly) every SM two
-PAIRED_GRID = 2 * PARTIALS_FLOOR - PARTIALS_FLOOR // 8  # ... i.e. from 248 blocks (norms.cu, norm_bwd_one_pass)
+PAIRED_GRID = 2 * PARTIALS_FLOOR - PARTIALS_FLOOR // 8  # ... i.e. from 248 blocks (norm_bwd.cu, norm_bwd_one_pass)
 
 
 def partial_rows(rows: int, groups: int, itemsize: int, cols: int | None = None) -> int:

@@ -620,7 +620,7 @@ def test_norm_forward_classes_row_groups(gpu, shape, dtype):
         mt.assert_close(r[k], mt.ref_rms_norm(x[k], s[k]), mt.FWD_TOL[dtype], dtype=dtype, what=f"rms y[{k}]")
 
 
-# The norm forward versions (cpp/norms.cu), each forced for every dtype by JAX_MEMOPS_NORM_FWD (read once per
+# The norm forward versions (cpp/norm_fwd.cu), each forced for every dtype by JAX_MEMOPS_NORM_FWD (read once per
 # process, so each runs in a fresh interpreter): v4 (norm_fwd_half.cuh: 4 packs per thread; the f32
 # default) and v3 (norm_rows.cuh: 8 packs; the 16-bit default but for LayerNorm team rows that 6 packs cover
 # with as many threads: C <= 199, 768, 769 here, 301 x 769 misaligned); "" the default. Their classes, f32 /
@@ -712,7 +712,7 @@ def test_norm_forward_versions(gpu, version, grid):
                   compile_cache=True)
 
 
-# The fused backward versions (cpp/norms.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default (v36: v35's
+# The fused backward versions (cpp/norm_bwd.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default (v36: v35's
 # kernels, but 16-bit rows whose power-of-two team leaves slots empty on teams of a multiple of 32 threads), v35 (v34's
 # kernels, but LayerNorm's 16-bit staged rows of K = 3 read from their stages in both passes, the partials in
 # registers), v34 (v33's kernels, and the f32 rows of C = 8196..12288 on 512-thread teams of K = 6 read from two stages

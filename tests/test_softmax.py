@@ -451,7 +451,7 @@ def test_kernels_reject_unknown_index(device, index):
 
 
 # ----------------------------------------------------------------------------------------------
-# "auto" (cpp/softmax.cu): every size class and its boundaries, forward and backward
+# "auto" (cpp/softmax_launch.cuh): every size class and its boundaries, forward and backward
 # ----------------------------------------------------------------------------------------------
 
 # A thread holds 16 f32 / 32 bf16-f16 row elements: sub-warp rows (4..32 threads) up to C = 512 / 1024,
@@ -550,7 +550,7 @@ def test_auto_many_rows(device, rng, shape, dtype):
                     mag=mt.ref_softmax_vjp_mag(x[fin], g[fin]))
 
 
-# The forward's A/B switch (cpp/softmax.cu): JAX_MEMOPS_SOFTMAX_FWD, read once per process, so each
+# The forward's A/B switch (cpp/softmax_fwd.cu): JAX_MEMOPS_SOFTMAX_FWD, read once per process, so each
 # version runs in a fresh interpreter; every class of each version against the float64 reference.
 # Rows of 12 or more end with _special_rows (NaN, +inf, all -inf, masked halves, huge logits, ...); rows
 # of 4 or more have row 3's first half -inf (threads of only -inf in the block rows: their kept exps
@@ -666,7 +666,7 @@ def test_gpu_grid(gpu, grid):
     _run_script(_BWD_SCRIPT, BWD_GRID_SHAPES, JAX_MEMOPS_GRID=grid)
 
 
-# The backward's A/B switch JAX_MEMOPS_SOFTMAX_BWD (cpp/softmax.cu): v9-1024 takes 1024-thread CTAs in the
+# The backward's A/B switch JAX_MEMOPS_SOFTMAX_BWD (cpp/softmax_bwd.cu): v9-1024 takes 1024-thread CTAs in the
 # register clusters first (8193: k = 1 of 1024 threads; 50257: 4; 262147: beyond 8 x 1024 x 16, the
 # stream), v9 the 8 CTAs of 1024 threads before 16 of 512 (f32 131072; the default: 16 of 512).
 @pytest.mark.gpu
@@ -676,7 +676,7 @@ def test_gpu_bwd_versions(gpu, version):
     _run_script(_BWD_SCRIPT, BWD_GRID_SHAPES + [(40, 131072)], JAX_MEMOPS_SOFTMAX_BWD=version)
 
 
-# The bulk-copy cluster plans (cpp/softmax.cu launch_fwd_tma) under their rules ("") and with the cluster
+# The bulk-copy cluster plans (cpp/softmax_fwd.cu launch_fwd_tma) under their rules ("") and with the cluster
 # size forced by JAX_MEMOPS_SOFTMAX_FWD_K, a power of two or not (where the forced k does not fit, the v2
 # classes run): many rows per resident cluster (each buffer refilled with mbarrier parities 0, 1, 0, ...), one
 # row, misaligned rows (8193, 50257, 131073), the special rows; k = 16 at 8193 (129 packs per CTA for 256
@@ -700,7 +700,7 @@ def test_gpu_fwd_cluster_plans(gpu, version, k):
     assert not k or f" k={k} " in err, f"no bulk-copy launch at k = {k}:\n" + err[-4000:]
 
 
-# v50 (the default; cpp/softmax.cu kTmaAheadPct): once a bulk-copy CTA's share of a row has landed, it prefetches the
+# v50 (the default; cpp/softmax_fwd.cu kTmaAheadPct): once a bulk-copy CTA's share of a row has landed, it prefetches the
 # first 75% of its share of its next row into L2 at L2's evict_last priority; v49 the same at the normal priority; v27
 # prefetches nothing. CLUSTER_SHAPES (many rows per cluster, one row, misaligned rows, shares cut short at the row's
 # end) against float64 under each ("v50" names the default), at the rule's cluster sizes and at k = 1, 3 and 16; the
@@ -722,7 +722,7 @@ def test_gpu_fwd_l2_ahead(gpu, version, k):
         assert bool(keep) == kept, f"{version or 'default'}: evict_last {bool(keep)}\n" + err[-4000:]
 
 
-# JAX_MEMOPS_SOFTMAX_PUSH (cpp/softmax.cu push_min_cluster): how the bulk-copy cluster merges each
+# JAX_MEMOPS_SOFTMAX_PUSH (cpp/softmax_launch.cuh push_min_cluster): how the bulk-copy cluster merges each
 # row's (max, sum): by st.async messages into every CTA's inbox (mbarrier per row parity; kPush in
 # softmax_fwd_tma.cuh) for every k ("1"), by the cluster barrier and DSMEM reads for every k ("0"), or the
 # default rule (messages from k = 4: ""). CLUSTER_SHAPES under each variant's rule and at k = 2, 4, 16
@@ -754,7 +754,7 @@ BWD_CLUSTER_SHAPES = [(20, 8193), (3, 16385), (470, 32768), (1, 50257), (320, 50
 
 
 def _cluster_plans(err, name):
-    """(k, threads, merge, cols, clusters) of each register-cluster launch that the plan log (cpp/softmax.cu
+    """(k, threads, merge, cols, clusters) of each register-cluster launch that the plan log (cpp/softmax_launch.cuh
     log_cluster_rows, JAX_MEMOPS_SOFTMAX_PLAN_LOG=1) names `name` ("softmax_bwd", "softmax_bwd v38", ...)."""
     pat = (re.escape(name) + r": register cluster k=(\d+) x (\d+) threads, merge by (\w+), rows=\d+ cols=(\d+) "
            r"clusters=(\d+)")
@@ -778,7 +778,7 @@ def test_gpu_bwd_push_reduce(gpu, order, push):
     assert {merge for _, merge in plans} == merges, f"PUSH={push!r}: merges {plans}\n" + err[-4000:]
 
 
-# v37 (JAX_MEMOPS_SOFTMAX_BWD=v37, cpp/softmax.cu launch_bwd_v38): a long row whose register cluster of 512-thread
+# v37 (JAX_MEMOPS_SOFTMAX_BWD=v37, cpp/softmax_bwd.cu launch_bwd_v38): a long row whose register cluster of 512-thread
 # CTAs takes fewer CTAs at 5 packs of y and dy per thread than at 4 runs that cluster (kBwdWidePacks). BWD_WIDE_SHAPES
 # against float64 under it (many rows per cluster, one row, the special rows; misaligned rows), and the plan log
 # must show exactly the clusters the rule gives: f32 16385 / 50257 / 131072 / 131073 on k = 2 / 5 / 13 / 13 (131073
@@ -800,7 +800,7 @@ def test_gpu_bwd_wide_clusters(gpu):
         assert threads == 512 and merge == "messages", (k, threads, merge, c)  # k >= 2 (kPushMinClusterBwd)
 
 
-# v38 (JAX_MEMOPS_SOFTMAX_BWD=v38, the default before v39; cpp/softmax.cu launch_bwd_v38): the long rows' register
+# v38 (JAX_MEMOPS_SOFTMAX_BWD=v38, the default before v39; cpp/softmax_bwd.cu launch_bwd_v38): the long rows' register
 # clusters of 4 or 5 packs per thread (bwd_v38_choice: 5 where 4 does not fit 16 CTAs, or where 5 leave fewer thread
 # slots idle without trading the messages' merge for the barrier's), on 512-thread CTAs, else on 16 of 1024 threads
 # (rows that took the stream class before). BWD_V38_SHAPES against float64; the plan log must show exactly the clusters
@@ -827,7 +827,7 @@ def test_gpu_bwd_v38_clusters(gpu):
     assert re.search(narrow, err), err[-4000:]  # f32 131072: launch_auto's cluster
 
 
-# v39 (JAX_MEMOPS_SOFTMAX_BWD=v39, the default before v42; cpp/softmax.cu bwd_y_held): where v38's clusters of 512
+# v39 (JAX_MEMOPS_SOFTMAX_BWD=v39, the default before v42; cpp/softmax_bwd.cu bwd_y_held): where v38's clusters of 512
 # threads do not fit, clusters that hold 8 packs of y per thread and read dy twice (softmax_bwd_rows_kernel's kHoldDy =
 # false) on 512 threads, then v38's of 1024, then the y-held ones on 1024 threads. BWD_V39_SHAPES against float64, and
 # exactly these y-held plans: f32 196608 / 262144 on 12 / 16 of 512 threads, 524288 on 16 of 1024; 16-bit 524288 on 16
@@ -848,7 +848,7 @@ def test_gpu_bwd_v39_y_held(gpu):
     assert held == BWD_V39_Y_HELD and v38 == BWD_V39_V38, f"y-held {held}, v38's {v38}\n" + err[-4000:]
 
 
-# v41 (JAX_MEMOPS_SOFTMAX_BWD=v41, an A/B option; cpp/softmax.cu bwd_v41_choice): v39, but where CTAs of another
+# v41 (JAX_MEMOPS_SOFTMAX_BWD=v41, an A/B option; cpp/softmax_bwd.cu bwd_v41_choice): v39, but where CTAs of another
 # multiple of 32 threads (128..512) keep at least 4% more rows in flight (resident clusters) than v38's clusters of
 # 512 threads, those. BWD_V41_SHAPES against float64 (one row, many rows: the inboxes cycle; misaligned rows; the
 # special rows). Every v41 launch merges by messages over k >= 2 CTAs of a multiple of 32 threads in [128, 512]; at
@@ -894,7 +894,7 @@ def _plans_by_case(err, name):
     return out
 
 
-# v42, the default (cpp/softmax.cu bwd_v41_choice's keep_ctas): v41, but only where the odd CTAs' clusters keep at least
+# v42, the default (cpp/softmax_bwd.cu bwd_v41_choice's keep_ctas): v41, but only where the odd CTAs' clusters keep at least
 # as many CTAs resident (clusters x k) as v38's 512-thread plan. Each v42 launch of BWD_V41_SHAPES (against float64)
 # must merge by messages on k >= 2 CTAs; each other than v38's own plan on a multiple of 32 threads in [128, 480], with
 # >= 1.04x the resident clusters and >= 1x the resident CTAs of v38's plan for the same dtype and width (the same shapes
@@ -921,7 +921,7 @@ def test_gpu_bwd_v42_keeps_ctas(gpu):
     assert not {("float32", 65536), ("bfloat16", 131072), ("float16", 131072)} & set(v42), v42
 
 
-# The bulk-copy planner's ties (cpp/softmax.cu tie_to_messages): by default the smallest k that merges by
+# The bulk-copy planner's ties (cpp/softmax_fwd.cu tie_to_messages): by default the smallest k that merges by
 # messages (k >= 4) wins a tie in score over a smaller k, so at C = 50257 every dtype's plan is k = 4 by
 # messages; JAX_MEMOPS_SOFTMAX_TIE=small restores the smallest k (f32 k = 2, 16-bit k = 1, by the barrier).
 # CLUSTER_SHAPES correct against float64 under both. Under v9's rule (16-bit rows of 50257 take v14's

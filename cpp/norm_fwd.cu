@@ -1,0 +1,369 @@
+// LayerNorm and RMSNorm forward over the last axis: the XLA FFI handlers JmLayerNormFwdCuda and JmRmsNormFwdCuda.
+// One kernel template serves both norms (kRms drops the mean). Rows of C <= 24579 (f32) / 49159 (16-bit) elements stay
+// in registers (norm_rows.cuh: team rows of 4-32 threads for C <= 1027 / 2055, else block rows of 64-768 threads; one
+// HBM read of x; norm_fwd_half.cuh's and norm_fwd_lean.cuh's variants by the rule below). Longer rows (or x and y at
+// different addresses modulo 16, or C == 0) take norm_fwd_kernel below. The backward: norm_bwd.cu.
+#include "cuda_common.cuh"
+#include "norm_fwd_half.cuh"
+#include "norm_fwd_lean.cuh"
+#include "norm_rows.cuh"
+#include "bindings.h"
+#include "handlers.h"
+
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+namespace ffi = xla::ffi;
+
+namespace jm::cuda {
+namespace {
+
+// Which register-row forward runs: norm_fwd_half.cuh's (4 packs per thread, more threads per SM; "v4")
+// for 4-byte types, norm_rows.cuh's (8 packs; "v3") for 16-bit ones, each where its classes reach
+// (v4: C <= 12291 f32), v3 beyond. Measured on the H200 (benchmarks/RESULTS.md): v4 ran 0.98-1.07x of
+// v3 in f32 (faster at 9 of 10 shapes) and 0.94-1.04x in bf16 (slower at 5 of 10: v3's 8 packs of 8
+// elements already keep enough bytes in flight). 16-bit LayerNorm team rows that 6 packs per thread cover
+// with as many threads as v3's 8 (C = 768: 96 packs on 16 threads) run v4's kernel with 6 packs
+// (kRowPacksTeam6, 64 registers: 4 x 256 threads per SM, v3 3): 128 +13-23%, 768 +2-10%, 1536 -2..+9% in
+// 4-6 runs ("v9", "v10"). Not RMSNorm: v3 is at 93-98% of the copy there, the 6 packs 0.87-1.15x of it.
+// bf16 rows of whole packs with one parameter row run norm_fwd_lean.cuh's kernel (LayerNorm v23, RMSNorm v24; rows
+// without a scale or a bias too since v28, when their team rows began to read the parameters from shared memory).
+// Since v29 the lean kernel's block rows take the packs per thread lean_tuned_plan gives (f32 rows too); since v44
+// the lean rows read x by __ldg and store y plainly, and f32 block rows hold their parameters where that plan says;
+// since v45 v4's rows read and store the same way, and f32 rows of C = 516..1024 take the lean block rows too; since
+// v48 bf16 rows of 512..1536 packs (C = 4096..12288) take the lean block rows two per block (lean_pair_plan).
+// For A/B benchmarks only, JAX_MEMOPS_NORM_FWD=v3 or =v4 (read once per process) forces one of them for
+// every dtype (v3: 8 packs for every 16-bit team row, the rule before v10), =v21 the rule before v23, =v23 the lean
+// rows' parameter loads before v28 (in pass 3; with both parameters), =v28 the packs before v29, =v29 the lean rows'
+// streaming loads and stores before v44 (and their parameters loaded in pass 3), =v44 v4's streaming loads and stores
+// before v45 (norm_fwd_half.cuh's kCachedIo), and v44's lean block rows (v45 adds f32 C = 516..1024, lean_block_plan),
+// =v45 one row per block (v48 adds the pair rows).
+// The backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45 };
+
+NormFwd norm_fwd_version() {
+  static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
+                                      {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21},
+                                       {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}, {"v29", NormFwd::kV29},
+                                       {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45}},
+                                      NormFwd::kByDtype);
+  return v;
+}
+
+// The rule by dtype: the default, v23, v28, v29, v44 and v45 (which differ from it only in the lean rows' parameter
+// loads, packs, rows per block and cache hints, and v4's cache hints).
+bool norm_fwd_by_dtype() {
+  const NormFwd v = norm_fwd_version();
+  return v == NormFwd::kByDtype || v == NormFwd::kV23 || v == NormFwd::kV28 || v == NormFwd::kV29 ||
+         v == NormFwd::kV44 || v == NormFwd::kV45;
+}
+
+// v45: the default's rule but for v48's pair rows (lean_pair_plan).
+bool norm_fwd_v45_or_later() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV45; }
+
+// The lean kernel's block rows: lean_block_plan by default (v45: f32 C = 516..1024 too), v44's under v44, v29's
+// lean_block_packs without held parameters under v29 (norm_fwd_lean.cuh), none under the older versions.
+template <typename T, bool kRms>
+LeanBlock lean_tuned_plan(int64_t packs) {
+  const NormFwd v = norm_fwd_version();
+  if (v == NormFwd::kByDtype || v == NormFwd::kV44 || v == NormFwd::kV45) {
+    return lean_block_plan<T, kRms>(packs, v != NormFwd::kV44);
+  }
+  return {v == NormFwd::kV29 ? lean_block_packs<T, kRms>(packs) : 0, false};
+}
+
+// v44: the lean kernel's cached I/O (kCachedIo), by default and under v44.
+bool lean_cached_io() { return norm_fwd_v45_or_later() || norm_fwd_version() == NormFwd::kV44; }
+
+// v45: v4's rows with cached I/O (norm_fwd_half.cuh's kCachedIo), by default only.
+bool half_cached_io() { return norm_fwd_v45_or_later(); }
+
+// f(std::integral_constant<int, np>) for the packs lean_block_packs<T, kRms> can give (2: f32 RMSNorm; 3: f32; 4: f32,
+// bf16 LayerNorm).
+template <typename T, bool kRms, typename F>
+ffi::Error with_lean_packs(int np, F&& f) {
+  if constexpr (sizeof(T) == 4 && kRms) {
+    if (np == 2) return f(std::integral_constant<int, 2>{});
+  }
+  if constexpr (sizeof(T) == 4) {
+    if (np == 3) return f(std::integral_constant<int, 3>{});
+  }
+  return f(std::integral_constant<int, 4>{});
+}
+
+template <typename T>
+bool norm_fwd_half() {
+  return norm_fwd_version() == NormFwd::kV4 || (norm_fwd_by_dtype() && sizeof(T) == 4);
+}
+
+// norm_fwd (v1, the fallback beyond norm_rows.cuh's classes): `tpr` threads per row (see RowPlan),
+// grid-stride over rows, batched loads, the row cached in shared memory when it fits. Pass 1 sums x (x² for
+// RMS). LayerNorm pass 2 sums d = x - m1 and d² around the pass-1 mean m1 (corrected two-pass: var = (Σd² -
+// (Σd)²/C) / C; Σd only removes m1's rounding error, so there is no E[x²] - E[x]² cancellation), and y is
+// centred on m1 + Σd/C without rounding it to f32 first. The last pass writes y. The saved mean is relative to
+// the row's first element, (m1 - x[0]) + Σd/C (see ffi_common.h), so the backward's xhat is as accurate as y.
+template <typename T, int V, bool kRms>
+__global__ void __launch_bounds__(kMaxRowThreads, 2)
+    norm_fwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, T* __restrict__ y,
+                    float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
+                    int64_t cols, float epsilon, RowPlan plan) {
+  const RowSlot slot(plan);
+  T* cache = slot.cache<T>(plan, cols);
+  const int64_t packs = cols / V;
+  const float fcols = static_cast<float>(cols);
+  for (int64_t base = int64_t{blockIdx.x} * slot.rows_per_block; base < rows;
+       base += int64_t{gridDim.x} * slot.rows_per_block) {
+    const int64_t row = base + slot.group;
+    const int64_t n = row < rows ? packs : 0;  // groups past the last row only join the reductions
+    const T* xr = x + row * cols;
+
+    float acc = 0.0f;
+    for_row_packs<V>({xr}, n, slot.lane, plan.tpr, [&](int64_t i, const auto& p) {
+      if (cache != nullptr) store_raw<V>(cache, i, p[0]);
+      float v[V];
+      unpack(p[0], v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc += kRms ? v[j] * v[j] : v[j];
+    });
+    const float total = row_sum(acc, plan.tpr);
+
+    const T* src = cache != nullptr ? cache : xr;
+    float shift = 0.0f;  // y = ((x - shift) - dmean) * rstd * scale + bias
+    float dmean = 0.0f;
+    float rstd;
+    if constexpr (kRms) {
+      rstd = 1.0f / sqrtf(total / fcols + epsilon);
+    } else {
+      shift = total / fcols;
+      float d[2] = {0.0f, 0.0f};  // Σ(x - shift), Σ(x - shift)²
+      for_row_packs<V>({src}, n, slot.lane, plan.tpr, [&](int64_t, const auto& p) {
+        float v[V];
+        unpack(p[0], v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float dv = v[j] - shift;
+          d[0] += dv;
+          d[1] += dv * dv;
+        }
+      });
+      row_reduce(d, plan.tpr, SumOp{});
+      dmean = d[0] / fcols;
+      float var = (d[1] - d[0] * dmean) / fcols;
+      if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
+      rstd = 1.0f / sqrtf(var + epsilon);
+    }
+    if (row < rows && slot.lane == 0) {
+      if constexpr (!kRms) mean_out[row] = (shift - (cols > 0 ? to_float(xr[0]) : 0.0f)) + dmean;
+      rstd_out[row] = rstd;
+    }
+
+    const float* scale_row = param_row(scale, row, cols);
+    const float* bias_row = param_row(bias, row, cols);
+    T* yr = y + row * cols;
+    for_row_packs<V, kParamBatchRegs>({src}, n, slot.lane, plan.tpr, [&](int64_t i, const auto& p) {
+      float v[V], s[V], b[V];
+      unpack(p[0], v);
+      load_param<V>(scale_row, i, 1.0f, s);
+      load_param<V>(bias_row, i, 0.0f, b);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = ((v[j] - shift) - dmean) * rstd * s[j] + b[j];
+      store_pack<V>(yr, i, v);
+    });
+  }
+}
+
+template <bool kRms>
+ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi::AnyBuffer& x,
+                    ParamView scale, ParamView bias, ffi::AnyBuffer& y, float* mean, float* rstd,
+                    float epsilon) {
+  // rows == 0: nothing to write. cols == 0 (rows > 0) still runs: the statistics of an empty row are
+  // NaN (0/0), as jnp.mean gives.
+  if (s.rows == 0) return ffi::Error::Success();
+  return dispatch_float(x.element_type(), [&](auto tag) -> ffi::Error {
+    using T = elem_t<decltype(tag)>;
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    T* yp = static_cast<T*>(y.untyped_data());
+    // The row in registers (norm_rows.cuh) when it fits and x, y split the same way into 16-byte packs.
+    RowsPlan plan = plan_norm_rows<T>(s.cols);
+    const auto addr = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+    const bool same_split = s.cols > 0 && (addr(xp) - addr(yp)) % 16 == 0;
+    // `kernel` over the rows in p's geometry: one CTA per row group, or the resident CTAs where a persistent
+    // grid is asked for (the occupancy query only then).
+    const auto launch_plan = [&](auto kernel, const RowsPlan& p, auto... args) -> ffi::Error {
+      const int64_t groups = ceil_div(s.rows, p.rows_per_block);
+      int64_t resident = groups;
+      if (grid_mode(Grid::kFull) == Grid::kPersistent) {
+        if (auto err = resident_blocks(kernel, p.block, 0, what, &resident); err.failure()) return err;
+      }
+      return launch(kernel, dim3(static_cast<unsigned>(grid_for(groups, resident, Grid::kFull))), dim3(p.block), 0,
+                    stream, what, args...);
+    };
+    auto run = [&](auto kernel) -> ffi::Error {
+      return launch_plan(kernel, plan, xp, scale, bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon,
+                         plan.tpr);
+    };
+    // norm_fwd_lean.cuh: bf16 rows of whole packs, one scale row (and LayerNorm's one bias row) or none, all
+    // aligned; v3's geometry, LayerNorm team rows at the packs v21 gives them (6 where v10's rule takes them, else
+    // 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28. Since v29, where lean_tuned_plan gives
+    // packs, block rows at them: f32 rows too (only those), bf16 LayerNorm 4096. Since v44 with cached I/O, and f32
+    // block rows with their parameters held where the plan says.
+    if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float>) {
+      const auto one_row = [&](const ParamView& p) { return p.data == nullptr || p.rows_per_group >= s.rows; };
+      const LeanBlock tuned = s.cols % kVec<T> == 0 ? lean_tuned_plan<T, kRms>(s.cols / kVec<T>) : LeanBlock{0, false};
+      if (norm_fwd_by_dtype() && (sizeof(T) == 4 ? tuned.np > 0 : plan.ok) && one_row(scale) &&
+          (kRms || one_row(bias)) && vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data})) {
+        // The instance for the parameters present (kS: scale, kB: LayerNorm's bias) and how team rows read them (kSt:
+        // staged in shared memory, v28; else loaded in pass 3, v23).
+        const auto lean = [&](auto has_scale, auto has_bias, auto staged) -> ffi::Error {
+          constexpr bool kS = decltype(has_scale)::value, kB = decltype(has_bias)::value;
+          const auto go = [&](auto kernel, const RowsPlan& p) -> ffi::Error {
+            return launch_plan(kernel, p, xp, scale.data, bias.data, yp, mean, rstd, s.rows,
+                               static_cast<int>(s.cols), 1.0f / static_cast<float>(s.cols), epsilon, p.tpr);
+          };
+          // f(std::bool_constant<io>): io = the kernel's kCachedIo (v44's default), else the streaming pair.
+          const auto cached = [&](auto f) { return lean_cached_io() ? f(std::true_type{}) : f(std::false_type{}); };
+          // v48: bf16 rows of 512..1536 packs two per block, with cached I/O (lean_pair_plan), by default only.
+          if constexpr (sizeof(T) == 2) {
+            const LeanPairs pairs = lean_pair_plan<kRms>(s.cols / kVec<T>);
+            if (pairs.np > 0 && norm_fwd_version() == NormFwd::kByDtype) {
+              const auto at = [&](auto np, auto regs) {
+                constexpr int kNp = decltype(np)::value, kRegs = decltype(regs)::value;
+                RowsPlan p = plan_norm_rows<T, kNp>(s.cols);
+                p.rows_per_block = 2;
+                return go(norm_fwd_lean_kernel<T, kRms, true, kNp, kS, kB, true, false, true, 2, kRegs>, p);
+              };
+              using I3 = std::integral_constant<int, 3>;
+              using I4 = std::integral_constant<int, 4>;
+              using R56 = std::integral_constant<int, 56>;
+              using R64 = std::integral_constant<int, 64>;
+              if constexpr (kRms) {  // lean_pair_plan: 56 registers
+                return pairs.np == 3 ? at(I3{}, R56{}) : at(I4{}, R56{});
+              } else {
+                if (pairs.np == 3) return pairs.regs == 56 ? at(I3{}, R56{}) : at(I3{}, R64{});
+                return at(I4{}, R64{});
+              }
+            }
+          }
+          if constexpr (kLeanTuned<T, kRms>) {
+            if (tuned.np > 0) {
+              return with_lean_packs<T, kRms>(tuned.np, [&](auto np) {
+                constexpr int kNp = decltype(np)::value;
+                const RowsPlan p = plan_norm_rows<T, kNp>(s.cols);
+                if constexpr (sizeof(T) == 4) {  // lean_block_plan holds f32 parameters only
+                  if (tuned.hold) return go(norm_fwd_lean_kernel<T, kRms, true, kNp, kS, kB, true, true, true>, p);
+                }
+                return cached([&](auto io) {
+                  return go(norm_fwd_lean_kernel<T, kRms, true, kNp, kS, kB, true, false, decltype(io)::value>, p);
+                });
+              });
+            }
+          }
+          if constexpr (sizeof(T) == 4) {
+            return ffi::Error::Internal("f32 lean rows without tuned packs");  // the condition above excludes them
+          } else {
+            constexpr bool kSt = decltype(staged)::value;  // team rows only: block rows take one instance either way
+            return cached([&](auto io) {
+              constexpr bool kIo = decltype(io)::value;
+              if (plan.block_rows) {
+                return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB, true, false, kIo>, plan);
+              }
+              if constexpr (!kRms) {
+                if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
+                  return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6, kS, kB, kSt, false, kIo>, six);
+                }
+              }
+              return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacks<T>, kS, kB, kSt, false, kIo>, plan);
+            });
+          }
+        };
+        using Yes = std::true_type;
+        using No = std::false_type;
+        if (norm_fwd_version() == NormFwd::kV23 && scale.data != nullptr && (kRms || bias.data != nullptr)) {
+          return lean(Yes{}, std::bool_constant<!kRms>{}, No{});  // A/B only: v23's loads, both parameters
+        }
+        if constexpr (!kRms) {
+          if (bias.data != nullptr) return scale.data != nullptr ? lean(Yes{}, Yes{}, Yes{}) : lean(No{}, Yes{}, Yes{});
+        }
+        return scale.data != nullptr ? lean(Yes{}, No{}, Yes{}) : lean(No{}, No{}, Yes{});
+      }
+    }
+    // v4 (norm_fwd_half.cuh): its 32-bit row indices need rows + a block's rows <= INT_MAX.
+    if (same_split && norm_fwd_half<T>() && s.rows <= int64_t{INT_MAX} - kMaxRowBlock) {
+      if (const RowsPlan half = plan_norm_rows<T, kRowPacksHalf>(s.cols); half.ok) {
+        plan = half;
+        // v45: by default with cached I/O (benchmarks/norm_fwd_ab.cu half-io, two rounds: f32 team rows at C = 512
+        // +5..6%, block rows at 768 / 1024 / 12288 +2.6..4.8%; RESULTS.md "v45"). 16-bit rows take v4's rows under v4
+        // alone, without it.
+        if constexpr (sizeof(T) == 4) {
+          if (half_cached_io()) {
+            return plan.block_rows ? run(norm_fwd_half_kernel<T, kRms, true, kRowPacksHalf, true>)
+                                   : run(norm_fwd_half_kernel<T, kRms, false, kRowPacksHalf, true>);
+          }
+        }
+        return plan.block_rows ? run(norm_fwd_half_kernel<T, kRms, true>) : run(norm_fwd_half_kernel<T, kRms, false>);
+      }
+    }
+    // 16-bit LayerNorm team rows of 6 packs (v4's kernel: rows + a block's rows <= INT_MAX).
+    if constexpr (sizeof(T) == 2 && !kRms) {
+      if (same_split && plan.ok && !plan.block_rows && norm_fwd_by_dtype() && s.rows <= int64_t{INT_MAX} - kTeamBlock) {
+        if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
+          plan = six;
+          return run(norm_fwd_half_kernel<T, kRms, false, kRowPacksTeam6>);
+        }
+      }
+    }
+    if (plan.ok && same_split) {
+      return plan.block_rows ? run(norm_fwd_rows_kernel<T, kRms, true>) : run(norm_fwd_rows_kernel<T, kRms, false>);
+    }
+    // Longer rows: the v1 row kernel (the row cached in shared memory where it fits).
+    const bool vec = vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data});
+    return with_vec<T>(vec, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      return launch_rows(norm_fwd_kernel<T, V, kRms>, stream, s, V, s.cols * int64_t{sizeof(T)}, what,
+                         xp, scale, bias, yp, mean, rstd, s.rows, s.cols, epsilon);
+    });
+  });
+}
+
+ffi::Error LayerNormFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
+                        ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> mean,
+                        ffi::Result<ffi::AnyBuffer> rstd, float epsilon) {
+  RowShape s;
+  ParamView sv, bv;
+  if (auto err = row_shape(x, "x", &s); err.failure()) return err;
+  if (auto err = first_error({check_same(x, *y, "y"), param_view(scale, s, "scale", &sv),
+                              param_view(bias, s, "bias", &bv), check_stats(*mean, s, "mean"),
+                              check_stats(*rstd, s, "rstd")});
+      err.failure()) {
+    return err;
+  }
+  return norm_fwd<false>(stream, "layer_norm_fwd", s, x, sv, bv, *y,
+                         static_cast<float*>(mean->untyped_data()),
+                         static_cast<float*>(rstd->untyped_data()), epsilon);
+}
+
+ffi::Error RmsNormFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale,
+                      ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> rstd, float epsilon) {
+  RowShape s;
+  ParamView sv;
+  if (auto err = row_shape(x, "x", &s); err.failure()) return err;
+  if (auto err = first_error({check_same(x, *y, "y"), param_view(scale, s, "scale", &sv),
+                              check_stats(*rstd, s, "rstd")});
+      err.failure()) {
+    return err;
+  }
+  return norm_fwd<true>(stream, "rms_norm_fwd", s, x, sv, ParamView{}, *y, nullptr,
+                        static_cast<float*>(rstd->untyped_data()), epsilon);
+}
+
+}  // namespace
+}  // namespace jm::cuda
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormFwdCuda, jm::cuda::LayerNormFwd,
+                              jm::bind::layer_norm_fwd(jm::cuda::cuda_binding()),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormFwdCuda, jm::cuda::RmsNormFwd,
+                              jm::bind::rms_norm_fwd(jm::cuda::cuda_binding()),
+                              {ffi::Traits::kCmdBufferCompatible});
