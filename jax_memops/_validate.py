@@ -67,6 +67,30 @@ def check_axis(axis, ndim: int, op: str) -> int:
     return axis % ndim
 
 
+def check_where(where, shape: tuple[int, ...], op: str):
+    """A mask broadcastable to x's shape, as a boolean JAX array (nonzero entries count as True, as `jnp.where`
+    reads its condition), or None."""
+    if where is None:
+        return None
+    if isinstance(where, (str, bytes)):
+        raise TypeError(f"{op}: where must be a boolean array, got {type(where).__name__}")
+    try:
+        dtype = _dtype_of(where)
+    except TypeError as e:
+        raise TypeError(f"{op}: where must be a boolean array, got {type(where).__name__}") from e
+    if not (dtype == jnp.dtype(bool) or jnp.issubdtype(dtype, jnp.number)):
+        raise TypeError(f"{op}: where must be a boolean array, got dtype {dtype}")
+    where_shape = tuple(np.shape(where))
+    try:
+        fits = np.broadcast_shapes(where_shape, shape) == tuple(shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{op}: where of shape {where_shape} does not broadcast to x's shape {tuple(shape)}")
+    where = jnp.asarray(where)
+    return where if where.dtype == jnp.dtype(bool) else where != 0
+
+
 def check_choice(value, choices: tuple[str, ...], op: str, name: str) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{op}: {name} must be one of {choices}, got {value!r}")

@@ -11,7 +11,7 @@ from jax.interpreters import ad
 
 from . import reference
 from ._primitive import ROW, FfiPrimitive, Spec, np_attr
-from ._validate import check_axis, check_choice, check_input
+from ._validate import check_axis, check_choice, check_input, check_where
 
 # Index i of a name is the `algorithm` attribute the kernels receive. 0: the tuned kernel; 1..7: the
 # seed's teaching ladder v1..v7 (cpp/softmax_ladder.cu), same semantics, on the CPU all the one kernel.
@@ -85,12 +85,16 @@ def _softmax_last_jvp(algorithm, primals, tangents):
     return y, _bwd.call(y, tangents[0])[0]
 
 
-def softmax(x, axis=-1, *, algorithm="auto"):
+def softmax(x, axis=-1, where=None, *, algorithm="auto"):
     """Softmax of `x` along `axis`, like `jax.nn.softmax`, by a handwritten kernel.
 
     x: float32, bfloat16 or float16 array of rank >= 1 (computed in float32; output dtype = x.dtype).
     axis: the axis to normalize. The kernels work on the last axis: any other axis is moved there and back,
         which costs two transposes (a read and a write of x each).
+    where: None, or a mask broadcastable to x's shape, as `jax.nn.softmax`'s: the entries where it is False
+        take no part in their row's max and sum and come out 0 (a row with none left gives zeros, its
+        gradient zeros). The kernel sees x with those entries at -inf; the two selects around it are
+        elementwise passes that XLA fuses with their neighbours where it can.
     algorithm: one of SOFTMAX_ALGORITHMS: "auto" (the tuned kernel, the default) or a step of the seed's
         softmax ladder, "thread_per_row" (v1), "block_shared" (v2), "warp_shuffle" (v3), "warp_block"
         (v4), "online_thread_per_row" (v5), "online_warp" (v6), "unrolled" (v7). All give the same
@@ -99,6 +103,12 @@ def softmax(x, axis=-1, *, algorithm="auto"):
     x = check_input(x, "softmax")
     axis = check_axis(axis, x.ndim, "softmax")
     index = SOFTMAX_ALGORITHMS.index(check_choice(algorithm, SOFTMAX_ALGORITHMS, "softmax", "algorithm"))
+    where = check_where(where, x.shape, "softmax")
+    if where is not None:
+        # -inf entries give exactly 0 and add nothing to the row's sum; a row of only -inf gives NaN, which the outer
+        # select turns into jax.nn.softmax's zeros (and its gradient, a select too, into zeros).
+        y = softmax(jnp.where(where, x, -jnp.inf), axis, algorithm=algorithm)
+        return jnp.where(where, y, jnp.zeros((), y.dtype))
     if x.size == 0:
         return reference.softmax(x, axis=axis)
     if axis == x.ndim - 1:

@@ -142,6 +142,20 @@ def test_softmax_axis_not_int(axis):
     assert "axis" in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("where", [np.ones((3, C), bool), np.ones((2, C + 1), bool), np.ones((C,), bool)[:-1]],
+                         ids=["rows", "cols", "short"])
+def test_softmax_where_shape(where):
+    msg = _raises_everywhere(lambda t: jm.softmax(t, where=where), (jnp.ones((2, C)),), ValueError)
+    assert "where" in msg and "(2, %d)" % C in msg, msg
+
+
+@pytest.mark.parametrize("where", ["mask", object(), np.array(["a"] * C)], ids=["str", "object", "str-array"])
+def test_softmax_where_type(where):
+    with pytest.raises(TypeError) as e:
+        jm.softmax(jnp.ones((2, C)), where=where)
+    assert "where" in str(e.value), str(e.value)
+
+
 def test_softmax_numpy_int_axis_ok():
     x = jnp.asarray(np.random.default_rng(0).standard_normal((3, C)), jnp.float32)
     np.testing.assert_allclose(np.asarray(jm.softmax(x, np.int64(0))), np.asarray(jax.nn.softmax(x, axis=0)), rtol=1e-5)

@@ -303,6 +303,84 @@ def test_grad_masked(device, rng, dtype, algorithm):
 
 
 # ----------------------------------------------------------------------------------------------
+# where= (jax.nn.softmax's mask): the entries it leaves out take no part and come out 0
+# ----------------------------------------------------------------------------------------------
+
+
+def _ref_where(x, mask, axis=-1):
+    """float64 softmax of x over the entries where mask (broadcast to x) is True, 0 elsewhere and in rows with none."""
+    mask = np.broadcast_to(np.asarray(mask, bool), x.shape)
+    y = mt.ref_softmax(np.where(mask, mt.f64(x), -np.inf), axis)
+    return np.where(mask, np.nan_to_num(y, nan=0.0), 0.0)
+
+
+def _where_case(rng, n, c, dtype, mask_shape):
+    """x (NaN and +inf at entries the mask leaves out: they must not reach the rows) and a mask of mask_shape
+    whose second row (or column, for a (1, c) mask) keeps nothing."""
+    x = mt.randn(rng, (n, c), dtype, scale=3.0)
+    mask = rng.random(mask_shape) < 0.6
+    mask.flat[0] = True
+    if mask_shape[0] > 1:
+        mask[1, ...] = False
+    full = np.broadcast_to(mask, (n, c))
+    out = np.argwhere(~full)
+    x[tuple(out[::2].T)] = np.nan
+    x[tuple(out[1::2].T)] = np.inf
+    return x, mask
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "online_warp"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("mask_shape", ["full", "row", "column"])
+@pytest.mark.parametrize("c", [1, 33, 1000])
+def test_where(device, rng, c, mask_shape, dtype, algorithm):
+    n = 5
+    shape = {"full": (n, c), "row": (1, c), "column": (n, 1)}[mask_shape]
+    x, mask = _where_case(rng, n, c, dtype, shape)
+    f = jax.jit(lambda t, w: jm.softmax(t, where=w, algorithm=algorithm))
+    out = f(jax.device_put(x, device), jax.device_put(mask, device))
+    _check_out(out, x, device)
+    o = mt.f64(out)
+    full = np.broadcast_to(mask, x.shape)
+    assert (o[~full] == 0).all(), "entries outside `where` must give exactly 0"
+    mt.assert_finite(o, "y")
+    mt.assert_close(o, _ref_where(x, mask), FWD_TOL[dtype], dtype=dtype)
+    if dtype == mt.F32:  # jax.nn.softmax's own `where`, on the same input
+        mt.assert_close(o, mt.f64(jax.nn.softmax(jnp.asarray(x), where=jnp.asarray(mask))), FWD_TOL[dtype], dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_where_grad_axis_and_vmap(device, rng, dtype):
+    """The gradient through `where` (0 outside it and in rows it leaves empty, finite everywhere), along axis 0,
+    and under vmap with a mask per example; an integer mask reads as jnp.where's condition (nonzero: kept)."""
+    n, c = 6, 37
+    x, mask = _where_case(rng, n, c, dtype, (n, c))
+    g = mt.randn(rng, (n, c), dtype, scale=1.0)
+    xd, md, gd = (jax.device_put(a, device) for a in (x, mask, g))
+
+    def vjp(t, w, ct, axis=-1):
+        y, back = jax.vjp(lambda u: jm.softmax(u, axis, w), t)
+        return y, back(ct)[0]
+
+    full = np.broadcast_to(mask, x.shape)
+    xm = np.where(full, mt.f64(x), -np.inf)
+    want = np.where(full, np.nan_to_num(mt.ref_softmax_vjp(xm, g), nan=0.0), 0.0)
+    _, dx = jax.jit(vjp)(xd, md, gd)
+    d = mt.f64(dx)
+    mt.assert_finite(d, "dx")
+    assert (d[~full] == 0).all() and (d[1] == 0).all(), "no gradient outside `where` or in a row it leaves empty"
+    mag = np.nan_to_num(mt.ref_softmax_vjp_mag(xm, g), nan=0.0)
+    mt.assert_close(d, want, GRAD_TOL[dtype], dtype=dtype, what="dx", mag=mag)
+
+    y0, dx0 = jax.jit(functools.partial(vjp, axis=0))(jax.device_put(x.T.copy(), device), md.T, gd.T)
+    mt.assert_close(y0, _ref_where(x, mask).T, FWD_TOL[dtype], dtype=dtype, what="y (axis 0)")
+    mt.assert_close(dx0, want.T, GRAD_TOL[dtype], dtype=dtype, what="dx (axis 0)", mag=mag.T)
+
+    yv = jax.jit(jax.vmap(lambda t, w: jm.softmax(t, where=w)))(xd[:, None], jax.device_put(mask.astype(np.int32), device)[:, None])
+    mt.assert_close(yv[:, 0], _ref_where(x, mask), FWD_TOL[dtype], dtype=dtype, what="y (vmap, int mask)")
+
+
+# ----------------------------------------------------------------------------------------------
 # empty inputs, stale outputs, eager mode
 # ----------------------------------------------------------------------------------------------
 
