@@ -35,16 +35,17 @@ def check_input(x, op: str, name: str = "x"):
     return x
 
 
-def check_param(p, cols: int, op: str, name: str):
-    """A per-feature parameter of shape (C,) and a floating dtype, or None."""
+def check_param(p, cols: int, op: str, name: str, scalar_ok: bool = False):
+    """A per-feature parameter of shape (C,) (or () where scalar_ok) and a floating dtype, or None."""
     if p is None:
         return None
     dtype = _dtype_of(p)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise TypeError(f"{op}: {name} must be a floating-point array, got dtype {dtype}")
     shape = tuple(np.shape(p))
-    if shape != (cols,):
-        raise ValueError(f"{op}: {name} must have shape ({cols},) to match the last axis of x, got {shape}")
+    if shape != (cols,) and not (scalar_ok and shape == ()):
+        wanted = f"shape ({cols},) or ()" if scalar_ok else f"shape ({cols},)"
+        raise ValueError(f"{op}: {name} must have {wanted} to match the last axis of x, got {shape}")
     return jnp.asarray(p)
 
 
@@ -57,14 +58,22 @@ def check_epsilon(epsilon, op: str) -> float:
     return epsilon
 
 
-def check_axis(axis, ndim: int, op: str) -> int:
+def check_axes(axis, ndim: int, op: str) -> tuple[int, ...]:
+    """jax.nn.softmax's `axis`: an int, a sequence of ints or None (every axis), as sorted non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    many = isinstance(axis, (tuple, list))
     try:
-        axis = operator.index(axis)
+        axes = tuple(operator.index(a) for a in (axis if many else (axis,)))
     except TypeError as e:
-        raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__}") from e
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{op}: axis {axis} is out of range for an input of rank {ndim}")
-    return axis % ndim
+        raise TypeError(f"{op}: axis must be an int, a tuple of ints or None, got {axis!r}") from e
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"{op}: axis {a} is out of range for an input of rank {ndim}")
+    normalized = sorted(a % ndim for a in axes)
+    if len(set(normalized)) != len(normalized):
+        raise ValueError(f"{op}: axis {tuple(axes)} names an axis twice")
+    return tuple(normalized)
 
 
 def check_where(where, shape: tuple[int, ...], op: str):

@@ -84,21 +84,24 @@ def _scale_bias_gelu_jvp(scale_value, bias_value, primals, tangents):
 
 
 def _split(p, cols, name):
-    """A Python number -> (static value, absent array); an array of shape (C,) -> (unused, float32)."""
+    """A Python number -> (static value, absent array); an array of shape (C,), or a scalar array (a traced or
+    learned scalar, broadcast over the columns, so its gradient is their sum) -> (unused, float32 (C,))."""
     if isinstance(p, numbers.Real) and not isinstance(p, bool):
         return float(p), absent()
     if isinstance(p, bool) or p is None:
-        raise TypeError(f"scale_bias_gelu: {name} must be a Python number or an array of shape ({cols},), "
-                        f"got {p!r}")
-    p = check_param(p, cols, "scale_bias_gelu", name)
-    return (1.0 if name == "scale" else 0.0), p.astype(f32)
+        raise TypeError(f"scale_bias_gelu: {name} must be a Python number, a scalar array or an array of shape "
+                        f"({cols},), got {p!r}")
+    # float32 before the broadcast: a scalar's gradient is then summed over the columns in float32
+    p = check_param(p, cols, "scale_bias_gelu", name, scalar_ok=True).astype(f32)
+    return (1.0 if name == "scale" else 0.0), jnp.broadcast_to(p, (cols,))
 
 
 def scale_bias_gelu(x, scale=1.0, bias=0.0):
     """gelu_tanh(x * scale + bias) in one pass over x.
 
-    scale, bias: each a Python number (static, not differentiated) or an array of shape (C,) = the last
-    axis of x (differentiable; any float dtype). x: float32, bfloat16 or float16; math in float32.
+    scale, bias: each a Python number (static, not differentiated), or an array of shape (C,) = the last
+    axis of x or of shape () (a scalar for every column) (arrays are differentiable; any float dtype).
+    x: float32, bfloat16 or float16; math in float32.
     """
     x = check_input(x, "scale_bias_gelu")
     cols = x.shape[-1]

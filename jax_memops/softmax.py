@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.interpreters import ad
 
 from . import reference
 from ._primitive import ROW, FfiPrimitive, Spec, np_attr
-from ._validate import check_axis, check_choice, check_input, check_where
+from ._validate import check_axes, check_choice, check_input, check_where
 
 # Index i of a name is the `algorithm` attribute the kernels receive. 0: the tuned kernel; 1..7: the
 # seed's teaching ladder v1..v7 (cpp/softmax_ladder.cu), same semantics, on the CPU all the one kernel.
@@ -85,11 +87,24 @@ def _softmax_last_jvp(algorithm, primals, tangents):
     return y, _bwd.call(y, tangents[0])[0]
 
 
+def _over_rows(fn, x, axes):
+    """fn over rows made of `axes`: they are moved last (a transpose unless they already are) and flattened
+    into one axis, so that the kernels see one row per combination of the other axes."""
+    rest = tuple(a for a in range(x.ndim) if a not in axes)
+    order = rest + axes
+    moved = order != tuple(range(x.ndim))
+    xt = jnp.transpose(x, order) if moved else x
+    lead = xt.shape[: len(rest)]
+    yt = fn(xt.reshape(*lead, math.prod(xt.shape[len(rest):]))).reshape(xt.shape)
+    return jnp.transpose(yt, np.argsort(order)) if moved else yt
+
+
 def softmax(x, axis=-1, where=None, *, algorithm="auto"):
     """Softmax of `x` along `axis`, like `jax.nn.softmax`, by a handwritten kernel.
 
     x: float32, bfloat16 or float16 array of rank >= 1 (computed in float32; output dtype = x.dtype).
-    axis: the axis to normalize. The kernels work on the last axis: any other axis is moved there and back,
+    axis: the axis to normalize, a tuple of them (their entries form one row), or None (all of x is one row).
+        The kernels work on the last axis: axes that are not the trailing ones are moved there and back,
         which costs two transposes (a read and a write of x each).
     where: None, or a mask broadcastable to x's shape, as `jax.nn.softmax`'s: the entries where it is False
         take no part in their row's max and sum and come out 0 (a row with none left gives zeros, its
@@ -101,16 +116,14 @@ def softmax(x, axis=-1, where=None, *, algorithm="auto"):
         results up to rounding (the same -inf/NaN semantics); on the CPU they are one kernel.
     """
     x = check_input(x, "softmax")
-    axis = check_axis(axis, x.ndim, "softmax")
+    axes = check_axes(axis, x.ndim, "softmax")
     index = SOFTMAX_ALGORITHMS.index(check_choice(algorithm, SOFTMAX_ALGORITHMS, "softmax", "algorithm"))
     where = check_where(where, x.shape, "softmax")
     if where is not None:
         # -inf entries give exactly 0 and add nothing to the row's sum; a row of only -inf gives NaN, which the outer
         # select turns into jax.nn.softmax's zeros (and its gradient, a select too, into zeros).
-        y = softmax(jnp.where(where, x, -jnp.inf), axis, algorithm=algorithm)
+        y = softmax(jnp.where(where, x, -jnp.inf), axes, algorithm=algorithm)
         return jnp.where(where, y, jnp.zeros((), y.dtype))
     if x.size == 0:
-        return reference.softmax(x, axis=axis)
-    if axis == x.ndim - 1:
-        return _softmax_last(x, index)
-    return jnp.moveaxis(_softmax_last(jnp.moveaxis(x, axis, -1), index), -1, axis)
+        return reference.softmax(x, axis=axes)
+    return _over_rows(lambda rows: _softmax_last(rows, index), x, axes)

@@ -135,11 +135,18 @@ def test_softmax_axis_out_of_range(shape, axis):
     assert "axis" in msg, msg
 
 
-@pytest.mark.parametrize("axis", [1.0, 0.5, "1", (0, 1), [1]], ids=["1.0", "0.5", "str", "tuple", "list"])
+@pytest.mark.parametrize("axis", [1.0, 0.5, "1", (0, 1.0), ("a",), [0, None]],
+                         ids=["1.0", "0.5", "str", "tuple-float", "tuple-str", "list-none"])
 def test_softmax_axis_not_int(axis):
-    with pytest.raises(TypeError) as e:
-        jm.softmax(jnp.ones((2, C)), axis)
-    assert "axis" in str(e.value), str(e.value)
+    msg = _raises_everywhere(lambda t: jm.softmax(t, axis), (jnp.ones((2, 3, C)),), TypeError)
+    assert "axis" in msg and "tuple of ints" in msg, msg
+
+
+@pytest.mark.parametrize("axis,what", [((0, 3), "out of range"), ((1, -2), "twice"), ((2, 2), "twice"),
+                                       ([-4], "out of range")], ids=["range", "twice-neg", "twice", "list-range"])
+def test_softmax_axes_bad_value(axis, what):
+    msg = _raises_everywhere(lambda t: jm.softmax(t, axis), (jnp.ones((2, 3, C)),), ValueError)
+    assert "axis" in msg and what in msg, msg
 
 
 @pytest.mark.parametrize("where", [np.ones((3, C), bool), np.ones((2, C + 1), bool), np.ones((C,), bool)[:-1]],
@@ -206,6 +213,15 @@ def test_gelu_bad_param_shape_with_number_other(which):
     fn = (lambda t, p: jm.scale_bias_gelu(t, p, 0.5)) if which == "scale" else (lambda t, p: jm.scale_bias_gelu(t, 2.0, p))
     msg = _raises_everywhere(fn, (x, bad), ValueError)
     assert which in msg, msg
+
+
+@pytest.mark.parametrize("which", ["scale", "bias"])
+def test_gelu_scalar_array_not_float(which):
+    """A scalar array is one value for every column, but, as for (C,) arrays, of a floating dtype."""
+    x = jnp.ones((3, C))
+    fn = (lambda t, p: jm.scale_bias_gelu(t, p, 0.5)) if which == "scale" else (lambda t, p: jm.scale_bias_gelu(t, 2.0, p))
+    msg = _raises_everywhere(fn, (x, jnp.asarray(2, jnp.int32)), TypeError)
+    assert which in msg and "floating" in msg, msg
 
 
 def test_norm_params_on_multi_dim_input_use_last_axis():

@@ -210,6 +210,34 @@ def test_grad_scale_bias_kinds(device, rng, shape, dtype, kind):
 
 @pytest.mark.parametrize("pdtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_scalar_array_params(device, rng, dtype, pdtype):
+    """scale and bias as arrays of shape () (traced under jit: a learned scalar): one value for every column, and
+    gradients of shape () in their dtype, the sums over the columns of the per-feature gradients."""
+    c = 45
+    x = mt.randn(rng, (3, 5, c), dtype, scale=2.0)
+    g = mt.randn(rng, x.shape, dtype, scale=1.0)
+    s = mt.randn(rng, (), pdtype, scale=0.3, loc=1.2)
+    b = mt.randn(rng, (), pdtype, scale=0.5)
+    xd, sd, bd, gd = (jax.device_put(a, device) for a in (x, s, b, g))
+    y, back = jax.jit(lambda *a: jax.vjp(jm.scale_bias_gelu, *a))(xd, sd, bd)
+    dx, ds, db = jax.jit(back)(gd)
+    s_c, b_c = np.full(c, mt.f64(s)), np.full(c, mt.f64(b))  # the same parameters as (C,) arrays
+    _check_out(y, x, device)
+    mt.assert_close(y, mt.ref_scale_bias_gelu(x, s_c, b_c), FWD_TOL[dtype], dtype=dtype,
+                    mag=mt.ref_scale_bias_gelu_mag(x, s_c, b_c))
+    rdx, rds, rdb = mt.ref_scale_bias_gelu_vjp(x, s_c, b_c, g)
+    mt.assert_close(dx, rdx, GRAD_TOL[dtype], dtype=dtype, what="dx", mag=mt.ref_scale_bias_gelu_vjp_mag(x, s_c, b_c, g))
+    tol = max(GRAD_TOL[dtype], GRAD_TOL[pdtype])
+    for name, got, want, p in (("dscale", ds, rds, s), ("dbias", db, rdb, b)):
+        assert got.shape == () and got.dtype == p.dtype, (name, got.shape, got.dtype)
+        mt.assert_close(np.reshape(mt.f64(got), (1,)), [want.sum()], tol, dtype=pdtype, what=name)
+    # eagerly, a scalar array gives what the same value as a (C,) array gives
+    np.testing.assert_array_equal(np.asarray(jm.scale_bias_gelu(xd, sd, 0.5)),
+                                  np.asarray(jm.scale_bias_gelu(xd, jnp.broadcast_to(sd, (c,)), 0.5)))
+
+
+@pytest.mark.parametrize("pdtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_param_dtypes(device, rng, dtype, pdtype):
     """Array scale/bias of any float dtype: output in x's dtype, gradients in the params' dtypes."""
     x = mt.randn(rng, (4, 37), dtype)

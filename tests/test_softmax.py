@@ -127,6 +127,69 @@ def test_default_axis_is_last(device, rng):
     mt.assert_close(a, mt.ref_softmax(x, -1), FWD_TOL[mt.F32], dtype=mt.F32)
 
 
+# Several axes, as jax.nn.softmax takes them: their entries form one row (the trailing ones are flattened in place,
+# others moved last first); None makes all of x one row, () makes each entry its own row.
+MULTI_AXIS_CASES = [
+    ((3, 5, 33), (1, 2)),
+    ((3, 5, 33), (0, 2)),
+    ((3, 5, 33), (2, 0)),
+    ((2, 3, 4, 31), (0, 1)),
+    ((2, 3, 4, 31), (-1, -3)),
+    ((2, 3, 4, 31), (0, 2)),
+    ((2, 3, 4, 31), (0, 1, 2, 3)),
+    ((4097, 2), (0, 1)),
+    ((3, 5, 33), None),
+    ((7,), None),
+    ((3, 5, 33), ()),
+    ((3, 5, 33), [1]),
+]
+MULTI_AXIS_IDS = [f"{'x'.join(map(str, s))}-axis{'all' if a is None else '.'.join(map(str, a)) or 'none'}"
+                  for s, a in MULTI_AXIS_CASES]
+
+
+def _as_rows(a, axis):
+    """a with the softmax's axes moved last and flattened: one row per softmax row, for the per-row checks."""
+    axes = range(a.ndim) if axis is None else [x % a.ndim for x in axis]
+    moved = np.moveaxis(np.asarray(a), list(axes), list(range(-len(axes), 0)))
+    return moved.reshape(*moved.shape[: a.ndim - len(axes)], -1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape,axis", MULTI_AXIS_CASES, ids=MULTI_AXIS_IDS)
+def test_axes_tuple_and_none(device, rng, shape, axis, dtype):
+    x = mt.randn(rng, shape, dtype, scale=2.5)
+    x.flat[rng.integers(x.size)] = -np.inf  # a masked entry somewhere (a row of its own when axis is ())
+    g = mt.randn(rng, shape, dtype, scale=1.0)
+    static = tuple(axis) if isinstance(axis, list) else axis
+    out, dx = softmax_vjp_jit(jax.device_put(x, device), jax.device_put(g, device), axis=static)
+    _check_out(out, x, device)
+    ref = mt.ref_softmax(x, static)
+    mt.assert_close(_as_rows(mt.f64(out), static), _as_rows(ref, static), FWD_TOL[dtype], dtype=dtype, what="y")
+    if dtype == mt.F32:  # jax.nn.softmax itself, on the same input
+        want = mt.f64(jax.nn.softmax(jnp.asarray(x), axis=static))
+        mt.assert_close(_as_rows(mt.f64(out), static), _as_rows(want, static), FWD_TOL[dtype], dtype=dtype)
+    ref_dx = mt.ref_softmax_vjp(x, g, static)
+    mag = mt.ref_softmax_vjp_mag(x, g, static)
+    mt.assert_close(_as_rows(mt.f64(dx), static), _as_rows(ref_dx, static), GRAD_TOL[dtype], dtype=dtype, what="dx",
+                    mag=_as_rows(mag, static))
+    # the list form is the tuple's
+    np.testing.assert_array_equal(np.asarray(jm.softmax(jax.device_put(x, device), axis)), np.asarray(out))
+
+
+def test_axes_under_vmap_and_where(device, rng):
+    """A tuple of axes inside vmap (the mapped axis folds into the kernel's rows) and with a where mask."""
+    x = mt.randn(rng, (4, 3, 5, 7), mt.F32, scale=2.0)
+    mask = rng.random((3, 5, 7)) < 0.7
+    mask[1] = False  # an example whose rows (axes 1, 2 of it) are all left out: zeros
+    xd, md = jax.device_put(x, device), jax.device_put(mask, device)
+    y = jax.jit(jax.vmap(lambda t: jm.softmax(t, axis=(0, 2), where=md)))(xd)
+    xm = np.where(mask, mt.f64(x), -np.inf)
+    with np.errstate(invalid="ignore"):
+        want = np.where(mask, np.nan_to_num(mt.ref_softmax(xm, (1, 3)), nan=0.0), 0.0)
+    assert (mt.f64(y)[:, ~mask] == 0).all()
+    mt.assert_close(_as_rows(mt.f64(y), (1, 3)), _as_rows(want, (1, 3)), FWD_TOL[mt.F32], dtype=mt.F32)
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("c", [3, 33, 1000, 4097])
