@@ -60,11 +60,18 @@ NB_MODULE(_jax_memops, m) {
       [](const std::string& isa) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
         __builtin_cpu_init();
-        if (isa == "avx2") return __builtin_cpu_supports("avx2") != 0;  // and the OS saves its registers
+        // __builtin_cpu_supports also asks whether the OS saves the registers (XGETBV), for AVX's and AVX-512's
+        if (isa == "avx2") return __builtin_cpu_supports("avx2") != 0;
+        if (isa == "avx512") {  // CMake's flags for that build: x86-64-v4's subsets
+          return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2");
+        }
 #endif
         return false;
       },
-      "Whether this CPU runs code built for `isa` ('avx2'): which build of the CPU handlers _ext.py registers.");
+      "Whether this CPU runs code built for `isa` ('avx2', 'avx512'): which build of the CPU handlers _ext.py\n"
+      "registers.");
   m.def(
       "cpu_handlers_from",
       [](const std::string& path) {
@@ -83,8 +90,9 @@ NB_MODULE(_jax_memops, m) {
 #endif
         return cpu;
       },
-      "The CPU handler capsules {target name: capsule} of a second build of them (build_info()['cpu_avx2_library'],\n"
-      "beside this module), loaded from `path`: call it only where cpu_supports says that build runs.");
+      "The CPU handler capsules {target name: capsule} of another build of them (build_info()'s\n"
+      "cpu_avx2_library or cpu_avx512_library, beside this module), loaded from `path`: call it only where\n"
+      "cpu_supports says that build runs.");
   m.def(
       "build_info",
       [] {
@@ -101,12 +109,19 @@ NB_MODULE(_jax_memops, m) {
         info["cuda_archs"] = "";
         info["cuda_version"] = "";
 #endif
+        // the file names, beside this module, of the CPU handlers' wider builds ("" where none was made)
 #ifdef JAX_MEMOPS_CPU_AVX2_LIBRARY
-        info["cpu_avx2_library"] = JAX_MEMOPS_CPU_AVX2_LIBRARY;  // its file name, beside this module
+        info["cpu_avx2_library"] = JAX_MEMOPS_CPU_AVX2_LIBRARY;
 #else
         info["cpu_avx2_library"] = "";
 #endif
+#ifdef JAX_MEMOPS_CPU_AVX512_LIBRARY
+        info["cpu_avx512_library"] = JAX_MEMOPS_CPU_AVX512_LIBRARY;
+#else
+        info["cpu_avx512_library"] = "";
+#endif
         return info;
       },
-      "How this module was built: versions, FFI API, CUDA and its architectures, the AVX2 CPU library's file.");
+      "How this module was built: versions, FFI API, CUDA and its architectures, the AVX2 and AVX-512 CPU\n"
+      "libraries' files.");
 }

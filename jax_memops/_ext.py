@@ -11,7 +11,9 @@ import jaxlib
 from . import _jax_memops
 
 _PLATFORMS = {"cpu": "cpu", "cuda": "CUDA"}
-CPU_ISAS = ("auto", "baseline", "avx2")
+CPU_ISAS = ("auto", "baseline", "avx2", "avx512")
+_WIDER_ISAS = ("avx512", "avx2")  # the wider builds of the CPU handlers, widest first
+_ISA_NAMES = {"avx2": "AVX2", "avx512": "AVX-512"}
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -20,21 +22,25 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 
 def _cpu_handlers() -> tuple[str, dict | None]:
     """(the CPU handlers' build in use, its capsules, None for the main module's). JAX_MEMOPS_CPU_ISA: auto (the
-    AVX2 build where it was built and this CPU has AVX2, else the baseline one), baseline, or avx2 (an error where
-    that build cannot run). The AVX2 library is loaded only after the CPU is checked: its code would fault on a CPU
-    without AVX2. Both builds give bitwise the same results, NaNs' sign bits apart (tests/test_cpu_isa.py)."""
+    widest build that was made and that this CPU runs: AVX-512, AVX2, else the baseline one), baseline, avx2 or
+    avx512 (an error where that build cannot run). A wider build's library is loaded only after the CPU is checked:
+    its code would fault on a CPU without those instructions. Every build gives bitwise the same results, NaNs' sign
+    bits apart (tests/test_cpu_isa.py)."""
     isa = os.environ.get("JAX_MEMOPS_CPU_ISA", "auto")
     if isa not in CPU_ISAS:
         raise ValueError(f"JAX_MEMOPS_CPU_ISA={isa!r}: expected one of {', '.join(CPU_ISAS)}")
     if isa == "baseline":
         return "baseline", None
-    library = _jax_memops.build_info()["cpu_avx2_library"]
-    if library and _jax_memops.cpu_supports("avx2"):
-        path = os.path.join(os.path.dirname(_jax_memops.__file__), library)  # beside the module, editable or not
-        return "avx2", dict(_jax_memops.cpu_handlers_from(path))
-    if isa == "avx2":
-        why = "this CPU has no AVX2" if library else "it was not built"
-        raise RuntimeError(f"JAX_MEMOPS_CPU_ISA=avx2, but the AVX2 build of the CPU handlers cannot run: {why}")
+    info = _jax_memops.build_info()
+    for candidate in _WIDER_ISAS if isa == "auto" else (isa,):
+        library = info[f"cpu_{candidate}_library"]
+        if library and _jax_memops.cpu_supports(candidate):
+            path = os.path.join(os.path.dirname(_jax_memops.__file__), library)  # beside the module, editable or not
+            return candidate, dict(_jax_memops.cpu_handlers_from(path))
+        if isa != "auto":
+            why = f"this CPU has no {_ISA_NAMES[isa]}" if library else "it was not built"
+            raise RuntimeError(f"JAX_MEMOPS_CPU_ISA={isa}, but the {_ISA_NAMES[isa]} build of the CPU handlers "
+                               f"cannot run: {why}")
     return "baseline", None
 
 
@@ -42,9 +48,9 @@ _CPU_ISA, _CPU_TABLE = _cpu_handlers()
 
 
 def build_info() -> dict:
-    """How the extension was built: its version, the jaxlib whose FFI headers it used, CUDA and archs, the file of the
-    AVX2 build of the CPU handlers ("" if none was made); and which CPU build is registered ("cpu_isa": baseline or
-    avx2)."""
+    """How the extension was built: its version, the jaxlib whose FFI headers it used, CUDA and archs, the files of the
+    AVX2 and AVX-512 builds of the CPU handlers ("" where none was made); and which CPU build is registered
+    ("cpu_isa": baseline, avx2 or avx512)."""
     return dict(_jax_memops.build_info(), cpu_isa=_CPU_ISA)
 
 

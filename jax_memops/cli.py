@@ -25,8 +25,9 @@ def cmd_info(args) -> int:
           f"XLA FFI API {b['ffi_api']})")
     cuda = f"yes, CUDA {b['cuda_version']}, archs {b['cuda_archs']}" if b["cuda"] else "no"
     print(f"CUDA kernels compiled: {cuda}")
-    avx2 = "present" if b["cpu_avx2_library"] else "not built"
-    print(f"CPU handlers: the {b['cpu_isa']} build (AVX2 build {avx2}; JAX_MEMOPS_CPU_ISA=auto|baseline|avx2)")
+    made = ", ".join(f"{name} build {'present' if b[f'cpu_{isa}_library'] else 'not built'}"
+                     for isa, name in (("avx2", "AVX2"), ("avx512", "AVX-512")))
+    print(f"CPU handlers: the {b['cpu_isa']} build ({made}; JAX_MEMOPS_CPU_ISA=auto|baseline|avx2|avx512)")
     import jaxlib
     import platform
 

@@ -1,5 +1,5 @@
-"""The two builds of the CPU handlers (baseline and AVX2, picked at import by JAX_MEMOPS_CPU_ISA, jax_memops/_ext.py):
-the same bits for every op (NaNs need only be NaN in both), and the choice reported and checked."""
+"""The builds of the CPU handlers (baseline, AVX2 and AVX-512, picked at import by JAX_MEMOPS_CPU_ISA,
+jax_memops/_ext.py): the same bits for every op (NaNs need only be NaN in both), and the choice reported and checked."""
 
 import os
 import subprocess
@@ -13,7 +13,8 @@ from jax_memops import _jax_memops
 
 import memops_testing as mt
 
-AVX2_RUNS = bool(jm.build_info()["cpu_avx2_library"]) and _jax_memops.cpu_supports("avx2")
+WIDER = ("avx2", "avx512")  # the wider builds, in the order auto prefers them last to first
+RUNS = {isa: bool(jm.build_info()[f"cpu_{isa}_library"]) and _jax_memops.cpu_supports(isa) for isa in WIDER}
 
 # Every CPU target (forward and backward of the four ops; the unfused pieces and the copy, forward) over odd shapes,
 # the three dtypes, and rows holding NaN, -inf and huge entries; every output saved as float32 (exact for each dtype).
@@ -80,34 +81,45 @@ def _same_bits(a, b) -> bool:
     return bool(np.array_equal(nan, np.isnan(b)) and np.array_equal(a.view(np.uint32)[~nan], b.view(np.uint32)[~nan]))
 
 
-@pytest.mark.skipif(not AVX2_RUNS, reason="the AVX2 build of the CPU handlers was not made or cannot run here")
-def test_cpu_builds_bitwise_equal(tmp_path):
-    base = _dump(tmp_path / "baseline.npz", "baseline")
-    avx2 = _dump(tmp_path / "avx2.npz", "avx2")
-    assert str(base.pop("isa")) == "baseline" and str(avx2.pop("isa")) == "avx2"
-    assert base.keys() == avx2.keys() and len(base) == OUTPUTS
-    differ = [k for k in base if not _same_bits(base[k], avx2[k])]
-    assert not differ, f"{len(differ)} outputs differ between the two builds, e.g. {differ[:5]}"
+@pytest.fixture(scope="module")
+def baseline_outputs(tmp_path_factory):
+    base = _dump(tmp_path_factory.mktemp("isa") / "baseline.npz", "baseline")
+    assert str(base.pop("isa")) == "baseline" and len(base) == OUTPUTS
+    return base
+
+
+@pytest.mark.parametrize("isa", WIDER)
+def test_cpu_builds_bitwise_equal(tmp_path, isa, baseline_outputs):
+    if not RUNS[isa]:
+        pytest.skip(f"the {isa} build of the CPU handlers was not made or cannot run here")
+    wide = _dump(tmp_path / f"{isa}.npz", isa)
+    assert str(wide.pop("isa")) == isa
+    assert baseline_outputs.keys() == wide.keys()
+    differ = [k for k in baseline_outputs if not _same_bits(baseline_outputs[k], wide[k])]
+    assert not differ, f"{len(differ)} outputs differ between the baseline and {isa} builds, e.g. {differ[:5]}"
 
 
 def test_cpu_isa_reported():
-    assert isinstance(jm.build_info()["cpu_avx2_library"], str)
-    assert jm.build_info()["cpu_isa"] in ("baseline", "avx2")
+    for isa in WIDER:
+        assert isinstance(jm.build_info()[f"cpu_{isa}_library"], str)
+    assert jm.build_info()["cpu_isa"] in ("baseline", *WIDER)
     if os.environ.get("JAX_MEMOPS_CPU_ISA", "auto") == "auto":
-        assert jm.build_info()["cpu_isa"] == ("avx2" if AVX2_RUNS else "baseline")
+        widest = [isa for isa in WIDER if RUNS[isa]]
+        assert jm.build_info()["cpu_isa"] == (widest[-1] if widest else "baseline")
     out = _import_under("baseline")
     assert out.returncode == 0 and out.stdout.split() == ["baseline"], out.stderr[-2000:]
 
 
-def test_cpu_isa_avx2_asked():
-    out = _import_under("avx2")
-    if AVX2_RUNS:
-        assert out.returncode == 0 and out.stdout.split() == ["avx2"], out.stderr[-2000:]
+@pytest.mark.parametrize("isa", WIDER)
+def test_cpu_isa_asked(isa):
+    out = _import_under(isa)
+    if RUNS[isa]:
+        assert out.returncode == 0 and out.stdout.split() == [isa], out.stderr[-2000:]
     else:
-        assert out.returncode != 0 and "JAX_MEMOPS_CPU_ISA=avx2" in out.stderr, out.stderr[-2000:]
+        assert out.returncode != 0 and f"JAX_MEMOPS_CPU_ISA={isa}" in out.stderr, out.stderr[-2000:]
 
 
 def test_cpu_isa_unknown():
     out = _import_under("sse9")
     assert out.returncode != 0
-    assert "ValueError: JAX_MEMOPS_CPU_ISA='sse9': expected one of auto, baseline, avx2" in out.stderr
+    assert "ValueError: JAX_MEMOPS_CPU_ISA='sse9': expected one of auto, baseline, avx2, avx512" in out.stderr
