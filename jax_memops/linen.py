@@ -1,25 +1,31 @@
-"""Flax Linen LayerNorm and RMSNorm on jax_memops' fused kernels: `jm.linen.LayerNorm` for `nn.LayerNorm`.
+"""Flax Linen layers on jax_memops' fused kernels: `jm.linen.LayerNorm` for `nn.LayerNorm`, and so on.
 
 Subclasses of `flax.linen.LayerNorm` / `RMSNorm` that override only `__call__`: the same fields, defaults,
 parameter names (`scale`, `bias`), shapes, dtypes and initializers, so parameter dicts are interchangeable
 with Flax's. The kernel runs when Flax would normalize the last axis only, in float32 statistics, with no
 `mask` or `axis_name`; anything else runs Flax's own `__call__`. The kernel's variance is exact, so
 `use_fast_variance` changes nothing here.
+
+`dot_product_attention` is an `attention_fn` for `nn.MultiHeadDotProductAttention` with the signature of
+`flax.linen.dot_product_attention`, whose softmax is `jax_memops.softmax`.
 """
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Iterable
 
+import jax
 import jax.numpy as jnp
 from flax import linen as nn
 from flax.linen import dtypes
 
 from ._validate import SUPPORTED_DTYPES
 from .norms import layer_norm, rms_norm
+from .softmax import softmax
 
-__all__ = ["LayerNorm", "RMSNorm"]
+__all__ = ["LayerNorm", "RMSNorm", "dot_product_attention"]
 
 
 def _is_last_axis(axes, ndim):
@@ -104,3 +110,62 @@ class RMSNorm(nn.RMSNorm):
     def __call__(self, x, *, mask=None):
         y = _fused_call(self, x, mask, ["scale"] if self.use_scale else [], rms=True)
         return super().__call__(x, mask=mask) if y is None else y
+
+
+# -- attention --------------------------------------------------------------------------------------------
+def kernel_attends(query, key, value, bias, active_dropout):
+    """Whether attention_weights below reproduces Flax's for these (promoted) inputs: no active dropout, dtypes the
+    kernel takes, and shapes [..., L, H, D] with equal batch dims and heads (no grouped-query attention)."""
+    dtype = query.dtype
+    logits_dtype = dtype if bias is None else jnp.result_type(dtype, bias)
+    return (not active_dropout and dtype in SUPPORTED_DTYPES and logits_dtype in SUPPORTED_DTYPES
+            and query.ndim == key.ndim == value.ndim >= 3
+            and query.shape[:-3] == key.shape[:-3] == value.shape[:-3]
+            and query.shape[-2] == key.shape[-2] == value.shape[-2] and query.shape[-1] == key.shape[-1]
+            and key.shape[-3] == value.shape[-3])
+
+
+def attention_weights(query, key, bias, keep, qk_einsum, *, float32_weights=False):
+    """Flax's explicit attention weights (query and key promoted to one dtype) with the softmax by jm.softmax:
+    logits of the query scaled by 1/sqrt(depth), plus bias; where `keep` is False the dtype's lowest finite value
+    (not -inf: a fully masked row gets uniform weights, as in Flax); weights in the logits' dtype's softmax cast to
+    the query's dtype, or float32 (linen's force_fp32_for_softmax)."""
+    dtype = query.dtype
+    logits = qk_einsum("...qhd,...khd->...hqk", query / jnp.sqrt(query.shape[-1]).astype(dtype), key)
+    if bias is not None:
+        logits = logits + bias
+    if keep is not None:
+        logits = jnp.where(keep, logits, jnp.finfo(dtype).min)
+    return softmax(logits.astype(jnp.float32)) if float32_weights else softmax(logits).astype(dtype)
+
+
+def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dropout=True, dropout_rng=None,
+                          dropout_rate=0.0, deterministic=False, dtype=None, precision=None, module=None,
+                          force_fp32_for_softmax=False, einsum_dot_general=None, qk_attn_weights_einsum=None,
+                          attn_weights_value_einsum=None):
+    """`flax.linen.dot_product_attention` with the attention softmax computed by `jax_memops.softmax`.
+
+    Use as `nn.MultiHeadDotProductAttention(..., attention_fn=jm.linen.dot_product_attention)`. The computation is
+    Flax's (`nn.dot_product_attention_weights`, then the weighted sum of values, each by the einsum Flax would use:
+    `precision` and `einsum_dot_general`, or the two einsums given): bias, masking with the dtype's lowest value,
+    softmax (here in float32 inside the kernel), weights cast to the input dtype (float32 with
+    `force_fp32_for_softmax`), sown into `module` when given. Attention dropout that is active (rate > 0 and not
+    deterministic), grouped-query shapes and the argument combinations Flax rejects run Flax's own function.
+    """
+    args = dict(query=query, key=key, value=value, bias=bias, mask=mask, broadcast_dropout=broadcast_dropout,
+                dropout_rng=dropout_rng, dropout_rate=dropout_rate, deterministic=deterministic, dtype=dtype,
+                precision=precision, module=module, force_fp32_for_softmax=force_fp32_for_softmax,
+                einsum_dot_general=einsum_dot_general, qk_attn_weights_einsum=qk_attn_weights_einsum,
+                attn_weights_value_einsum=attn_weights_value_einsum)
+    custom = (qk_attn_weights_einsum, attn_weights_value_einsum)
+    rejected = (None in custom and custom != (None, None)) or (
+        bool(precision or einsum_dot_general) and custom != (None, None))
+    query, key, value = dtypes.promote_dtype(query, key, value, dtype=dtype)
+    if rejected or not kernel_attends(query, key, value, bias, dropout_rate > 0.0 and not deterministic):
+        return nn.dot_product_attention(**args)
+    einsum = functools.partial(jnp.einsum, precision=precision, _dot_general=einsum_dot_general or jax.lax.dot_general)
+    weights = attention_weights(query, key, bias, mask, qk_attn_weights_einsum or einsum,
+                                float32_weights=force_fp32_for_softmax and query.dtype != jnp.float32)
+    if module:
+        module.sow("intermediates", "attention_weights", weights)
+    return (attn_weights_value_einsum or einsum)("...hqk,...khd->...qhd", weights, value)

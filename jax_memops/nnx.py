@@ -12,13 +12,13 @@ runs Flax's own `__call__`.
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 from flax import nnx
 from flax.nnx.nn import dtypes
 
-from ._validate import SUPPORTED_DTYPES
-from .linen import kernel_applies, kernel_dtypes, normalize
-from .softmax import softmax
+from .linen import attention_weights, kernel_applies, kernel_attends, kernel_dtypes, normalize
 
 __all__ = ["LayerNorm", "RMSNorm", "dot_product_attention"]
 
@@ -54,13 +54,6 @@ class RMSNorm(nnx.RMSNorm):
         return super().__call__(x, mask=mask) if y is None else y
 
 
-def _plain_heads(q, k, v):
-    """Shapes [..., L, H, D] with equal batch dims and heads (no grouped-query attention)."""
-    return (q.ndim == k.ndim == v.ndim >= 3 and q.shape[:-3] == k.shape[:-3] == v.shape[:-3]
-            and q.shape[-2] == k.shape[-2] == v.shape[-2] and q.shape[-1] == k.shape[-1]
-            and k.shape[-3] == v.shape[-3])
-
-
 def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dropout=True, dropout_rng=None,
                           dropout_rate=0.0, deterministic=False, dtype=None, precision=None, module=None,
                           promote_dtype=dtypes.promote_dtype, is_causal=False):
@@ -77,23 +70,15 @@ def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dro
                 dropout_rng=dropout_rng, dropout_rate=dropout_rate, deterministic=deterministic, dtype=dtype,
                 precision=precision, module=module, promote_dtype=promote_dtype, is_causal=is_causal)
     query, key, value = promote_dtype((query, key, value), dtype=dtype)
-    dtype = query.dtype
-    logits_dtype = dtype if bias is None else jnp.result_type(dtype, bias)
-    if (dropout_rate > 0.0 and not deterministic) or logits_dtype not in SUPPORTED_DTYPES \
-            or dtype not in SUPPORTED_DTYPES or not _plain_heads(query, key, value):
+    if not kernel_attends(query, key, value, bias, dropout_rate > 0.0 and not deterministic):
         return nnx.dot_product_attention(**args)
-
-    query = query / jnp.sqrt(query.shape[-1]).astype(dtype)
-    logits = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision)
-    if bias is not None:
-        logits = logits + bias
+    keep = None
     if mask is not None or is_causal:
         keep = True if mask is None else jnp.asarray(mask).astype(bool)
         if is_causal:
-            keep = jnp.logical_and(keep, jnp.tril(jnp.ones(logits.shape[-2:], bool)))
-        # The lowest finite value, not -inf: a fully masked row gets uniform weights, as in Flax.
-        logits = jnp.where(keep, logits, jnp.finfo(dtype).min)
-    weights = softmax(logits, axis=-1).astype(dtype)
+            keep = jnp.logical_and(keep, jnp.tril(jnp.ones((query.shape[-3], key.shape[-3]), bool)))
+    einsum = functools.partial(jnp.einsum, precision=precision)
+    weights = attention_weights(query, key, bias, keep, einsum)
     if module is not None:
         module.sow(nnx.Intermediate, "attention_weights", weights)
-    return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
+    return einsum("...hqk,...khd->...qhd", weights, value)

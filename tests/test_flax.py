@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import inspect
 import os
+import re
 import subprocess
 import sys
 
@@ -269,6 +270,95 @@ def test_attention_in_multi_head_attention():
     mine(x, mask=mask, sow_weights=True)
     ref(x, mask=mask, sow_weights=True)
     w, w_ref = (nnx.pop(m, nnx.Intermediate)["attention_weights"][0] for m in (mine, ref))
+    assert_close(w, w_ref, f32)
+
+
+def test_linen_attention_signature_is_flax():
+    def params(fn):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    assert params(jm.linen.dot_product_attention) == params(nn.dot_product_attention)
+
+
+def _counting_dot_general(calls):
+    def dot_general(*args, **kwargs):
+        calls.append(1)
+        return jax.lax.dot_general(*args, **kwargs)
+    return dot_general
+
+
+LINEN_ATTENTION_CASES = [(f32, "plain"), (f32, "mask"), (f32, "mask+bias"), (f32, "deterministic-dropout"),
+                         (f32, "dot_general"), (f32, "einsums"), (bf16, "mask+bias"), (bf16, "force_fp32"),
+                         (bf16, "dtype-f32")]
+
+
+@pytest.mark.parametrize("dtype,case", LINEN_ATTENTION_CASES, ids=[f"{jnp.dtype(d).name}-{c}" for d, c in
+                                                                     LINEN_ATTENTION_CASES])
+def test_linen_attention_matches_flax(dtype, case):
+    q, k, v = qkv(dtype)
+    rng = np.random.default_rng(6)
+    mask = jnp.asarray(rng.random((2, 4, 12, 12)) > 0.3)
+    calls = []  # the given einsums' or dot_general's
+    einsum = lambda *a: (calls.append(1), jnp.einsum(*a))[1]  # noqa: E731
+    kw = {"plain": {}, "mask": {"mask": mask[:, :1]},
+          "mask+bias": {"mask": mask, "bias": jnp.asarray(rng.normal(size=(1, 4, 12, 12)), dtype)},
+          "deterministic-dropout": {"dropout_rate": 0.5, "deterministic": True},
+          "dot_general": {"einsum_dot_general": _counting_dot_general(calls)},
+          "einsums": {"qk_attn_weights_einsum": einsum, "attn_weights_value_einsum": einsum},
+          "force_fp32": {"force_fp32_for_softmax": True, "mask": mask},
+          "dtype-f32": {"dtype": f32}}[case]
+    assert uses_kernel(lambda q: jm.linen.dot_product_attention(q, k, v, **kw), q)
+    if case in ("einsums", "dot_general"):
+        assert len(calls) == 2, f"the given {case} must make both products"
+    ct = data(q.shape, f32, seed=8)
+
+    def value_and_grads(fn):
+        loss = lambda q, k, v: jnp.sum(fn(q, k, v, **kw).astype(f32) * ct)  # noqa: E731
+        return jax.jit(lambda q, k, v: (fn(q, k, v, **kw), jax.grad(loss, (0, 1, 2))(q, k, v)))(q, k, v)
+
+    (y, g), (y_ref, g_ref) = (value_and_grads(fn) for fn in (jm.linen.dot_product_attention,
+                                                             nn.dot_product_attention))
+    assert_close(y, y_ref, f32 if case == "dtype-f32" else dtype)
+    for a, b in zip(g, g_ref):
+        assert_close(a, b, dtype)
+
+
+@pytest.mark.parametrize("case", ["dropout", "grouped-query", "one-einsum", "precision+einsums"])
+def test_linen_attention_fallback_is_flax(case):
+    q, k, v = qkv(f32, kv_heads=2 if case == "grouped-query" else 4)
+    kw = {"dropout": {"dropout_rate": 0.3, "dropout_rng": jax.random.key(1)}, "grouped-query": {},
+          "one-einsum": {"qk_attn_weights_einsum": jnp.einsum},
+          "precision+einsums": {"precision": jax.lax.Precision.HIGHEST, "qk_attn_weights_einsum": jnp.einsum,
+                                "attn_weights_value_einsum": jnp.einsum}}[case]
+    try:
+        expected = nn.dot_product_attention(q, k, v, **kw)
+    except (ValueError, AssertionError) as e:  # what Flax rejects, ours rejects alike
+        with pytest.raises(type(e), match=re.escape(str(e))):
+            jm.linen.dot_product_attention(q, k, v, **kw)
+        assert case != "dropout"
+        return
+    assert not uses_kernel(lambda q: jm.linen.dot_product_attention(q, k, v, **kw), q)
+    np.testing.assert_array_equal(jm.linen.dot_product_attention(q, k, v, **kw), expected)
+
+
+def test_linen_attention_in_multi_head_attention():
+    """attention_fn=jm.linen.dot_product_attention: same params, outputs, gradients and sown weights."""
+    x = data((2, 12, 32), f32) * 0.5
+    mask = nn.make_causal_mask(x[:, :, 0])
+    mods = [nn.MultiHeadDotProductAttention(4, attention_fn=fn) for fn in (jm.linen.dot_product_attention,
+                                                                          nn.dot_product_attention)]
+    params = mods[1].init(jax.random.key(0), x, mask=mask)
+    ct = data(x.shape, f32, seed=3)
+    outs = []
+    for m in mods:
+        f = lambda p, x, m=m: (lambda y: (jnp.sum(y * ct), y))(m.apply(p, x, mask=mask))  # noqa: E731
+        outs.append(jax.jit(jax.value_and_grad(f, (0, 1), has_aux=True))(params, x))
+    assert jax.tree.structure(outs[0]) == jax.tree.structure(outs[1])
+    for a, b in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1])):
+        assert_close(a, b, f32)
+    assert uses_kernel(lambda x: mods[0].apply(params, x, mask=mask), x)
+    sown = [m.apply(params, x, mask=mask, sow_weights=True, mutable=["intermediates"])[1] for m in mods]
+    w, w_ref = (s["intermediates"]["attention_weights"][0] for s in sown)
     assert_close(w, w_ref, f32)
 
 
