@@ -113,12 +113,12 @@ class RMSNorm(nn.RMSNorm):
 
 
 # -- attention --------------------------------------------------------------------------------------------
-def kernel_attends(query, key, value, bias, active_dropout):
-    """Whether attention_weights below reproduces Flax's for these (promoted) inputs: no active dropout, dtypes the
-    kernel takes, and shapes [..., L, H, D] with equal batch dims and heads (no grouped-query attention)."""
+def kernel_attends(query, key, value, bias):
+    """Whether attention_weights below reproduces Flax's for these (promoted) inputs: dtypes the kernel takes, and
+    shapes [..., L, H, D] with equal batch dims and heads (no grouped-query attention)."""
     dtype = query.dtype
     logits_dtype = dtype if bias is None else jnp.result_type(dtype, bias)
-    return (not active_dropout and dtype in SUPPORTED_DTYPES and logits_dtype in SUPPORTED_DTYPES
+    return (dtype in SUPPORTED_DTYPES and logits_dtype in SUPPORTED_DTYPES
             and query.ndim == key.ndim == value.ndim >= 3
             and query.shape[:-3] == key.shape[:-3] == value.shape[:-3]
             and query.shape[-2] == key.shape[-2] == value.shape[-2] and query.shape[-1] == key.shape[-1]
@@ -139,6 +139,16 @@ def attention_weights(query, key, bias, keep, qk_einsum, *, float32_weights=Fals
     return softmax(logits.astype(jnp.float32)) if float32_weights else softmax(logits).astype(dtype)
 
 
+def attention_dropout(weights, key, rng, rate, broadcast, dtype):
+    """Flax's attention dropout, the same draws (so, for the same rng, the same entries dropped as by Flax): a keep
+    mask shared by the batch and head dims (broadcast) or one per weight, the kept ones scaled by 1 / (1 - rate) in
+    the query's dtype."""
+    keep_prob = 1.0 - rate
+    shape = (1,) * (key.ndim - 2) + weights.shape[-2:] if broadcast else weights.shape
+    keep = jax.random.bernoulli(rng, keep_prob, shape)
+    return weights * (keep.astype(dtype) / jnp.asarray(keep_prob, dtype=dtype))
+
+
 def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dropout=True, dropout_rng=None,
                           dropout_rate=0.0, deterministic=False, dtype=None, precision=None, module=None,
                           force_fp32_for_softmax=False, einsum_dot_general=None, qk_attn_weights_einsum=None,
@@ -149,8 +159,9 @@ def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dro
     Flax's (`nn.dot_product_attention_weights`, then the weighted sum of values, each by the einsum Flax would use:
     `precision` and `einsum_dot_general`, or the two einsums given): bias, masking with the dtype's lowest value,
     softmax (here in float32 inside the kernel), weights cast to the input dtype (float32 with
-    `force_fp32_for_softmax`), sown into `module` when given. Attention dropout that is active (rate > 0 and not
-    deterministic), grouped-query shapes and the argument combinations Flax rejects run Flax's own function.
+    `force_fp32_for_softmax`), sown into `module` when given, then Flax's attention dropout where it is active (the
+    same entries dropped for the same `dropout_rng`). Grouped-query shapes and the argument combinations Flax rejects
+    run Flax's own function.
     """
     args = dict(query=query, key=key, value=value, bias=bias, mask=mask, broadcast_dropout=broadcast_dropout,
                 dropout_rng=dropout_rng, dropout_rate=dropout_rate, deterministic=deterministic, dtype=dtype,
@@ -161,11 +172,13 @@ def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dro
     rejected = (None in custom and custom != (None, None)) or (
         bool(precision or einsum_dot_general) and custom != (None, None))
     query, key, value = dtypes.promote_dtype(query, key, value, dtype=dtype)
-    if rejected or not kernel_attends(query, key, value, bias, dropout_rate > 0.0 and not deterministic):
+    if rejected or not kernel_attends(query, key, value, bias):
         return nn.dot_product_attention(**args)
     einsum = functools.partial(jnp.einsum, precision=precision, _dot_general=einsum_dot_general or jax.lax.dot_general)
     weights = attention_weights(query, key, bias, mask, qk_attn_weights_einsum or einsum,
                                 float32_weights=force_fp32_for_softmax and query.dtype != jnp.float32)
     if module:
         module.sow("intermediates", "attention_weights", weights)
+    if dropout_rate > 0.0 and not deterministic:
+        weights = attention_dropout(weights, key, dropout_rng, dropout_rate, broadcast_dropout, query.dtype)
     return (attn_weights_value_einsum or einsum)("...hqk,...khd->...qhd", weights, value)

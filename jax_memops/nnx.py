@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 from flax.nnx.nn import dtypes
 
-from .linen import attention_weights, kernel_applies, kernel_attends, kernel_dtypes, normalize
+from .linen import attention_dropout, attention_weights, kernel_applies, kernel_attends, kernel_dtypes, normalize
 
 __all__ = ["LayerNorm", "RMSNorm", "dot_product_attention"]
 
@@ -62,15 +62,17 @@ def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dro
     Use as `nnx.MultiHeadAttention(..., attention_fn=jm.nnx.dot_product_attention)`. The computation is
     that of Flax's explicit path (`nnx.dot_product_attention_weights`, then the weighted sum of values):
     logits in the promoted input dtype, then bias, masking with the dtype's lowest value, softmax (here
-    in float32 inside the kernel), weights cast to the input dtype, and sown into `module` when given.
-    Attention dropout that is active (rate > 0 and not deterministic) and grouped-query attention run
-    Flax's own function.
+    in float32 inside the kernel), weights cast to the input dtype, sown into `module` when given, then
+    Flax's attention dropout where it is active (the same entries dropped for the same `dropout_rng`).
+    Grouped-query attention runs Flax's own function. (Flax's own, in 0.12.8, calls `jax.nn.dot_product_attention`
+    where the dropout rate is 0 and there is no `module`: on a GPU possibly cuDNN's fused attention, which never
+    writes the weights to memory; this function always does.)
     """
     args = dict(query=query, key=key, value=value, bias=bias, mask=mask, broadcast_dropout=broadcast_dropout,
                 dropout_rng=dropout_rng, dropout_rate=dropout_rate, deterministic=deterministic, dtype=dtype,
                 precision=precision, module=module, promote_dtype=promote_dtype, is_causal=is_causal)
     query, key, value = promote_dtype((query, key, value), dtype=dtype)
-    if not kernel_attends(query, key, value, bias, dropout_rate > 0.0 and not deterministic):
+    if not kernel_attends(query, key, value, bias):
         return nnx.dot_product_attention(**args)
     keep = None
     if mask is not None or is_causal:
@@ -81,4 +83,6 @@ def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dro
     weights = attention_weights(query, key, bias, keep, einsum)
     if module is not None:
         module.sow(nnx.Intermediate, "attention_weights", weights)
+    if dropout_rate > 0.0 and not deterministic:
+        weights = attention_dropout(weights, key, dropout_rng, dropout_rate, broadcast_dropout, query.dtype)
     return einsum("...hqk,...khd->...qhd", weights, value)

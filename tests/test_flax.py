@@ -233,10 +233,42 @@ def test_attention_matches_flax(dtype, case):
         assert_close(a, b, dtype)
 
 
-@pytest.mark.parametrize("case", ["dropout", "grouped-query"])
+DROPOUT_CASES = [(f32, True), (f32, False), (bf16, True)]
+
+
+@pytest.mark.parametrize("module", ["nnx", "linen"])
+@pytest.mark.parametrize("dtype,broadcast", DROPOUT_CASES, ids=[f"{jnp.dtype(d).name}-{'broadcast' if b else 'each'}"
+                                                                for d, b in DROPOUT_CASES])
+def test_attention_dropout_matches_flax(module, dtype, broadcast):
+    """Active attention dropout after the kernel's softmax: the same entries dropped as by Flax for the same rng, the
+    same values and gradients."""
+    q, k, v = qkv(dtype)
+    ours, flax_fn = {"nnx": (jm.nnx.dot_product_attention, nnx.dot_product_attention),
+                     "linen": (jm.linen.dot_product_attention, nn.dot_product_attention)}[module]
+    kw = {"dropout_rate": 0.4, "dropout_rng": jax.random.key(3), "broadcast_dropout": broadcast,
+          "mask": jnp.asarray(np.random.default_rng(2).random((2, 1, 12, 12)) > 0.2)}
+    assert uses_kernel(lambda q: ours(q, k, v, **kw), q)
+    ct = data(q.shape, f32, seed=9)
+
+    def value_and_grads(fn):
+        loss = lambda q, k, v: jnp.sum(fn(q, k, v, **kw).astype(f32) * ct)  # noqa: E731
+        return jax.jit(lambda q, k, v: (fn(q, k, v, **kw), jax.grad(loss, (0, 1, 2))(q, k, v)))(q, k, v)
+
+    (y, g), (y_ref, g_ref) = value_and_grads(ours), value_and_grads(flax_fn)
+    assert_close(y, y_ref, dtype)
+    for a, b in zip(g, g_ref):
+        assert_close(a, b, dtype)
+    # the dropped weights are the same: v with a one-hot value row shows each output's weight on that key
+    one_hot = jnp.zeros_like(v).at[:, 3].set(1)
+    w, w_ref = (np.asarray(fn(q, k, one_hot, **kw)) for fn in (ours, flax_fn))
+    np.testing.assert_array_equal(w == 0, w_ref == 0)
+    assert (w == 0).any() and (w != 0).any()
+
+
+@pytest.mark.parametrize("case", ["grouped-query"])
 def test_attention_fallback_is_flax(case):
-    q, k, v = qkv(f32, kv_heads=2 if case == "grouped-query" else 4)
-    kw = {"dropout_rate": 0.3, "dropout_rng": jax.random.key(1)} if case == "dropout" else {}
+    q, k, v = qkv(f32, kv_heads=2)
+    kw = {}
     try:
         expected = nnx.dot_product_attention(q, k, v, **kw)
     except Exception as e:  # Flax < 0.12.4 has no grouped-query attention: then ours raises as Flax does
@@ -323,10 +355,10 @@ def test_linen_attention_matches_flax(dtype, case):
         assert_close(a, b, dtype)
 
 
-@pytest.mark.parametrize("case", ["dropout", "grouped-query", "one-einsum", "precision+einsums"])
+@pytest.mark.parametrize("case", ["grouped-query", "one-einsum", "precision+einsums"])
 def test_linen_attention_fallback_is_flax(case):
     q, k, v = qkv(f32, kv_heads=2 if case == "grouped-query" else 4)
-    kw = {"dropout": {"dropout_rate": 0.3, "dropout_rng": jax.random.key(1)}, "grouped-query": {},
+    kw = {"grouped-query": {},
           "one-einsum": {"qk_attn_weights_einsum": jnp.einsum},
           "precision+einsums": {"precision": jax.lax.Precision.HIGHEST, "qk_attn_weights_einsum": jnp.einsum,
                                 "attn_weights_value_einsum": jnp.einsum}}[case]
@@ -335,7 +367,6 @@ def test_linen_attention_fallback_is_flax(case):
     except (ValueError, AssertionError) as e:  # what Flax rejects, ours rejects alike
         with pytest.raises(type(e), match=re.escape(str(e))):
             jm.linen.dot_product_attention(q, k, v, **kw)
-        assert case != "dropout"
         return
     assert not uses_kernel(lambda q: jm.linen.dot_product_attention(q, k, v, **kw), q)
     np.testing.assert_array_equal(jm.linen.dot_product_attention(q, k, v, **kw), expected)
