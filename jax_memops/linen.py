@@ -113,16 +113,18 @@ class RMSNorm(nn.RMSNorm):
 
 
 # -- attention --------------------------------------------------------------------------------------------
-def kernel_attends(query, key, value, bias):
+def kernel_attends(query, key, value, bias, grouped=False):
     """Whether attention_weights below reproduces Flax's for these (promoted) inputs: dtypes the kernel takes, and
-    shapes [..., L, H, D] with equal batch dims and heads (no grouped-query attention)."""
-    dtype = query.dtype
-    logits_dtype = dtype if bias is None else jnp.result_type(dtype, bias)
-    return (dtype in SUPPORTED_DTYPES and logits_dtype in SUPPORTED_DTYPES
-            and query.ndim == key.ndim == value.ndim >= 3
+    shapes [..., L, H, D] with equal batch dims and heads, or (grouped) query heads a multiple of the key and value
+    heads (grouped-query attention)."""
+    if not query.ndim == key.ndim == value.ndim >= 3:
+        return False
+    q_heads, kv_heads = query.shape[-2], key.shape[-2]
+    logits_dtype = query.dtype if bias is None else jnp.result_type(query.dtype, bias)
+    return (query.dtype in SUPPORTED_DTYPES and logits_dtype in SUPPORTED_DTYPES
             and query.shape[:-3] == key.shape[:-3] == value.shape[:-3]
-            and query.shape[-2] == key.shape[-2] == value.shape[-2] and query.shape[-1] == key.shape[-1]
-            and key.shape[-3] == value.shape[-3])
+            and (q_heads == kv_heads or (grouped and kv_heads > 0 and q_heads % kv_heads == 0))
+            and kv_heads == value.shape[-2] and query.shape[-1] == key.shape[-1] and key.shape[-3] == value.shape[-3])
 
 
 def attention_weights(query, key, bias, keep, qk_einsum, *, float32_weights=False):

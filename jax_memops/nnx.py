@@ -64,7 +64,8 @@ def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dro
     logits in the promoted input dtype, then bias, masking with the dtype's lowest value, softmax (here
     in float32 inside the kernel), weights cast to the input dtype, sown into `module` when given, then
     Flax's attention dropout where it is active (the same entries dropped for the same `dropout_rng`).
-    Grouped-query attention runs Flax's own function. (Flax's own, in 0.12.8, calls `jax.nn.dot_product_attention`
+    Grouped-query attention (query heads a multiple of the key and value heads) takes Flax 0.12.8's einsums. (Flax's
+    own function, in 0.12.8, calls `jax.nn.dot_product_attention`
     where the dropout rate is 0 and there is no `module`: on a GPU possibly cuDNN's fused attention, which never
     writes the weights to memory; this function always does.)
     """
@@ -72,7 +73,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dro
                 dropout_rng=dropout_rng, dropout_rate=dropout_rate, deterministic=deterministic, dtype=dtype,
                 precision=precision, module=module, promote_dtype=promote_dtype, is_causal=is_causal)
     query, key, value = promote_dtype((query, key, value), dtype=dtype)
-    if not kernel_attends(query, key, value, bias):
+    if not kernel_attends(query, key, value, bias, grouped=True):
         return nnx.dot_product_attention(**args)
     keep = None
     if mask is not None or is_causal:
@@ -80,9 +81,27 @@ def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dro
         if is_causal:
             keep = jnp.logical_and(keep, jnp.tril(jnp.ones((query.shape[-3], key.shape[-3]), bool)))
     einsum = functools.partial(jnp.einsum, precision=precision)
-    weights = attention_weights(query, key, bias, keep, einsum)
+    groups = query.shape[-2] // key.shape[-2]
+    weights = attention_weights(query, key, bias, keep, einsum if groups == 1 else _grouped_logits(einsum, groups))
     if module is not None:
         module.sow(nnx.Intermediate, "attention_weights", weights)
     if dropout_rate > 0.0 and not deterministic:
         weights = attention_dropout(weights, key, dropout_rng, dropout_rate, broadcast_dropout, query.dtype)
-    return einsum("...hqk,...khd->...qhd", weights, value)
+    if groups == 1:
+        return einsum("...hqk,...khd->...qhd", weights, value)
+    # Grouped-query attention, as Flax: weights [..., H_kv, G, Q, K] against values [..., K, H_kv, 1, D].
+    grouped = weights.reshape(weights.shape[:-3] + (value.shape[-2], groups) + weights.shape[-2:])
+    out = einsum("...hgqk,...kh1d->...qhgd", grouped, jnp.expand_dims(value, -2))
+    return out.reshape(out.shape[:-3] + (query.shape[-2], out.shape[-1]))
+
+
+def _grouped_logits(einsum, groups):
+    """The logits einsum of grouped-query attention, as Flax's: query heads [..., Q, H_kv * G, D] split into
+    [..., Q, H_kv, G, D] against keys [..., K, H_kv, 1, D], the result's [..., H_kv, G, Q, K] merged into
+    [..., H_kv * G, Q, K], the layout of ungrouped logits."""
+    def logits(spec, query, key):
+        del spec  # "...qhd,...khd->...hqk", grouped here
+        query = query.reshape(query.shape[:-2] + (key.shape[-2], groups, query.shape[-1]))
+        w = einsum("...qhgd,...kh1d->...hgqk", query, jnp.expand_dims(key, -2))
+        return w.reshape(w.shape[:-4] + (w.shape[-4] * groups,) + w.shape[-2:])
+    return logits

@@ -265,18 +265,67 @@ def test_attention_dropout_matches_flax(module, dtype, broadcast):
     assert (w == 0).any() and (w != 0).any()
 
 
-@pytest.mark.parametrize("case", ["grouped-query"])
-def test_attention_fallback_is_flax(case):
-    q, k, v = qkv(f32, kv_heads=2)
-    kw = {}
+GQA_CASES = [(f32, 2, {}), (f32, 1, {"is_causal": True}), (bf16, 2, {"mask": "per-head"}),
+             (f32, 2, {"dropout_rate": 0.3, "bias": "per-head"})]
+
+
+@pytest.mark.filterwarnings("ignore:Using 'Module.sow\\(\\)' outside")  # Flax's own sow warns alike
+@pytest.mark.parametrize("dtype,kv_heads,kw", GQA_CASES, ids=["f32-2", "f32-1-causal", "bf16-2-mask", "f32-2-dropout"])
+def test_attention_grouped_query_matches_flax(dtype, kv_heads, kw):
+    """Query heads a multiple of the key/value heads: Flax's grouped einsums around the kernel's softmax; values,
+    gradients and the sown weights as Flax's."""
+    q, k, v = qkv(dtype, heads=4, kv_heads=kv_heads)
+    if not kernel_grouped_query_in_flax():
+        pytest.skip("this Flax has no grouped-query attention")
+    rng = np.random.default_rng(4)
+    kw = dict(kw)
+    if kw.get("mask") == "per-head":
+        kw["mask"] = jnp.asarray(rng.random((2, 4, 12, 12)) > 0.3)
+    if kw.get("bias") == "per-head":
+        kw["bias"] = jnp.asarray(rng.normal(size=(1, 4, 12, 12)), dtype)
+    if "dropout_rate" in kw:
+        kw["dropout_rng"] = jax.random.key(2)
+    assert uses_kernel(lambda q: jm.nnx.dot_product_attention(q, k, v, **kw), q)
+    ct = data(q.shape, f32, seed=7)
+
+    def value_and_grads(fn):
+        loss = lambda q, k, v: jnp.sum(fn(q, k, v, **kw).astype(f32) * ct)  # noqa: E731
+        return jax.jit(lambda q, k, v: (fn(q, k, v, **kw), jax.grad(loss, (0, 1, 2))(q, k, v)))(q, k, v)
+
+    (y, g), (y_ref, g_ref) = value_and_grads(jm.nnx.dot_product_attention), value_and_grads(
+        nnx.dot_product_attention)
+    assert_close(y, y_ref, dtype)
+    for a, b in zip(g, g_ref):
+        assert_close(a, b, dtype)
+
+    class Sink(nnx.Module):  # the sown weights: [..., query heads, Q, K] in both
+        pass
+
+    sown = []
+    for fn in (jm.nnx.dot_product_attention, nnx.dot_product_attention):
+        sink = Sink()
+        fn(q, k, v, module=sink, **{n: a for n, a in kw.items() if n not in ("dropout_rate", "dropout_rng")})
+        sown.append(nnx.pop(sink, nnx.Intermediate)["attention_weights"][0])
+    assert sown[0].shape == (2, 4, 12, 12)
+    assert_close(sown[0], sown[1], dtype)
+
+
+def kernel_grouped_query_in_flax():
+    q, k, v = qkv(f32, heads=4, kv_heads=2)
     try:
-        expected = nnx.dot_product_attention(q, k, v, **kw)
-    except Exception as e:  # Flax < 0.12.4 has no grouped-query attention: then ours raises as Flax does
-        with pytest.raises(type(e)):
-            jm.nnx.dot_product_attention(q, k, v, **kw)
-        return
-    assert not uses_kernel(lambda q: jm.nnx.dot_product_attention(q, k, v, **kw), q)
-    np.testing.assert_array_equal(jm.nnx.dot_product_attention(q, k, v, **kw), expected)
+        nnx.dot_product_attention(q, k, v)
+    except Exception:  # Flax < 0.12.4 has no grouped-query attention
+        return False
+    return True
+
+
+def test_attention_fallback_is_flax():
+    """Heads that do not group (6 query heads over 4 key heads): Flax's own function, its error."""
+    q, k, v = qkv(f32, heads=6, kv_heads=4)
+    with pytest.raises(ValueError) as e:
+        nnx.dot_product_attention(q, k, v)
+    with pytest.raises(ValueError, match=re.escape(str(e.value))):
+        jm.nnx.dot_product_attention(q, k, v)
 
 
 @pytest.mark.filterwarnings("ignore:Using 'Module.sow\\(\\)' outside")  # Flax's own sow warns alike
