@@ -84,16 +84,14 @@ def _scale_bias_gelu_jvp(scale_value, bias_value, primals, tangents):
 
 
 def _split(p, cols, name):
-    """A Python number -> (static value, absent array); an array of shape (C,), or a scalar array (a traced or
-    learned scalar, broadcast over the columns, so its gradient is their sum) -> (unused, float32 (C,))."""
+    """A Python number -> (static value, None: absent); an array of shape (C,) or a scalar array -> (unused, the
+    array)."""
     if isinstance(p, numbers.Real) and not isinstance(p, bool):
-        return float(p), absent()
+        return float(p), None
     if isinstance(p, bool) or p is None:
         raise TypeError(f"scale_bias_gelu: {name} must be a Python number, a scalar array or an array of shape "
                         f"({cols},), got {p!r}")
-    # float32 before the broadcast: a scalar's gradient is then summed over the columns in float32
-    p = check_param(p, cols, "scale_bias_gelu", name, scalar_ok=True).astype(f32)
-    return (1.0 if name == "scale" else 0.0), jnp.broadcast_to(p, (cols,))
+    return (1.0 if name == "scale" else 0.0), check_param(p, cols, "scale_bias_gelu", name, scalar_ok=True)
 
 
 def scale_bias_gelu(x, scale=1.0, bias=0.0):
@@ -109,4 +107,14 @@ def scale_bias_gelu(x, scale=1.0, bias=0.0):
     bias_value, bias_arr = _split(bias, cols, "bias")
     if x.size == 0:
         return reference.scale_bias_gelu(x, scale, bias)
-    return _scale_bias_gelu(*match_varying(x, scale_arr, bias_arr), scale_value, bias_value)
+    return _scale_bias_gelu_checked(x, scale_arr, bias_arr, scale_value=scale_value, bias_value=bias_value)
+
+
+# Jitted once the arguments are checked: an eager call then takes jit's cached fast path instead of custom_jvp's
+# and the primitive's own dispatch (softmax.py); under an outer jit it is inlined.
+@functools.partial(jax.jit, static_argnames=("scale_value", "bias_value"))
+def _scale_bias_gelu_checked(x, scale, bias, *, scale_value, bias_value):
+    # A scalar array (a traced or learned scalar) is broadcast over the columns after its cast to float32, so that
+    # its gradient is their sum in float32.
+    scale, bias = (absent() if p is None else jnp.broadcast_to(p.astype(f32), x.shape[-1:]) for p in (scale, bias))
+    return _scale_bias_gelu(*match_varying(x, scale, bias), scale_value, bias_value)

@@ -161,17 +161,27 @@ def layer_norm(x, scale=None, bias=None, *, epsilon=1e-5):
     cols = x.shape[-1]
     scale = check_param(scale, cols, "layer_norm", "scale")
     bias = check_param(bias, cols, "layer_norm", "bias")
-    epsilon = check_epsilon(epsilon, "layer_norm")
-    if x.size == 0:
-        return reference.layer_norm(x, scale, bias, epsilon)
-    return _layer_norm(*match_varying(x, to_f32_param(scale), to_f32_param(bias)), epsilon)
+    return _layer_norm_checked(x, scale, bias, epsilon=check_epsilon(epsilon, "layer_norm"))
 
 
 def rms_norm(x, scale=None, *, epsilon=1e-6):
     """RMSNorm over the last axis: x / sqrt(mean(x^2) + epsilon) * scale. Same dtype rules as layer_norm."""
     x = check_input(x, "rms_norm")
     scale = check_param(scale, x.shape[-1], "rms_norm", "scale")
-    epsilon = check_epsilon(epsilon, "rms_norm")
+    return _rms_norm_checked(x, scale, epsilon=check_epsilon(epsilon, "rms_norm"))
+
+
+# Jitted once the arguments are checked: an eager call then takes jit's cached fast path instead of custom_jvp's
+# and the primitive's own dispatch (softmax.py); under an outer jit they are inlined.
+@functools.partial(jax.jit, static_argnames=("epsilon",))
+def _layer_norm_checked(x, scale, bias, *, epsilon):
+    if x.size == 0:
+        return reference.layer_norm(x, scale, bias, epsilon)
+    return _layer_norm(*match_varying(x, to_f32_param(scale), to_f32_param(bias)), epsilon)
+
+
+@functools.partial(jax.jit, static_argnames=("epsilon",))
+def _rms_norm_checked(x, scale, *, epsilon):
     if x.size == 0:
         return reference.rms_norm(x, scale, epsilon)
     return _rms_norm(*match_varying(x, to_f32_param(scale)), epsilon)
