@@ -202,6 +202,21 @@ def qkv(dtype, heads=4, kv_heads=4, seed=0):
             data((2, 12, kv_heads, 16), dtype, seed + 2))
 
 
+def assert_attention_matches(ours, theirs, q, k, v, kw, dtype, seed=7, y_dtype=None):
+    """Two attention functions called with the same arguments: the same output and gradients of q, k and v (of the
+    sum of the output times a fixed cotangent), within the tolerance of `dtype` (the output's: `y_dtype`)."""
+    ct = data(q.shape, f32, seed=seed)
+
+    def value_and_grads(fn):
+        loss = lambda q, k, v: jnp.sum(fn(q, k, v, **kw).astype(f32) * ct)  # noqa: E731
+        return jax.jit(lambda q, k, v: (fn(q, k, v, **kw), jax.grad(loss, (0, 1, 2))(q, k, v)))(q, k, v)
+
+    (y, g), (y_ref, g_ref) = value_and_grads(ours), value_and_grads(theirs)
+    assert_close(y, y_ref, y_dtype or dtype)
+    for a, b in zip(g, g_ref):
+        assert_close(a, b, dtype)
+
+
 def test_attention_signature_is_flax():
     def params(fn):  # names, kinds and defaults (annotations aside)
         return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
@@ -220,17 +235,7 @@ def test_attention_matches_flax(dtype, case):
                                "bias": jnp.asarray(rng.normal(size=(1, 4, 12, 12)), dtype)},
           "deterministic-dropout": {"dropout_rate": 0.5, "deterministic": True}}[case]
     assert uses_kernel(lambda q: jm.nnx.dot_product_attention(q, k, v, **kw), q)
-    ct = data(q.shape, f32, seed=7)
-
-    def value_and_grads(fn):
-        loss = lambda q, k, v: jnp.sum(fn(q, k, v, **kw).astype(f32) * ct)  # noqa: E731
-        return jax.jit(lambda q, k, v: (fn(q, k, v, **kw), jax.grad(loss, (0, 1, 2))(q, k, v)))(q, k, v)
-
-    (y, g), (y_ref, g_ref) = value_and_grads(jm.nnx.dot_product_attention), value_and_grads(
-        nnx.dot_product_attention)
-    assert_close(y, y_ref, dtype)
-    for a, b in zip(g, g_ref):
-        assert_close(a, b, dtype)
+    assert_attention_matches(jm.nnx.dot_product_attention, nnx.dot_product_attention, q, k, v, kw, dtype, seed=7)
 
 
 DROPOUT_CASES = [(f32, True), (f32, False), (bf16, True)]
@@ -248,16 +253,7 @@ def test_attention_dropout_matches_flax(module, dtype, broadcast):
     kw = {"dropout_rate": 0.4, "dropout_rng": jax.random.key(3), "broadcast_dropout": broadcast,
           "mask": jnp.asarray(np.random.default_rng(2).random((2, 1, 12, 12)) > 0.2)}
     assert uses_kernel(lambda q: ours(q, k, v, **kw), q)
-    ct = data(q.shape, f32, seed=9)
-
-    def value_and_grads(fn):
-        loss = lambda q, k, v: jnp.sum(fn(q, k, v, **kw).astype(f32) * ct)  # noqa: E731
-        return jax.jit(lambda q, k, v: (fn(q, k, v, **kw), jax.grad(loss, (0, 1, 2))(q, k, v)))(q, k, v)
-
-    (y, g), (y_ref, g_ref) = value_and_grads(ours), value_and_grads(flax_fn)
-    assert_close(y, y_ref, dtype)
-    for a, b in zip(g, g_ref):
-        assert_close(a, b, dtype)
+    assert_attention_matches(ours, flax_fn, q, k, v, kw, dtype, seed=9)
     # the dropped weights are the same: v with a one-hot value row shows each output's weight on that key
     one_hot = jnp.zeros_like(v).at[:, 3].set(1)
     w, w_ref = (np.asarray(fn(q, k, one_hot, **kw)) for fn in (ours, flax_fn))
@@ -286,17 +282,7 @@ def test_attention_grouped_query_matches_flax(dtype, kv_heads, kw):
     if "dropout_rate" in kw:
         kw["dropout_rng"] = jax.random.key(2)
     assert uses_kernel(lambda q: jm.nnx.dot_product_attention(q, k, v, **kw), q)
-    ct = data(q.shape, f32, seed=7)
-
-    def value_and_grads(fn):
-        loss = lambda q, k, v: jnp.sum(fn(q, k, v, **kw).astype(f32) * ct)  # noqa: E731
-        return jax.jit(lambda q, k, v: (fn(q, k, v, **kw), jax.grad(loss, (0, 1, 2))(q, k, v)))(q, k, v)
-
-    (y, g), (y_ref, g_ref) = value_and_grads(jm.nnx.dot_product_attention), value_and_grads(
-        nnx.dot_product_attention)
-    assert_close(y, y_ref, dtype)
-    for a, b in zip(g, g_ref):
-        assert_close(a, b, dtype)
+    assert_attention_matches(jm.nnx.dot_product_attention, nnx.dot_product_attention, q, k, v, kw, dtype, seed=7)
 
     class Sink(nnx.Module):  # the sown weights: [..., query heads, Q, K] in both
         pass
@@ -391,17 +377,8 @@ def test_linen_attention_matches_flax(dtype, case):
     assert uses_kernel(lambda q: jm.linen.dot_product_attention(q, k, v, **kw), q)
     if case in ("einsums", "dot_general"):
         assert len(calls) == 2, f"the given {case} must make both products"
-    ct = data(q.shape, f32, seed=8)
-
-    def value_and_grads(fn):
-        loss = lambda q, k, v: jnp.sum(fn(q, k, v, **kw).astype(f32) * ct)  # noqa: E731
-        return jax.jit(lambda q, k, v: (fn(q, k, v, **kw), jax.grad(loss, (0, 1, 2))(q, k, v)))(q, k, v)
-
-    (y, g), (y_ref, g_ref) = (value_and_grads(fn) for fn in (jm.linen.dot_product_attention,
-                                                             nn.dot_product_attention))
-    assert_close(y, y_ref, f32 if case == "dtype-f32" else dtype)
-    for a, b in zip(g, g_ref):
-        assert_close(a, b, dtype)
+    assert_attention_matches(jm.linen.dot_product_attention, nn.dot_product_attention, q, k, v, kw, dtype, seed=8,
+                             y_dtype=f32 if case == "dtype-f32" else dtype)
 
 
 @pytest.mark.parametrize("case", ["grouped-query", "one-einsum", "precision+einsums"])
