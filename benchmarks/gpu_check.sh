@@ -9,10 +9,11 @@
 #   bench     jax-memops bench (default: every part) into gpu-out/bench
 #   gpt       examples/gpt.py --compare (jm ops vs plain Flax, same init and data) into gpu-out/gpt
 #   multi     benchmarks/multi_gpu.py (row-sharded ops on every GPU vs one; needs 2 or more GPUs)
+#   attn      benchmarks/attention_ab.py (the Flax drop-in attention functions against Flax's own; Flax's version)
 # Environment: TESTS_K (pytest -k expression, e.g. gpu), PYTEST_N (pytest-xdist workers; they share the GPU,
 # so preallocation is turned off for the test stage), DURATIONS (how many of the slowest tests pytest lists;
 # default 40), BENCH_ARGS (extra bench options), GPT_STEPS,
-# T_TEST / T_SAN / T_BENCH / T_GPT / T_MULTI (seconds each stage may take; a stage past its limit is
+# ATTN_ARGS (attention_ab.py options), T_TEST / T_SAN / T_BENCH / T_GPT / T_MULTI / T_ATTN (seconds each stage may take; a stage past its limit is
 # stopped and noted).
 set -uo pipefail
 out=gpu-out
@@ -90,6 +91,10 @@ for stage in $stages; do
       timeout ${T_MULTI:-600} python3 -P benchmarks/multi_gpu.py --out "$out/multi" > "$out/multi.log" 2>&1
       rc=$?; note multi "rc=$rc $((SECONDS - start))s"
       tail -12 "$out/multi.log" ;;
+    attn)
+      timeout ${T_ATTN:-300} python3 -P benchmarks/attention_ab.py ${ATTN_ARGS:-} > "$out/attention.log" 2>&1
+      rc=$?; note attn "rc=$rc $((SECONDS - start))s $(head -1 "$out/attention.log")"
+      cat "$out/attention.log" ;;
   esac
 done
 echo; echo "== summary"; printf '%s\n' "${summary[@]}"
