@@ -12,8 +12,8 @@
 #   attn      benchmarks/attention_ab.py (the Flax drop-in attention functions against Flax's own; Flax's version)
 # Environment: TESTS_K (pytest -k expression, e.g. gpu), PYTEST_N (pytest-xdist workers; they share the GPU,
 # so preallocation is turned off for the test stage), DURATIONS (how many of the slowest tests pytest lists;
-# default 40), BENCH_ARGS (extra bench options), GPT_STEPS,
-# ATTN_ARGS (attention_ab.py options), T_TEST / T_SAN / T_BENCH / T_GPT / T_MULTI / T_ATTN (seconds each stage may take; a stage past its limit is
+# default 40), BENCH_ARGS (extra bench options), GPT_STEPS, ATTN_ARGS (attention_ab.py options),
+# T_TEST / T_SAN / T_BENCH / T_GPT / T_MULTI / T_ATTN (seconds each stage may take; a stage past its limit is
 # stopped and noted).
 set -uo pipefail
 out=gpu-out
