@@ -172,25 +172,39 @@ inline float max_of(const float* v, int64_t n, bool* any_nan) {
   return bits_float(static_cast<uint32_t>(key(static_cast<uint32_t>(top))));
 }
 
-// Σ term(i) for i in [0, n) in double, in 8 interleaved partial sums (fixed by n alone: the same result every run)
-// so that the additions overlap and vectorize: one running double sum waits an add's latency per element.
+// Σ term(i) for i in [0, n), float terms, as a double. 16 interleaved float partial sums (fixed by n alone: the same
+// result every run and in every build) so that the additions overlap and vectorize at the float width; every 16
+// terms a partial is added into a double sum of its own and starts again, so that no float partial holds more than
+// 16 terms: the result is within ~16 float roundings of the terms' magnitudes, where summing every term in double
+// was within one. The double form ran at half the vector width with a conversion per term (v54: the norms'
+// forward 1.3-1.5x faster on one core without it).
 template <class F>
 inline double sum_in_lanes(int64_t n, F term) {
-  constexpr int kLanes = 8;
-  double part[kLanes] = {};
+  constexpr int kLanes = 16, kDepth = 16;  // a block: kDepth terms per lane
+  double total[kLanes] = {};
+  float part[kLanes] = {};
   int64_t i = 0;
+  for (; i + kLanes * kDepth <= n; i += kLanes * kDepth) {
+    for (int d = 0; d < kDepth; ++d) {
+      for (int l = 0; l < kLanes; ++l) part[l] += term(i + d * kLanes + l);
+    }
+    for (int l = 0; l < kLanes; ++l) {
+      total[l] += part[l];
+      part[l] = 0.0f;
+    }
+  }
   for (; i + kLanes <= n; i += kLanes) {
     for (int l = 0; l < kLanes; ++l) part[l] += term(i + l);
   }
-  for (; i < n; ++i) part[i % kLanes] += term(i);
+  for (int l = 0; i < n; ++i, ++l) part[l] += term(i);
   double sum = 0.0;
-  for (double p : part) sum += p;
+  for (int l = 0; l < kLanes; ++l) sum += total[l] + double(part[l]);
   return sum;
 }
 
-// Σ v[0 .. n) in double (sum_in_lanes).
-inline double sum_in_double(const float* v, int64_t n) {
-  return sum_in_lanes(n, [v](int64_t i) { return double(v[i]); });
+// Σ v[0 .. n) (sum_in_lanes).
+inline double sum_of(const float* v, int64_t n) {
+  return sum_in_lanes(n, [v](int64_t i) { return v[i]; });
 }
 
 // The parameter row of row r, or where the parameter is absent a row of its number: element loops read a row

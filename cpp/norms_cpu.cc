@@ -1,5 +1,5 @@
-// LayerNorm and RMSNorm on the CPU: two-pass statistics in double over each row, one template for
-// both norms (kRms drops the mean and the bias).
+// LayerNorm and RMSNorm on the CPU: two-pass statistics over each row (float terms, summed in blocks of float lanes
+// into double: sum_in_lanes), one template for both norms (kRms drops the mean and the bias).
 #include <cmath>
 #include <vector>
 
@@ -29,12 +29,11 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, T* y, float* mea
     const T* xr = x + r * s.cols;
     const float pivot = row_pivot<T, kRms>(xr, s.cols);
     for (int64_t c = 0; c < s.cols; ++c) d[c] = to_float(xr[c]) - pivot;
-    const double mu = kRms ? 0.0 : sum_in_double(d.data(), s.cols) / double(s.cols);
+    const float m = kRms ? 0.0f : static_cast<float>(sum_of(d.data(), s.cols) / double(s.cols));
     const double ss = sum_in_lanes(s.cols, [&](int64_t c) {
-      const double e = double(d[c]) - mu;
+      const float e = d[c] - m;  // about m as rounded: the mean the kernels save and subtract
       return e * e;
     });
-    const float m = static_cast<float>(mu);
     const float rs = static_cast<float>(1.0 / std::sqrt(ss / double(s.cols) + double(epsilon)));
     if (!kRms) mean[r] = m;
     rstd[r] = rs;
@@ -60,8 +59,8 @@ void norm_bwd_dx_rows(const T* x, ParamView scale, const float* mean, const floa
       xhat[c] = (to_float(x[o + c]) - pivot - m) * rs;
       g[c] = to_float(dy[o + c]) * sc[c];
     }
-    const double sum_gx = sum_in_lanes(s.cols, [&](int64_t c) { return double(g[c]) * xhat[c]; });
-    const float mg = kRms ? 0.0f : static_cast<float>(sum_in_double(g.data(), s.cols) / double(s.cols));
+    const double sum_gx = sum_in_lanes(s.cols, [&](int64_t c) { return g[c] * xhat[c]; });
+    const float mg = kRms ? 0.0f : static_cast<float>(sum_of(g.data(), s.cols) / double(s.cols));
     const float mgx = static_cast<float>(sum_gx / double(s.cols));
     for (int64_t c = 0; c < s.cols; ++c) dx[o + c] = from_float<T>(rs * (g[c] - mg - xhat[c] * mgx));
   }

@@ -1,5 +1,5 @@
-// Softmax on the CPU: three-pass row softmax, the exps within 2 ulp (host_math.h) and summed in double. Every
-// algorithm name is served by this one kernel.
+// Softmax on the CPU: three-pass row softmax, the exps within 2 ulp (host_math.h) and summed in blocks of float lanes
+// into double (sum_in_lanes). Every algorithm name is served by this one kernel.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -25,7 +25,7 @@ void softmax_rows(const T* x, T* y, RowShape s, int64_t r0, int64_t r1) {
     float m = max_of(row.data(), s.cols, &nan);
     if (nan) m = std::numeric_limits<float>::quiet_NaN();  // a NaN poisons its own row only
     for (int64_t c = 0; c < s.cols; ++c) row[c] = host::exp_nonpositive(row[c] - m);  // vectorized
-    const float inv = static_cast<float>(1.0 / sum_in_double(row.data(), s.cols));
+    const float inv = static_cast<float>(1.0 / sum_of(row.data(), s.cols));
     for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(row[c] * inv);
   }
 }
@@ -35,7 +35,7 @@ void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s, int64_t r0, in
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * s.cols;
     const float d = static_cast<float>(
-        sum_in_lanes(s.cols, [&](int64_t c) { return double(to_float(y[o + c])) * to_float(dy[o + c]); }));
+        sum_in_lanes(s.cols, [&](int64_t c) { return to_float(y[o + c]) * to_float(dy[o + c]); }));
     for (int64_t c = 0; c < s.cols; ++c) {
       dx[o + c] = from_float<T>(to_float(y[o + c]) * (to_float(dy[o + c]) - d));
     }
