@@ -64,10 +64,10 @@ def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dro
     logits in the promoted input dtype, then bias, masking with the dtype's lowest value, softmax (here
     in float32 inside the kernel), weights cast to the input dtype, sown into `module` when given, then
     Flax's attention dropout where it is active (the same entries dropped for the same `dropout_rng`).
-    Grouped-query attention (query heads a multiple of the key and value heads) takes Flax 0.12.8's einsums. (Flax's
-    own function, in 0.12.8, calls `jax.nn.dot_product_attention`
-    where the dropout rate is 0 and there is no `module`: on a GPU possibly cuDNN's fused attention, which never
-    writes the weights to memory; this function always does.)
+    Grouped-query attention (query heads a multiple of the key and value heads) takes Flax 0.12.8's einsums.
+    (Flax's own function, in 0.12.8, calls `jax.nn.dot_product_attention` where the dropout rate is 0 and there
+    is no `module`: on a GPU possibly cuDNN's fused attention, which never writes the weights to memory; this
+    function always does.)
     """
     args = dict(query=query, key=key, value=value, bias=bias, mask=mask, broadcast_dropout=broadcast_dropout,
                 dropout_rng=dropout_rng, dropout_rate=dropout_rate, deterministic=deterministic, dtype=dtype,
