@@ -146,15 +146,42 @@ inline void zero_grad(const GradView& g, int64_t cols) {
   if (g.data) std::fill(g.data, g.data + g.groups * cols, 0.0f);
 }
 
-// Row r of a column-split parameter-gradient sum (rows taken in order; `acc` the sums of columns c0 ..
-// c0 + acc.size() over the rows since r's group began): where r ends its group, the sums go to the group's row of
-// g and start again from 0.
-inline void flush_group_sums(const GradView& g, RowShape s, int64_t r, int64_t c0, std::vector<double>& acc) {
-  if (!g.data || ((r + 1) % g.rows_per_group != 0 && r + 1 != s.rows)) return;
-  float* out = g.data + (r / g.rows_per_group) * s.cols + c0;
-  for (size_t c = 0; c < acc.size(); ++c) out[c] = static_cast<float>(acc[c]);
-  std::fill(acc.begin(), acc.end(), 0.0);
-}
+// A column-split parameter-gradient sum, of columns c0 .. c0 + width over the rows taken in order. Each row adds its
+// terms to float partials (row(): the loops run at the float vector width); end_row folds them into double sums
+// every 16 rows and where a row group ends, and there writes the group's sums to its row of g and starts again from
+// 0. No float partial holds more than 16 terms (as in sum_in_lanes below), and where the folds fall depends on the
+// shape alone: the same result whatever the threads, in every build. (v55: in double per term, the training steps'
+// column sums ran at half the vector width with a conversion per term.)
+class ColumnSums {
+ public:
+  ColumnSums(const GradView& g, RowShape s, int64_t c0, int64_t width)
+      : g_(g), s_(s), c0_(c0), part_(g.data ? width : 0), total_(g.data ? width : 0) {}
+  bool wanted() const { return g_.data != nullptr; }
+  float* row() { return part_.data(); }
+  void end_row(int64_t r) {
+    if (!g_.data) return;
+    const bool group_ends = (r + 1) % g_.rows_per_group == 0 || r + 1 == s_.rows;
+    if (++pending_ < kDepth && !group_ends) return;
+    for (size_t c = 0; c < part_.size(); ++c) {
+      total_[c] += part_[c];
+      part_[c] = 0.0f;
+    }
+    pending_ = 0;
+    if (!group_ends) return;
+    float* out = g_.data + (r / g_.rows_per_group) * s_.cols + c0_;
+    for (size_t c = 0; c < total_.size(); ++c) out[c] = static_cast<float>(total_[c]);
+    std::fill(total_.begin(), total_.end(), 0.0);
+  }
+
+ private:
+  static constexpr int kDepth = 16;  // rows per fold
+  GradView g_;
+  RowShape s_;
+  int64_t c0_;
+  std::vector<float> part_;
+  std::vector<double> total_;
+  int pending_ = 0;
+};
 
 // max v[0 .. n) (-inf for n = 0), and whether some v[i] is NaN. Integer maxima, which GCC vectorizes (a float
 // max reduction it vectorizes only under -ffinite-math-only): of the bits mapped so that integer order is float

@@ -39,14 +39,14 @@ void grad_row(const T* __restrict__ x, const T* __restrict__ dy, const float* __
 }
 
 // dx of rows [r0, r1) x columns [c0, c1); with a parameter gradient wanted, rows [0, rows) (the caller splits the
-// columns): its sums per row group over these columns in double, in row order (so the result never depends on
+// columns): its sums per row group over these columns in row order (ColumnSums: so the result never depends on
 // the threads), written at each group's last row.
 template <typename T>
 void gelu_bwd_block(const T* x, const T* dy, T* dx, Affine a, GradView dscale, GradView dbias, RowShape s,
                     int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   const int64_t w = c1 - c0;
   const ParamRows scale(a.scale, a.scale_value, s.cols), bias(a.bias, a.bias_value, s.cols);
-  std::vector<double> ds(dscale.data ? w : 0), db(dbias.data ? w : 0);
+  ColumnSums ds(dscale, s, c0, w), db(dbias, s, c0, w);
   std::vector<float> grow(static_cast<size_t>(w));  // this row's dy * gelu'(u), for the sums' loops
   for (int64_t r = r0; r < r1; ++r) {
     const float* sc = scale.row(r) + c0;
@@ -56,14 +56,16 @@ void gelu_bwd_block(const T* x, const T* dy, T* dx, Affine a, GradView dscale, G
     T* dxr = dx + r * s.cols + c0;
     float* g = grow.data();
     grad_row(xr, dyr, sc, bi, g, dxr, w);
-    if (dscale.data) {
-      for (int64_t c = 0; c < w; ++c) ds[c] += double(g[c]) * to_float(xr[c]);
+    if (ds.wanted()) {
+      float* p = ds.row();
+      for (int64_t c = 0; c < w; ++c) p[c] += g[c] * to_float(xr[c]);
     }
-    if (dbias.data) {
-      for (int64_t c = 0; c < w; ++c) db[c] += g[c];
+    if (db.wanted()) {
+      float* p = db.row();
+      for (int64_t c = 0; c < w; ++c) p[c] += g[c];
     }
-    flush_group_sums(dscale, s, r, c0, ds);
-    flush_group_sums(dbias, s, r, c0, db);
+    ds.end_row(r);
+    db.end_row(r);
   }
 }
 

@@ -66,26 +66,26 @@ void norm_bwd_dx_rows(const T* x, ParamView scale, const float* mean, const floa
   }
 }
 
-// dscale = Σ dy * xhat and dbias = Σ dy per row group, of columns [c0, c1): summed in double in row order,
-// column by column (the columns split the work, so the order, and the result, never depend on the threads).
+// dscale = Σ dy * xhat and dbias = Σ dy per row group, of columns [c0, c1): summed in row order, column by column
+// (ColumnSums; the columns split the work, so the order, and the result, never depend on the threads).
 template <typename T, bool kRms>
 void norm_bwd_param_cols(const T* x, const float* mean, const float* rstd, const T* dy, GradView dscale,
                          GradView dbias, RowShape s, int64_t c0, int64_t c1) {
   const int64_t w = c1 - c0;
-  std::vector<double> ds(dscale.data ? w : 0), db(dbias.data ? w : 0);
+  ColumnSums ds(dscale, s, c0, w), db(dbias, s, c0, w);
   for (int64_t r = 0; r < s.rows; ++r) {
     const int64_t o = r * s.cols;
     const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
-    if (dscale.data) {  // a loop per sum, not a test per element: both vectorize
-      for (int64_t c = c0; c < c1; ++c) {
-        ds[c - c0] += double(to_float(dy[o + c])) * ((to_float(x[o + c]) - pivot - m) * rs);
-      }
+    if (ds.wanted()) {  // a loop per sum, not a test per element: both vectorize
+      float* p = ds.row();
+      for (int64_t c = c0; c < c1; ++c) p[c - c0] += to_float(dy[o + c]) * ((to_float(x[o + c]) - pivot - m) * rs);
     }
-    if (dbias.data) {
-      for (int64_t c = c0; c < c1; ++c) db[c - c0] += to_float(dy[o + c]);
+    if (db.wanted()) {
+      float* p = db.row();
+      for (int64_t c = c0; c < c1; ++c) p[c - c0] += to_float(dy[o + c]);
     }
-    flush_group_sums(dscale, s, r, c0, ds);
-    flush_group_sums(dbias, s, r, c0, db);
+    ds.end_row(r);
+    db.end_row(r);
   }
 }
 
@@ -170,7 +170,7 @@ ffi::Error rms_norm_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer s
 }
 
 // The backward handlers take the CUDA kernels' partials workspace (handlers.h) to keep one signature;
-// the CPU sums its parameter gradients in double, column by column, and leaves the workspace untouched.
+// the CPU sums its parameter gradients column by column (ColumnSums), and leaves the workspace untouched.
 ffi::Error layer_norm_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer mean,
                           ffi::AnyBuffer rstd, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
                           ffi::Result<ffi::AnyBuffer> dscale, ffi::Result<ffi::AnyBuffer> dbias,
