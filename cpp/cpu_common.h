@@ -9,7 +9,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <vector>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "ffi_common.h"
 #include "host_math.h"
@@ -120,6 +125,126 @@ inline f16 from_float<f16>(float v) {
   // into inf.
   const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
   return f16{uint16_t(pick_bits(a >= 0x47800000u, special, pick_bits(a < 0x38800000u, sub, normal)) | sign)};
+}
+
+// ---- Rows as floats ---------------------------------------------------------------------------------------
+// The kernels' loops read f16 rows from float buffers: a row is converted once into floats (to_floats), and a row of
+// results computed there once into the output (from_floats); f32 and bf16 rows are read and written in place (row_t
+// below). GCC vectorizes the f16 conversions above as some 20 integer operations per element, and does not vectorize
+// _Float16's conversions at all; the builds with F16C (the AVX2 and AVX-512 ones) convert by the hardware's
+// vcvtph2ps / vcvtps2ph, 8 or 16 elements an instruction, which give the same bits: the same rounding (to nearest,
+// ties to even, whatever MXCSR says), and NaNs made the software's quiet NaN below (benchmarks/f16_convert_check.cc
+// compares them for every half and every float, with and without FTZ / DAZ). (The hardware's f16 -> float quiets a
+// signaling NaN, which the software keeps: every kernel computes on its inputs before it stores, and the arithmetic
+// quiets it alike.) v56: f16 forwards 1.7-2x faster on one core in the AVX-512 build (RESULTS.md "The CPU handlers,
+// v56").
+
+// dst[i] = to_float(src[i]), i < n.
+template <typename T>
+void to_floats(const T* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  if constexpr (std::is_same_v<T, f16>) {
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+      _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+    }
+#endif
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    }
+  }
+#endif
+  for (; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+#if defined(__F16C__)
+// Halves from vcvtps2ph with every NaN made from_float<f16>'s (the sign and 0x7e00; the hardware keeps the payload's
+// top bits): 8 of them, and 16 (AVX2).
+inline __m128i quiet_nans(__m128i h) {
+  const __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(0x7c00));
+  const __m128i canonical = _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16(int16_t(0x8000))), _mm_set1_epi16(0x7e00));
+  return _mm_blendv_epi8(h, canonical, nan);
+}
+#if defined(__AVX2__)
+inline __m256i quiet_nans(__m256i h) {
+  const __m256i nan = _mm256_cmpgt_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7c00));
+  const __m256i canonical =
+      _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16(int16_t(0x8000))), _mm256_set1_epi16(0x7e00));
+  return _mm256_blendv_epi8(h, canonical, nan);
+}
+#endif
+#endif
+
+// dst[i] = from_float<T>(src[i]), i < n.
+template <typename T>
+void from_floats(const float* src, T* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  if constexpr (std::is_same_v<T, f16>) {
+    constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+      const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), kNearest);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), quiet_nans(h));
+    }
+#endif
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), kNearest);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), quiet_nans(h));
+    }
+  }
+#endif
+  for (; i < n; ++i) dst[i] = from_float<T>(src[i]);
+}
+
+// A row of n elements as floats: the row itself for f32, else its conversion into buf (of at least n floats).
+template <typename T>
+const float* floats_of(const T* row, int64_t n, float* buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return row;
+  } else {
+    to_floats(row, buf, n);
+    return buf;
+  }
+}
+
+// The element type in which the kernels' loops read and write a row of T: T itself for f32 and bf16 (bf16's
+// conversions, a shift and a rounding, stay inline in the loops: converting bf16 rows in bulk made the training
+// steps up to 1.5x slower, v56), float for f16, whose rows pass through float buffers. The loops read
+// to_float(r[c]) and write r[c] = from_float<row_t<T>>(v) either way.
+template <typename T>
+using row_t = std::conditional_t<std::is_same_v<T, f16>, float, T>;
+
+// Floats an f16 row of n elements needs beside it (in_row, out_row); 0 for the others.
+template <typename T>
+size_t row_buffer(int64_t n) {
+  return std::is_same_v<T, f16> ? static_cast<size_t>(n) : 0;
+}
+
+// A row to read: f16 rows converted into buf (row_buffer's floats), the others in place.
+template <typename T>
+const row_t<T>* in_row(const T* row, int64_t n, float* buf) {
+  if constexpr (std::is_same_v<T, f16>) {
+    to_floats(row, buf, n);
+    return buf;
+  } else {
+    return row;
+  }
+}
+
+// A row to write: for f16 rows buf, which finish_row then converts into the row; the others in place.
+template <typename T>
+row_t<T>* out_row(T* row, float* buf) {
+  if constexpr (std::is_same_v<T, f16>) {
+    return buf;
+  } else {
+    return row;
+  }
+}
+template <typename T>
+void finish_row(const float* buf, T* row, int64_t n) {
+  if constexpr (std::is_same_v<T, f16>) from_floats(buf, row, n);
 }
 
 template <ffi::DataType D>

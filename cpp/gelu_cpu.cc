@@ -1,5 +1,5 @@
-// Fused scale -> bias -> GELU on the CPU: one pass over x; per-column parameter gradients summed in
-// double over each row group, in row order.
+// Fused scale -> bias -> GELU on the CPU: one pass over x; per-column parameter gradients summed per row group in
+// row order (ColumnSums).
 #include <vector>
 
 #include "cpu_common.h"
@@ -18,23 +18,26 @@ struct Affine {
 // Rows [r0, r1).
 template <typename T>
 void gelu_fwd_rows(const T* x, T* y, Affine a, RowShape s, int64_t r0, int64_t r1) {
+  using R = row_t<T>;
   const ParamRows scale(a.scale, a.scale_value, s.cols), bias(a.bias, a.bias_value, s.cols);
+  std::vector<float> buf(row_buffer<T>(s.cols));  // f16 rows: x, then y, as floats (cpu_common.h)
   for (int64_t r = r0; r < r1; ++r) {
     const float* sc = scale.row(r);
     const float* bi = bias.row(r);
-    const T* xr = x + r * s.cols;
-    T* yr = y + r * s.cols;
-    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(gelu(to_float(xr[c]) * sc[c] + bi[c]));  // vectorized
+    const R* xr = in_row(x + r * s.cols, s.cols, buf.data());
+    R* yr = out_row(y + r * s.cols, buf.data());
+    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<R>(gelu(to_float(xr[c]) * sc[c] + bi[c]));  // vectorized
+    finish_row(buf.data(), y + r * s.cols, s.cols);
   }
 }
 
 // One row's g = dy * gelu'(u) and dx = g * scale, u = x * scale + bias (restrict: the loop vectorizes).
-template <typename T>
-void grad_row(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ sc,
-              const float* __restrict__ bi, float* __restrict__ g, T* __restrict__ dx, int64_t w) {
+template <typename R>
+void grad_row(const R* __restrict__ x, const R* __restrict__ dy, const float* __restrict__ sc,
+              const float* __restrict__ bi, float* __restrict__ g, R* __restrict__ dx, int64_t w) {
   for (int64_t c = 0; c < w; ++c) {
     g[c] = to_float(dy[c]) * gelu_grad(to_float(x[c]) * sc[c] + bi[c]);
-    dx[c] = from_float<T>(g[c] * sc[c]);
+    dx[c] = from_float<R>(g[c] * sc[c]);
   }
 }
 
@@ -48,14 +51,16 @@ void gelu_bwd_block(const T* x, const T* dy, T* dx, Affine a, GradView dscale, G
   const ParamRows scale(a.scale, a.scale_value, s.cols), bias(a.bias, a.bias_value, s.cols);
   ColumnSums ds(dscale, s, c0, w), db(dbias, s, c0, w);
   std::vector<float> grow(static_cast<size_t>(w));  // this row's dy * gelu'(u), for the sums' loops
+  // f16 rows as floats (cpu_common.h): x, dy and dx (a buffer of its own: grad_row's pointers are restrict).
+  std::vector<float> xbuf(row_buffer<T>(w)), dybuf(row_buffer<T>(w)), dxbuf(row_buffer<T>(w));
   for (int64_t r = r0; r < r1; ++r) {
     const float* sc = scale.row(r) + c0;
     const float* bi = bias.row(r) + c0;
-    const T* xr = x + r * s.cols + c0;
-    const T* dyr = dy + r * s.cols + c0;
-    T* dxr = dx + r * s.cols + c0;
+    const int64_t o = r * s.cols + c0;
+    const auto* xr = in_row(x + o, w, xbuf.data());
     float* g = grow.data();
-    grad_row(xr, dyr, sc, bi, g, dxr, w);
+    grad_row(xr, in_row(dy + o, w, dybuf.data()), sc, bi, g, out_row(dx + o, dxbuf.data()), w);
+    finish_row(dxbuf.data(), dx + o, w);
     if (ds.wanted()) {
       float* p = ds.row();
       for (int64_t c = 0; c < w; ++c) p[c] += g[c] * to_float(xr[c]);

@@ -60,12 +60,14 @@ NB_MODULE(_jax_memops, m) {
       [](const std::string& isa) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
         __builtin_cpu_init();
-        // __builtin_cpu_supports also asks whether the OS saves the registers (XGETBV), for AVX's and AVX-512's
-        if (isa == "avx2") return __builtin_cpu_supports("avx2") != 0;
-        if (isa == "avx512") {  // CMake's flags for that build: x86-64-v4's subsets
-          return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        // CMake's flags for those builds: both take F16C, AVX-512's x86-64-v4's subsets. __builtin_cpu_supports also
+        // asks whether the OS saves the registers (XGETBV), for AVX's and AVX-512's.
+        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+        if (isa == "avx2") return avx2;
+        if (isa == "avx512") {
+          return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
-                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2");
+                 __builtin_cpu_supports("avx512vl");
         }
 #endif
         return false;

@@ -23,11 +23,12 @@ float row_pivot(const T* xr, int64_t cols) {
 template <typename T, bool kRms>
 void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, T* y, float* mean, float* rstd,
                    float epsilon, RowShape s, int64_t r0, int64_t r1) {
+  using R = row_t<T>;
   const ParamRows scales(scale, 1.0f, s.cols), biases(bias, 0.0f, s.cols);
   std::vector<float> d(static_cast<size_t>(s.cols));
   for (int64_t r = r0; r < r1; ++r) {
-    const T* xr = x + r * s.cols;
-    const float pivot = row_pivot<T, kRms>(xr, s.cols);
+    const R* xr = in_row(x + r * s.cols, s.cols, d.data());  // f16 rows: into d (rows as floats)
+    const float pivot = row_pivot<T, kRms>(x + r * s.cols, s.cols);
     for (int64_t c = 0; c < s.cols; ++c) d[c] = to_float(xr[c]) - pivot;
     const float m = kRms ? 0.0f : static_cast<float>(sum_of(d.data(), s.cols) / double(s.cols));
     const double ss = sum_in_lanes(s.cols, [&](int64_t c) {
@@ -39,8 +40,9 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, T* y, float* mea
     rstd[r] = rs;
     const float* sc = scales.row(r);
     const float* bi = biases.row(r);
-    T* yr = y + r * s.cols;
-    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>((d[c] - m) * rs * sc[c] + bi[c]);
+    R* yr = out_row(y + r * s.cols, d.data());
+    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<R>((d[c] - m) * rs * sc[c] + bi[c]);
+    finish_row(d.data(), y + r * s.cols, s.cols);
   }
 }
 
@@ -49,20 +51,25 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, T* y, float* mea
 template <typename T, bool kRms>
 void norm_bwd_dx_rows(const T* x, ParamView scale, const float* mean, const float* rstd, const T* dy, T* dx,
                       RowShape s, int64_t r0, int64_t r1) {
+  using R = row_t<T>;
   const ParamRows scales(scale, 1.0f, s.cols);
   std::vector<float> xhat(static_cast<size_t>(s.cols)), g(static_cast<size_t>(s.cols));
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * s.cols;
     const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
     const float* sc = scales.row(r);
+    const R* xr = in_row(x + o, s.cols, xhat.data());  // f16 rows: into xhat and g (rows as floats)
+    const R* dyr = in_row(dy + o, s.cols, g.data());
     for (int64_t c = 0; c < s.cols; ++c) {
-      xhat[c] = (to_float(x[o + c]) - pivot - m) * rs;
-      g[c] = to_float(dy[o + c]) * sc[c];
+      xhat[c] = (to_float(xr[c]) - pivot - m) * rs;
+      g[c] = to_float(dyr[c]) * sc[c];
     }
     const double sum_gx = sum_in_lanes(s.cols, [&](int64_t c) { return g[c] * xhat[c]; });
     const float mg = kRms ? 0.0f : static_cast<float>(sum_of(g.data(), s.cols) / double(s.cols));
     const float mgx = static_cast<float>(sum_gx / double(s.cols));
-    for (int64_t c = 0; c < s.cols; ++c) dx[o + c] = from_float<T>(rs * (g[c] - mg - xhat[c] * mgx));
+    R* dxr = out_row(dx + o, g.data());
+    for (int64_t c = 0; c < s.cols; ++c) dxr[c] = from_float<R>(rs * (g[c] - mg - xhat[c] * mgx));
+    finish_row(g.data(), dx + o, s.cols);
   }
 }
 
@@ -73,16 +80,19 @@ void norm_bwd_param_cols(const T* x, const float* mean, const float* rstd, const
                          GradView dbias, RowShape s, int64_t c0, int64_t c1) {
   const int64_t w = c1 - c0;
   ColumnSums ds(dscale, s, c0, w), db(dbias, s, c0, w);
+  std::vector<float> xbuf(ds.wanted() ? row_buffer<T>(w) : 0), dybuf(row_buffer<T>(w));  // f16 rows as floats
   for (int64_t r = 0; r < s.rows; ++r) {
     const int64_t o = r * s.cols;
     const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
+    const auto* dyr = in_row(dy + o + c0, w, dybuf.data());
     if (ds.wanted()) {  // a loop per sum, not a test per element: both vectorize
+      const auto* xr = in_row(x + o + c0, w, xbuf.data());
       float* p = ds.row();
-      for (int64_t c = c0; c < c1; ++c) p[c - c0] += to_float(dy[o + c]) * ((to_float(x[o + c]) - pivot - m) * rs);
+      for (int64_t c = 0; c < w; ++c) p[c] += to_float(dyr[c]) * ((to_float(xr[c]) - pivot - m) * rs);
     }
     if (db.wanted()) {
       float* p = db.row();
-      for (int64_t c = c0; c < c1; ++c) p[c - c0] += to_float(dy[o + c]);
+      for (int64_t c = 0; c < w; ++c) p[c] += to_float(dyr[c]);
     }
     ds.end_row(r);
     db.end_row(r);

@@ -13,32 +13,38 @@
 namespace jm::cpu {
 namespace {
 
-// Rows [r0, r1).
+// Rows [r0, r1). `row` holds the row's exps (and first, for 16-bit rows, the row as floats; for f16 last its results:
+// cpu_common.h's rows as floats).
 template <typename T>
 void softmax_rows(const T* x, T* y, RowShape s, int64_t r0, int64_t r1) {
+  using R = row_t<T>;
   std::vector<float> row(static_cast<size_t>(s.cols));
   for (int64_t r = r0; r < r1; ++r) {
-    const T* xr = x + r * s.cols;
-    T* yr = y + r * s.cols;
-    for (int64_t c = 0; c < s.cols; ++c) row[c] = to_float(xr[c]);
+    const float* xr = floats_of(x + r * s.cols, s.cols, row.data());
     bool nan = false;
-    float m = max_of(row.data(), s.cols, &nan);
+    float m = max_of(xr, s.cols, &nan);
     if (nan) m = std::numeric_limits<float>::quiet_NaN();  // a NaN poisons its own row only
-    for (int64_t c = 0; c < s.cols; ++c) row[c] = host::exp_nonpositive(row[c] - m);  // vectorized
+    for (int64_t c = 0; c < s.cols; ++c) row[c] = host::exp_nonpositive(xr[c] - m);  // vectorized
     const float inv = static_cast<float>(1.0 / sum_of(row.data(), s.cols));
-    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<T>(row[c] * inv);
+    R* yr = out_row(y + r * s.cols, row.data());
+    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<R>(row[c] * inv);
+    finish_row(row.data(), y + r * s.cols, s.cols);
   }
 }
 
 template <typename T>
 void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s, int64_t r0, int64_t r1) {
+  using R = row_t<T>;
+  std::vector<float> ybuf(row_buffer<T>(s.cols)), dybuf(row_buffer<T>(s.cols));
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * s.cols;
+    const R* yr = in_row(y + o, s.cols, ybuf.data());
+    const R* dyr = in_row(dy + o, s.cols, dybuf.data());
     const float d = static_cast<float>(
-        sum_in_lanes(s.cols, [&](int64_t c) { return to_float(y[o + c]) * to_float(dy[o + c]); }));
-    for (int64_t c = 0; c < s.cols; ++c) {
-      dx[o + c] = from_float<T>(to_float(y[o + c]) * (to_float(dy[o + c]) - d));
-    }
+        sum_in_lanes(s.cols, [&](int64_t c) { return to_float(yr[c]) * to_float(dyr[c]); }));
+    R* dxr = out_row(dx + o, dybuf.data());
+    for (int64_t c = 0; c < s.cols; ++c) dxr[c] = from_float<R>(to_float(yr[c]) * (to_float(dyr[c]) - d));
+    finish_row(dybuf.data(), dx + o, s.cols);
   }
 }
 

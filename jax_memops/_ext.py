@@ -14,6 +14,7 @@ _PLATFORMS = {"cpu": "cpu", "cuda": "CUDA"}
 CPU_ISAS = ("auto", "baseline", "avx2", "avx512")
 _WIDER_ISAS = ("avx512", "avx2")  # the wider builds of the CPU handlers, widest first
 _ISA_NAMES = {"avx2": "AVX2", "avx512": "AVX-512"}
+_ISA_NEEDS = {"avx2": "AVX2 and F16C", "avx512": "AVX-512 (F, BW, CD, DQ, VL), AVX2 and F16C"}  # CMakeLists.txt's flags
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -38,7 +39,7 @@ def _cpu_handlers() -> tuple[str, dict | None]:
             path = os.path.join(os.path.dirname(_jax_memops.__file__), library)  # beside the module, editable or not
             return candidate, dict(_jax_memops.cpu_handlers_from(path))
         if isa != "auto":
-            why = f"this CPU has no {_ISA_NAMES[isa]}" if library else "it was not built"
+            why = f"it needs {_ISA_NEEDS[isa]}, which this CPU lacks" if library else "it was not built"
             raise RuntimeError(f"JAX_MEMOPS_CPU_ISA={isa}, but the {_ISA_NAMES[isa]} build of the CPU handlers "
                                f"cannot run: {why}")
     return "baseline", None
