@@ -136,7 +136,7 @@ inline f16 from_float<f16>(float v) {
 // ties to even, whatever MXCSR says), and NaNs made the software's quiet NaN below (benchmarks/f16_convert_check.cc
 // compares them for every half and every float, with and without FTZ / DAZ). (The hardware's f16 -> float quiets a
 // signaling NaN, which the software keeps: every kernel computes on its inputs before it stores, and the arithmetic
-// quiets it alike.) v56: f16 forwards 1.7-2x faster on one core in the AVX-512 build (RESULTS.md "The CPU handlers,
+// quiets it alike.) v56: f16 forwards 1.3-2x faster on one core in the AVX-512 build (RESULTS.md "The CPU handlers,
 // v56").
 
 // dst[i] = to_float(src[i]), i < n.
