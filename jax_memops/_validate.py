@@ -35,18 +35,29 @@ def check_input(x, op: str, name: str = "x"):
     return x
 
 
-def check_param(p, cols: int, op: str, name: str, scalar_ok: bool = False):
-    """A per-feature parameter of shape (C,) (or () where scalar_ok) and a floating dtype, or None."""
+def check_param(p, shape, op: str, name: str, scalar_ok: bool = False, *, matches: str = "the last axis of x"):
+    """A per-feature parameter of `shape` (an int C: (C,); or a tuple, the normalized axes' sizes) (or () where
+    scalar_ok) and a floating dtype, or None. `matches` says which axes of x fix that shape."""
     if p is None:
         return None
     dtype = _dtype_of(p)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise TypeError(f"{op}: {name} must be a floating-point array, got dtype {dtype}")
-    shape = tuple(np.shape(p))
-    if shape != (cols,) and not (scalar_ok and shape == ()):
-        wanted = f"shape ({cols},) or ()" if scalar_ok else f"shape ({cols},)"
-        raise ValueError(f"{op}: {name} must have {wanted} to match the last axis of x, got {shape}")
+    want = (shape,) if isinstance(shape, int) else tuple(shape)
+    got = tuple(np.shape(p))
+    if got != want and not (scalar_ok and got == ()):
+        wanted = f"shape {want} or ()" if scalar_ok else f"shape {want}"
+        raise ValueError(f"{op}: {name} must have {wanted} to match {matches}, got {got}")
     return jnp.asarray(p)
+
+
+def check_norm_axes(axis, x, op: str) -> tuple[tuple[int, ...], tuple[int, ...], str]:
+    """A norm's `axis` (an int, a sequence of ints or None, as check_axes reads it): (the sorted axes, the shape
+    their parameters take: x's sizes along them, in x's order, and the words for those axes in messages)."""
+    axes = check_axes(axis, x.ndim, op)
+    shape = tuple(x.shape[a] for a in axes)
+    matches = "the last axis of x" if axes == (x.ndim - 1,) else f"x's axes {axes} (sizes {shape})"
+    return axes, shape, matches
 
 
 def check_epsilon(epsilon, op: str) -> float:

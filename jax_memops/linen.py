@@ -2,8 +2,9 @@
 
 Subclasses of `flax.linen.LayerNorm` / `RMSNorm` that override only `__call__`: the same fields, defaults,
 parameter names (`scale`, `bias`), shapes, dtypes and initializers, so parameter dicts are interchangeable
-with Flax's. The kernel runs when Flax would normalize the last axis only, in float32 statistics, with no
-`mask` or `axis_name`; anything else runs Flax's own `__call__`. The kernel's variance is exact, so
+with Flax's. The kernel runs when Flax would normalize over trailing axes (the last one by default; `reduction_axes`
+such as (-2, -1) too, their features any of them), in float32 statistics, with no `mask` or `axis_name`; anything
+else runs Flax's own `__call__`. The kernel's variance is exact, so
 `use_fast_variance` changes nothing here.
 
 `dot_product_attention` is an `attention_fn` for `nn.MultiHeadDotProductAttention` with the signature of
@@ -28,21 +29,30 @@ from .softmax import softmax
 __all__ = ["LayerNorm", "RMSNorm", "dot_product_attention"]
 
 
-def _is_last_axis(axes, ndim):
-    """Whether Flax's canonical form of `axes` is exactly (ndim - 1,)."""
+def _canonical(axes, ndim):
+    """Flax's canonical form of `axes` (sorted, non-negative), or None where one is out of range (Flax's own
+    code then reports it)."""
     axes = axes if isinstance(axes, Iterable) else (axes,)
-    return ndim >= 1 and {ndim + a if a < 0 else a for a in axes} == {ndim - 1}
+    if not all(isinstance(a, numbers.Integral) and -ndim <= a < ndim for a in axes):
+        return None
+    return tuple(sorted({a % ndim for a in axes}))
 
 
-def kernel_applies(module, x, mask, stats_dtype):
-    """Whether the kernel reproduces Flax's normalization of x for this module (its config, not params)."""
-    return (mask is None and module.axis_name is None
-            and _is_last_axis(module.reduction_axes, x.ndim) and _is_last_axis(module.feature_axes, x.ndim)
-            # The kernel takes a static Python epsilon (it rejects what would give NaN in Flax) and
-            # always reduces in float32.
-            and isinstance(module.epsilon, numbers.Real) and not isinstance(module.epsilon, bool)
-            and 0 <= module.epsilon < float("inf")
-            and jnp.dtype(stats_dtype) == jnp.float32)
+def kernel_axes(module, x, mask, stats_dtype):
+    """The axes the kernel normalizes to reproduce Flax's normalization of x for this module (its config, not
+    params), as (reduction axes, feature axes), or None. The reduction axes must be the trailing ones (flattened
+    into the kernel's rows for free; others would cost two transposes, where Flax's own reduction costs none) and
+    hold every feature axis (the parameters then broadcast over the other reduced axes, as in Flax)."""
+    reduced = _canonical(module.reduction_axes, x.ndim) if x.ndim >= 1 else None
+    features = _canonical(module.feature_axes, x.ndim) if x.ndim >= 1 else None
+    applies = (mask is None and module.axis_name is None and reduced and features is not None
+               and reduced == tuple(range(x.ndim - len(reduced), x.ndim)) and set(features) <= set(reduced)
+               # The kernel takes a static Python epsilon (it rejects what would give NaN in Flax) and
+               # always reduces in float32.
+               and isinstance(module.epsilon, numbers.Real) and not isinstance(module.epsilon, bool)
+               and 0 <= module.epsilon < float("inf")
+               and jnp.dtype(stats_dtype) == jnp.float32)
+    return (reduced, features) if applies else None
 
 
 def kernel_dtypes(x, *params, dtype):
@@ -55,11 +65,25 @@ def kernel_dtypes(x, *params, dtype):
     return (wide, out) if wide in SUPPORTED_DTYPES else None
 
 
-def normalize(x, scale, bias, *, dtypes_, epsilon, rms):
-    """The kernel's normalization of x over its last axis with `dtypes_` from `kernel_dtypes`."""
+def _spread(p, x, axes):
+    """A parameter over Flax's feature axes as the kernel's over the reduction axes: shaped by x's sizes along the
+    features (NNX's are flat), broadcast along the reduced axes that are not features (Flax's reshape to its
+    feature_shape)."""
+    reduced, features = axes
+    shape = tuple(x.shape[a] for a in reduced)
+    if p is None or p.shape == shape:
+        return p
+    p = p.reshape([x.shape[a] if a in features else 1 for a in reduced])
+    return jnp.broadcast_to(p, shape)
+
+
+def normalize(x, scale, bias, *, dtypes_, epsilon, rms, axes):
+    """The kernel's normalization of x with `dtypes_` from `kernel_dtypes` and `axes` from `kernel_axes`."""
     wide, out = dtypes_
     x = x.astype(wide)
-    y = rms_norm(x, scale, epsilon=epsilon) if rms else layer_norm(x, scale, bias, epsilon=epsilon)
+    scale, bias = _spread(scale, x, axes), _spread(bias, x, axes)
+    kw = dict(epsilon=epsilon, axis=axes[0])
+    y = rms_norm(x, scale, **kw) if rms else layer_norm(x, scale, bias, **kw)
     return y.astype(out)
 
 
@@ -80,17 +104,20 @@ def _fused_call(module, x, mask, names, rms):
     """The kernel path, or None (and no params created) where Flax's own __call__ must run: linen forbids
     creating a param twice, so the decision is made before `module.param`."""
     x = jnp.asarray(x)
-    if not kernel_applies(module, x, mask, _stats_dtype(module, x)):
+    axes = kernel_axes(module, x, mask, _stats_dtype(module, x))
+    if axes is None:
         return None
     probes = [jnp.zeros((), _param_dtype(module, n)) for n in names]
     kd = kernel_dtypes(x, *probes, dtype=module.dtype)
     if kd is None:
         return None
     inits = {"scale": module.scale_init, "bias": getattr(module, "bias_init", None)}
-    # A list shape, as Flax passes it, so custom initializers see the same arguments.
-    params = {n: module.param(n, inits[n], [x.shape[-1]], module.param_dtype) for n in names}
+    # A list shape, as Flax passes it (x's sizes along the feature axes), so custom initializers see the same
+    # arguments.
+    shape = [x.shape[a] for a in axes[1]]
+    params = {n: module.param(n, inits[n], shape, module.param_dtype) for n in names}
     return normalize(x, params.get("scale"), params.get("bias"), dtypes_=kd, epsilon=module.epsilon,
-                     rms=rms)
+                     rms=rms, axes=axes)
 
 
 class LayerNorm(nn.LayerNorm):

@@ -2,9 +2,9 @@
 
 `LayerNorm` and `RMSNorm` subclass `flax.nnx.LayerNorm` / `RMSNorm` and override only `__call__`: the same
 constructor, defaults, parameter names, shapes, dtypes and initializers, so `nnx.state` trees are
-identical and checkpoints load either way. The kernel runs when Flax would normalize the last axis only,
-in float32 statistics, with no `mask` or `axis_name` (the rules are in `jax_memops.linen`); anything else
-runs Flax's own `__call__`.
+identical and checkpoints load either way. The kernel runs when Flax would normalize over trailing axes, in
+float32 statistics, with no `mask` or `axis_name` (the rules are in `jax_memops.linen`); anything else runs
+Flax's own `__call__`.
 
 `dot_product_attention` is an `attention_fn` for `nnx.MultiHeadAttention` with the signature of
 `flax.nnx.dot_product_attention`, whose softmax is `jax_memops.softmax`.
@@ -13,12 +13,13 @@ runs Flax's own `__call__`.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax.numpy as jnp
 from flax import nnx
 from flax.nnx.nn import dtypes
 
-from .linen import attention_dropout, attention_weights, kernel_applies, kernel_attends, kernel_dtypes, normalize
+from .linen import attention_dropout, attention_weights, kernel_attends, kernel_axes, kernel_dtypes, normalize
 
 __all__ = ["LayerNorm", "RMSNorm", "dot_product_attention"]
 
@@ -30,12 +31,16 @@ def _fused_call(module, x, mask, scale, bias, rms):
     # NNX promotes x and the params to one dtype first (module.promote_dtype, which may be the user's).
     x, scale, bias = module.promote_dtype((x, scale, bias), dtype=module.dtype)
     stats_dtype = jnp.promote_types(x.dtype if module.dtype is None else module.dtype, jnp.float32)
-    if not kernel_applies(module, x, mask, stats_dtype):
+    axes = kernel_axes(module, x, mask, stats_dtype)
+    # NNX's parameters are (num_features,), which Flax reshapes to x's sizes along the feature axes: where they
+    # do not fit, Flax's own code reports it.
+    features = math.prod(x.shape[a] for a in axes[1]) if axes else None
+    if axes is None or any(p is not None and p.size != features for p in (scale, bias)):
         return None
     dts = kernel_dtypes(x, scale, bias, dtype=module.dtype)
     if dts is None:
         return None
-    return normalize(x, scale, bias, dtypes_=dts, epsilon=module.epsilon, rms=rms)
+    return normalize(x, scale, bias, dtypes_=dts, epsilon=module.epsilon, rms=rms, axes=axes)
 
 
 class LayerNorm(nnx.LayerNorm):

@@ -1,5 +1,5 @@
-"""LayerNorm and RMSNorm over the last axis as custom calls; backward from saved float32 mean/rstd (reverse
-mode: the transpose of each op's tangent map)."""
+"""LayerNorm and RMSNorm as custom calls over rows (the last axis, or several axes flattened into one); backward
+from saved float32 mean/rstd (reverse mode: the transpose of each op's tangent map)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from jax.interpreters import ad
 
 from . import reference
 from ._primitive import (GRAD, PARAM, ROW, STAT, FfiPrimitive, LinearPrimitive, Spec, absent, cotangents, np_attr,
-                         norm_partials_workspace, row_param, to_f32_param, wants_grad)
+                         norm_partials_workspace, over_rows, row_param, to_f32_param, wants_grad)
 from ._sharding import match_varying
-from ._validate import check_epsilon, check_input, check_param
+from ._validate import check_epsilon, check_input, check_norm_axes, check_param
 
 f32 = jnp.float32
 _EPS = {"epsilon": np_attr("f32")}
@@ -151,37 +151,51 @@ def _rms_norm_jvp(epsilon, primals, tangents):
     return y, _rms_tangent.bind(x, scale, rstd, *tangents)
 
 
-def layer_norm(x, scale=None, bias=None, *, epsilon=1e-5):
-    """LayerNorm over the last axis: (x - mean) / sqrt(var + epsilon) * scale + bias.
+def layer_norm(x, scale=None, bias=None, *, epsilon=1e-5, axis=-1):
+    """LayerNorm: (x - mean) / sqrt(var + epsilon) * scale + bias, the statistics over `axis`.
 
     x: float32, bfloat16 or float16, rank >= 1; statistics in float32 (biased variance); output dtype =
-    x.dtype. scale, bias: optional arrays of shape (C,) of any float dtype (gradients in their dtype).
+    x.dtype. axis: the last axis by default; an int, a tuple of ints (their entries form one row, as in
+    `jnp.mean(x, axis)`; torch's `normalized_shape` is the trailing ones) or None (all of x). Axes other than
+    the trailing ones cost two transposes. scale, bias: optional arrays of x's sizes along `axis`, in x's
+    order ((C,) by default), any float dtype (gradients in their dtype).
     """
     x = check_input(x, "layer_norm")
-    cols = x.shape[-1]
-    scale = check_param(scale, cols, "layer_norm", "scale")
-    bias = check_param(bias, cols, "layer_norm", "bias")
-    return _layer_norm_checked(x, scale, bias, epsilon=check_epsilon(epsilon, "layer_norm"))
+    axes, shape, matches = check_norm_axes(axis, x, "layer_norm")
+    scale = check_param(scale, shape, "layer_norm", "scale", matches=matches)
+    bias = check_param(bias, shape, "layer_norm", "bias", matches=matches)
+    return _layer_norm_checked(x, scale, bias, epsilon=check_epsilon(epsilon, "layer_norm"), axes=axes)
 
 
-def rms_norm(x, scale=None, *, epsilon=1e-6):
-    """RMSNorm over the last axis: x / sqrt(mean(x^2) + epsilon) * scale. Same dtype rules as layer_norm."""
+def rms_norm(x, scale=None, *, epsilon=1e-6, axis=-1):
+    """RMSNorm: x / sqrt(mean(x^2) + epsilon) * scale over `axis`. Same dtype and axis rules as layer_norm."""
     x = check_input(x, "rms_norm")
-    scale = check_param(scale, x.shape[-1], "rms_norm", "scale")
-    return _rms_norm_checked(x, scale, epsilon=check_epsilon(epsilon, "rms_norm"))
+    axes, shape, matches = check_norm_axes(axis, x, "rms_norm")
+    scale = check_param(scale, shape, "rms_norm", "scale", matches=matches)
+    return _rms_norm_checked(x, scale, epsilon=check_epsilon(epsilon, "rms_norm"), axes=axes)
+
+
+def _flat(p):
+    """A parameter of the normalized axes' shape as the (C,) row the kernels read (C: their sizes' product)."""
+    return p if p is None or p.ndim == 1 else p.reshape(-1)
 
 
 # Jitted once the arguments are checked: an eager call then takes jit's cached fast path instead of custom_jvp's
-# and the primitive's own dispatch (softmax.py); under an outer jit they are inlined.
-@functools.partial(jax.jit, static_argnames=("epsilon",))
-def _layer_norm_checked(x, scale, bias, *, epsilon):
+# and the primitive's own dispatch (softmax.py); under an outer jit they are inlined. Rows made of several axes
+# are flattened into one (over_rows); their parameters likewise, and their gradients reshaped back by autodiff.
+@functools.partial(jax.jit, static_argnames=("epsilon", "axes"))
+def _layer_norm_checked(x, scale, bias, *, epsilon, axes):
+    scale, bias = _flat(scale), _flat(bias)
     if x.size == 0:
-        return reference.layer_norm(x, scale, bias, epsilon)
-    return _layer_norm(*match_varying(x, to_f32_param(scale), to_f32_param(bias)), epsilon)
+        return over_rows(lambda rows: reference.layer_norm(rows, scale, bias, epsilon), x, axes)
+    scale, bias = to_f32_param(scale), to_f32_param(bias)
+    return over_rows(lambda rows: _layer_norm(*match_varying(rows, scale, bias), epsilon), x, axes)
 
 
-@functools.partial(jax.jit, static_argnames=("epsilon",))
-def _rms_norm_checked(x, scale, *, epsilon):
+@functools.partial(jax.jit, static_argnames=("epsilon", "axes"))
+def _rms_norm_checked(x, scale, *, epsilon, axes):
+    scale = _flat(scale)
     if x.size == 0:
-        return reference.rms_norm(x, scale, epsilon)
-    return _rms_norm(*match_varying(x, to_f32_param(scale)), epsilon)
+        return over_rows(lambda rows: reference.rms_norm(rows, scale, epsilon), x, axes)
+    scale = to_f32_param(scale)
+    return over_rows(lambda rows: _rms_norm(*match_varying(rows, scale), epsilon), x, axes)

@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.interpreters import ad
 
 from . import reference
-from ._primitive import ROW, FfiPrimitive, Spec, np_attr
+from ._primitive import ROW, FfiPrimitive, Spec, np_attr, over_rows
 from ._validate import check_axes, check_choice, check_input, check_where
 
 # Index i of a name is the `algorithm` attribute the kernels receive. 0: the tuned kernel; 1..7: the
@@ -87,18 +85,6 @@ def _softmax_last_jvp(algorithm, primals, tangents):
     return y, _bwd.call(y, tangents[0])[0]
 
 
-def _over_rows(fn, x, axes):
-    """fn over rows made of `axes`: they are moved last (a transpose unless they already are) and flattened
-    into one axis, so that the kernels see one row per combination of the other axes."""
-    rest = tuple(a for a in range(x.ndim) if a not in axes)
-    order = rest + axes
-    moved = order != tuple(range(x.ndim))
-    xt = jnp.transpose(x, order) if moved else x
-    lead = xt.shape[: len(rest)]
-    yt = fn(xt.reshape(*lead, math.prod(xt.shape[len(rest):]))).reshape(xt.shape)
-    return jnp.transpose(yt, np.argsort(order)) if moved else yt
-
-
 def softmax(x, axis=-1, where=None, *, algorithm="auto"):
     """Softmax of `x` along `axis`, like `jax.nn.softmax`, by a handwritten kernel.
 
@@ -132,4 +118,4 @@ def _softmax(x, where, *, axes, index):
         return jnp.where(where, y, jnp.zeros((), y.dtype))
     if x.size == 0:
         return reference.softmax(x, axis=axes)
-    return _over_rows(lambda rows: _softmax_last(rows, index), x, axes)
+    return over_rows(lambda rows: _softmax_last(rows, index), x, axes)

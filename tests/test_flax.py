@@ -97,14 +97,40 @@ def test_nnx_matches_flax(pair, options, x_dtype, param_dtype, dtype):
         assert_close(g, g_ref, out)
 
 
+# Reductions over several trailing axes (rows of 4 x C for the kernel): features on the last, on both, on the
+# second last. The parameters have x's sizes along the feature axes (NNX's: flattened), broadcast over the others.
+AXES_CASES = {"reduce-2-axes": ({"reduction_axes": (-2, -1)}, C),
+              "2-axes-2-features": ({"reduction_axes": (-2, -1), "feature_axes": (-2, -1)}, 4 * C),
+              "2-axes-feature-2nd-last": ({"reduction_axes": (1, 2), "feature_axes": 1}, 4)}
+
+
 @pytest.mark.parametrize("pair", NNX_PAIRS, ids=["LayerNorm", "RMSNorm"])
-@pytest.mark.parametrize("case", ["reduce-2-axes", "feature-axis-not-last", "mask", "eps-array"])
+@pytest.mark.parametrize("case", list(AXES_CASES))
+@pytest.mark.parametrize("x_dtype", [f32, bf16], ids=["f32", "bf16"])
+def test_nnx_trailing_axes_match_flax(pair, case, x_dtype):
+    ours, theirs = pair
+    options, n = AXES_CASES[case]
+    ref = theirs(n, rngs=nnx.Rngs(0), **options)
+    nnx.update(ref, randomize(nnx.state(ref)))
+    mine = ours(n, rngs=nnx.Rngs(1), **options)
+    nnx.update(mine, nnx.state(ref))
+    x = data((3, 4, C), x_dtype)
+    assert uses_kernel(mine, x)
+    y, y_ref = mine(x), ref(x)
+    assert_close(y, y_ref, y_ref.dtype)
+    ct = data(y.shape, f32, seed=2)
+    for g, g_ref in zip(jax.tree.leaves(nnx_grads(mine, x, ct)), jax.tree.leaves(nnx_grads(ref, x, ct))):
+        assert_close(g, g_ref, y_ref.dtype)
+
+
+@pytest.mark.parametrize("pair", NNX_PAIRS, ids=["LayerNorm", "RMSNorm"])
+@pytest.mark.parametrize("case", ["features-not-reduced", "feature-axis-not-last", "mask", "eps-array"])
 def test_nnx_fallback_is_flax(pair, case):
     ours, theirs = pair
     x, kwargs, options, n = data((3, 4, C), f32), {}, {}, C
-    if case == "reduce-2-axes":
-        options = {"reduction_axes": (-2, -1)}
-    elif case == "feature-axis-not-last":
+    if case == "features-not-reduced":  # parameters that vary along an axis the statistics do not reduce
+        options, n = {"reduction_axes": -1, "feature_axes": (-2, -1)}, 4 * C
+    elif case == "feature-axis-not-last":  # a reduction over a leading axis: the kernel would need transposes
         options, n = {"reduction_axes": -2, "feature_axes": -2}, 4
     elif case == "mask":
         kwargs = {"mask": jnp.asarray(np.random.default_rng(0).random((3, 4, C)) > 0.3)}
@@ -170,11 +196,37 @@ def test_linen_matches_flax(pair, options, x_dtype, param_dtype, dtype):
 
 
 @pytest.mark.parametrize("pair", LINEN_PAIRS, ids=["LayerNorm", "RMSNorm"])
-@pytest.mark.parametrize("case", ["feature-axis-not-last", "mask", "bf16-reductions", "axis_name"])
+@pytest.mark.parametrize("case", list(AXES_CASES))
+@pytest.mark.parametrize("x_dtype", [f32, bf16], ids=["f32", "bf16"])
+def test_linen_trailing_axes_match_flax(pair, case, x_dtype):
+    ours, theirs = pair
+    options = AXES_CASES[case][0]
+    mine, ref = ours(**options), theirs(**options)
+    x = data((3, 4, C), x_dtype)
+    init_mine, init_ref = mine.init(jax.random.key(0), x), ref.init(jax.random.key(0), x)
+    assert jax.tree.map(jnp.shape, init_mine) == jax.tree.map(jnp.shape, init_ref)
+    params = randomize(init_ref)
+    assert uses_kernel(lambda x: mine.apply(params, x), x)
+    y, y_ref = mine.apply(params, x), ref.apply(params, x)
+    assert_close(y, y_ref, y_ref.dtype)
+    ct = data(y.shape, f32, seed=2)
+
+    def grads(m):
+        return jax.grad(lambda p, x: jnp.sum(m.apply(p, x).astype(f32) * ct), (0, 1))(params, x)
+
+    for g, g_ref in zip(jax.tree.leaves(grads(mine)), jax.tree.leaves(grads(ref))):
+        assert_close(g, g_ref, y_ref.dtype)
+
+
+@pytest.mark.parametrize("pair", LINEN_PAIRS, ids=["LayerNorm", "RMSNorm"])
+@pytest.mark.parametrize("case", ["features-not-reduced", "feature-axis-not-last", "mask", "bf16-reductions",
+                                  "axis_name"])
 def test_linen_fallback_is_flax(pair, case):
     ours, theirs = pair
     x, kwargs, options = data((3, 4, C), f32), {}, {}
-    if case == "feature-axis-not-last":
+    if case == "features-not-reduced":
+        options = {"reduction_axes": -1, "feature_axes": (-2, -1)}
+    elif case == "feature-axis-not-last":
         options = {"reduction_axes": -2, "feature_axes": -2}
     elif case == "mask":
         kwargs = {"mask": jnp.asarray(np.random.default_rng(0).random((3, 4, C)) > 0.3)}

@@ -233,6 +233,34 @@ def test_softmax_other_axis(axis, spec, local, rng):
     assert ("all-reduce" in found) != local, found
 
 
+@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
+def test_norm_axes_row_sharded(axis_type, rng):
+    """The norms over trailing axes (1, 2) with rows split on axis 0: the rows flatten locally, so each device
+    runs the kernels on its rows; the three parameter gradients, each of x's shape along those axes, are joined by
+    all-reduces of their 3 * 4 * 64 floats in all (XLA may combine them into one)."""
+    mesh = make_mesh("8", axis_type)
+    x, _, _, dy = inputs(rng, F32)
+    s, b = randn(rng, SHAPE[1:], F32, scale=0.5, loc=1.0), randn(rng, SHAPE[1:], F32, scale=0.5)
+
+    def run(x, s, b, dy):
+        y, vjp = jax.vjp(lambda x, s, b: jm.layer_norm(x, s, b, axis=(1, 2)), x, s, b)
+        r, vjp_r = jax.vjp(lambda x, s: jm.rms_norm(x, s, axis=(-2, -1)), x, s)
+        return (y, *vjp(dy), r, *vjp_r(dy))
+
+    ref = jax.jit(run)(x, s, b, dy)
+    with jax.set_mesh(mesh):
+        xs, dys = (jax.device_put(a, NamedSharding(mesh, P("a"))) for a in (x, dy))
+        out = jax.jit(run)(xs, s, b, dys)
+        text = jax.jit(run).lower(xs, s, b, dys).compile().as_text()
+    for o, r in zip(out, ref):
+        np.testing.assert_allclose(np.asarray(o), np.asarray(r), rtol=1e-5, atol=1e-5 * np.abs(r).max())
+    for k in (0, 1, 4, 5):  # y, dx of each op like x
+        assert out[k].sharding.is_equivalent_to(xs.sharding, x.ndim), (k, out[k].sharding)
+    found = collectives(text)
+    assert not {"all-gather", "all-to-all", "collective-permute", "reduce-scatter"} & set(found), found
+    assert found.get("all-reduce") and sum(found["all-reduce"]) <= 3 * 4 * 64, found
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_shard_map(op, rng):
     """Inside shard_map each device makes the plain custom call; grads of replicated parameters are

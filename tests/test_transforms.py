@@ -555,8 +555,9 @@ def test_second_order_other_ops(device, rng, op, mode):
 # ----------------------------------------------------------------------------------------------
 
 EAGER_OPS = {
-    "softmax": ("jax_memops.softmax", "_over_rows", lambda x, p: jm.softmax(x, axis=(0, 1))),
+    "softmax": ("jax_memops.softmax", "_softmax_last", lambda x, p: jm.softmax(x, axis=(0, 1))),
     "layer_norm": ("jax_memops.norms", "_layer_norm", lambda x, p: jm.layer_norm(x, p, p, epsilon=1e-5)),
+    "layer_norm-axes": ("jax_memops.norms", "_layer_norm", lambda x, p: jm.layer_norm(x, axis=(1, 2))),
     "rms_norm": ("jax_memops.norms", "_rms_norm", lambda x, p: jm.rms_norm(x, p, epsilon=1e-6)),
     "scale_bias_gelu": ("jax_memops.gelu", "_scale_bias_gelu", lambda x, p: jm.scale_bias_gelu(x, p, 0.5)),
 }
