@@ -146,15 +146,17 @@ def row_param(p, x):
 def over_rows(fn, x, axes: tuple[int, ...]):
     """fn over rows made of x's `axes` (sorted, non-negative): they are moved last (a transpose unless they
     already are) and flattened into one axis, so that the kernels see one row per combination of the other
-    axes; fn's result, of the flattened shape, goes back to x's layout. The last axis alone passes x as is."""
+    axes; fn's result, of the flattened shape, goes back to x's layout (and, on explicit mesh axes, sharding:
+    _sharding.mergeable). The last axis alone passes x as is."""
     if axes == (x.ndim - 1,):
         return fn(x)
     rest = tuple(a for a in range(x.ndim) if a not in axes)
     order = rest + axes
     moved = order != tuple(range(x.ndim))
     xt = jnp.transpose(x, order) if moved else x
+    xt, resplit = _sharding.mergeable(xt, len(rest))
     lead = xt.shape[: len(rest)]
-    yt = fn(xt.reshape(*lead, math.prod(xt.shape[len(rest):]))).reshape(xt.shape)
+    yt = resplit(fn(xt.reshape(*lead, math.prod(xt.shape[len(rest):]))).reshape(xt.shape))
     return jnp.transpose(yt, np.argsort(order)) if moved else yt
 
 

@@ -99,6 +99,23 @@ def match_varying(*arrays):
                  for a in arrays)
 
 
+def mergeable(x, first: int):
+    """(x ready for the reshape that flattens its dims from `first` on into one, a function that gives a result of
+    x's shape x's own sharding back). Explicit mesh axes type the reshape, and JAX refuses to merge dims when a
+    sharded one follows another (an unsharded row dim before a sharded last dim, say): those dims are then made
+    unsharded first (all-gathered, as the norms' kernels gather a sharded last dim) and the result re-split
+    afterwards, which moves nothing. The first dim of the group may stay sharded: its blocks stay contiguous."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    spec = tuple(getattr(sharding, "spec", ()))
+    spec = (*spec, *(None,) * (x.ndim - len(spec)))
+    if not isinstance(sharding, NamedSharding) or all(e is None for e in spec[first + 1:]):
+        return x, lambda y: y
+    _warn_once("merge", "jax_memops: the axes of a row are sharded on explicit mesh axes in a way a reshape cannot "
+                        "merge; they are all-gathered first")
+    gathered = PartitionSpec(*spec[:first], *(None,) * (x.ndim - first))
+    return jax.sharding.reshard(x, gathered), lambda y: jax.sharding.reshard(y, PartitionSpec(*spec))
+
+
 @dataclass(frozen=True)
 class _Call:
     """The static part of one custom call, handed to the partitioning callbacks."""

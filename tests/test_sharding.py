@@ -261,6 +261,38 @@ def test_norm_axes_row_sharded(axis_type, rng):
     assert found.get("all-reduce") and sum(found["all-reduce"]) <= 3 * 4 * 64, found
 
 
+MERGE_CASES = [(P(None, None, "a"), (1, 2)), (P(None, "a", "b"), (1, 2)), (P(None, "a", "b"), (0, 2)),
+               (P("a", "b"), None)]
+
+
+@pytest.mark.parametrize("spec,axis", MERGE_CASES, ids=["last-dim", "both-dims", "moved", "all"])
+@pytest.mark.parametrize("op", ["softmax", "layer_norm", "rms_norm"])
+def test_axes_on_explicit_mesh_axes(op, spec, axis, rng):
+    """Rows of several axes of which a later one is sharded on explicit mesh axes: JAX refuses to merge such dims
+    by a plain reshape, so they are gathered first (one warning) and y and dx come back with x's sharding, equal to
+    the unsharded results."""
+    mesh = make_mesh("4x2", AxisType.Explicit)
+    x, _, _, dy = inputs(rng, F32)
+    f = {"softmax": lambda x: jm.softmax(x, axis=axis), "layer_norm": lambda x: jm.layer_norm(x, axis=axis),
+         "rms_norm": lambda x: jm.rms_norm(x, axis=axis)}[op]
+
+    def run(x, dy):
+        y, vjp = jax.vjp(f, x)
+        return y, *vjp(dy)
+
+    ref = jax.jit(run)(x, dy)
+    _sharding._warned.clear()
+    with jax.set_mesh(mesh), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        xs, dys = (jax.device_put(a, NamedSharding(mesh, spec)) for a in (x, dy))
+        out = jax.jit(run)(xs, dys)
+        for o in out:
+            assert jax.typeof(o).sharding.spec == jax.typeof(xs).sharding.spec
+    assert any("cannot merge" in str(w.message) for w in seen), [str(w.message) for w in seen]
+    for o, r in zip(out, ref):
+        np.testing.assert_allclose(np.asarray(o), np.asarray(r), rtol=1e-5, atol=1e-5 * np.abs(r).max())
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_shard_map(op, rng):
     """Inside shard_map each device makes the plain custom call; grads of replicated parameters are
