@@ -6,6 +6,9 @@
 #   test      the pytest suite (CPU and GPU cases; TESTS_K selects, e.g. "gpu and not slow")
 #   slow      the > 2^31-element GPU tests (pytest -k "gpu and slow"), one at a time
 #   sanitize  compute-sanitizer memcheck and racecheck over benchmarks/sanitize.py
+#   race      the same tools over benchmarks/cluster_race.py: the softmax's cluster kernels (the backward's,
+#             which the sanitize stage's racecheck never reaches), racecheck by the merge rule and by messages
+#             at every k (JAX_MEMOPS_SOFTMAX_PUSH=1), memcheck
 #   bench     jax-memops bench (default: every part) into gpu-out/bench
 #   gpt       examples/gpt.py --compare (jm ops vs plain Flax, same init and data) into gpu-out/gpt
 #   multi     benchmarks/multi_gpu.py (row-sharded ops on every GPU vs one; needs 2 or more GPUs)
@@ -13,7 +16,7 @@
 # Environment: TESTS_K (pytest -k expression, e.g. gpu), PYTEST_N (pytest-xdist workers; they share the GPU,
 # so preallocation is turned off for the test stage), DURATIONS (how many of the slowest tests pytest lists;
 # default 40), BENCH_ARGS (extra bench options), GPT_STEPS, ATTN_ARGS (attention_ab.py options),
-# T_TEST / T_SAN / T_BENCH / T_GPT / T_MULTI / T_ATTN (seconds each stage may take; a stage past its limit is
+# T_TEST / T_SAN / T_RACE / T_BENCH / T_GPT / T_MULTI / T_ATTN (seconds each stage may take; a stage past its limit is
 # stopped and noted).
 set -uo pipefail
 out=gpu-out
@@ -77,6 +80,21 @@ for stage in $stages; do
       wait
       for tool in memcheck racecheck memcheck-ab racecheck-ab racecheck-fwd; do
         note $tool "rc=$(cat "$out/$tool.rc") $((SECONDS - start))s $(grep -E 'SUMMARY|passed|FAIL' "$out/$tool.log" | tail -2 | tr '\n' ' ')"
+      done ;;
+    race)
+      # sanitize.py's racecheck dies of the tool's own "Internal Sanitizer Error" at the first backward on a cluster;
+      # under a filter on the softmax's kernels (kns=softmax_) the tool gets through them (ab_lib.sh's
+      # ab_cluster_race, run by the A/B drivers since v11). The three runs side by side.
+      for run in racecheck: racecheck:1 memcheck:; do
+        tool=${run%%:*} push=${run#*:}
+        ( JAX_MEMOPS_SOFTMAX_PUSH="$push" XLA_PYTHON_CLIENT_PREALLOCATE=false \
+            XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout ${T_RACE:-300} compute-sanitizer --tool $tool \
+            --kernel-name kns=softmax_ --error-exitcode 3 python3 benchmarks/cluster_race.py \
+            > "$out/race-$tool-push${push:-rule}.log" 2>&1; echo $? > "$out/race-$tool-push${push:-rule}.rc" ) &
+      done
+      wait
+      for log in racecheck-pushrule racecheck-push1 memcheck-pushrule; do
+        note "${log%-push*}" "rc=$(cat "$out/race-$log.rc") ${log#*-} $((SECONDS - start))s $(grep -E 'SUMMARY|OK' "$out/race-$log.log" | tail -2 | tr '\n' ' ')"
       done ;;
     bench)
       timeout ${T_BENCH:-1200} python3 -P -m jax_memops.cli bench ${BENCH_ARGS:-} --out "$out/bench" > "$out/bench.txt" 2> "$out/bench.err"
