@@ -6,9 +6,9 @@
 #   test      the pytest suite (CPU and GPU cases; TESTS_K selects, e.g. "gpu and not slow")
 #   slow      the > 2^31-element GPU tests (pytest -k "gpu and slow"), one at a time
 #   sanitize  compute-sanitizer memcheck and racecheck over benchmarks/sanitize.py
-#   race      the same tools over benchmarks/cluster_race.py: the softmax's cluster kernels (the backward's,
-#             which the sanitize stage's racecheck never reaches), racecheck by the merge rule and by messages
-#             at every k (JAX_MEMOPS_SOFTMAX_PUSH=1), memcheck
+#   race      what the sanitize stage's racecheck never reaches: benchmarks/cluster_race.py, the softmax's cluster
+#             kernels (racecheck by the merge rule and by messages at every k, JAX_MEMOPS_SOFTMAX_PUSH=1;
+#             memcheck), and sanitize.py's workload but softmax (racecheck: the norms' and GELU's backward)
 #   bench     jax-memops bench (default: every part) into gpu-out/bench
 #   gpt       examples/gpt.py --compare (jm ops vs plain Flax, same init and data) into gpu-out/gpt
 #   multi     benchmarks/multi_gpu.py (row-sharded ops on every GPU vs one; needs 2 or more GPUs)
@@ -92,9 +92,15 @@ for stage in $stages; do
             --kernel-name kns=softmax_ --error-exitcode 3 python3 benchmarks/cluster_race.py \
             > "$out/race-$tool-push${push:-rule}.log" 2>&1; echo $? > "$out/race-$tool-push${push:-rule}.rc" ) &
       done
+      # The whole workload's racecheck stops at the softmax's first cluster backward: the other ops' kernels, forward
+      # and backward, by themselves.
+      ( XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout ${T_RACE:-300} \
+          compute-sanitizer --tool racecheck --kernel-name kns=_kernel --error-exitcode 3 python3 benchmarks/sanitize.py \
+          --only layer_norm layer_norm_noparams layer_norm_scale rms_norm gelu_arrays gelu_3_kernels gelu_scalars \
+          > "$out/race-racecheck-others.log" 2>&1; echo $? > "$out/race-racecheck-others.rc" ) &
       wait
-      for log in racecheck-pushrule racecheck-push1 memcheck-pushrule; do
-        note "${log%-push*}" "rc=$(cat "$out/race-$log.rc") ${log#*-} $((SECONDS - start))s $(grep -E 'SUMMARY|OK' "$out/race-$log.log" | tail -2 | tr '\n' ' ')"
+      for log in racecheck-pushrule racecheck-push1 memcheck-pushrule racecheck-others; do
+        note "${log%-*}" "rc=$(cat "$out/race-$log.rc") ${log##*-} $((SECONDS - start))s $(grep -E 'SUMMARY|OK|passed' "$out/race-$log.log" | tail -2 | tr '\n' ' ')"
       done ;;
     bench)
       timeout ${T_BENCH:-1200} python3 -P -m jax_memops.cli bench ${BENCH_ARGS:-} --out "$out/bench" > "$out/bench.txt" 2> "$out/bench.err"
