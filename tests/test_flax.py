@@ -167,6 +167,20 @@ def test_nnx_state_and_checkpoint_round_trip():
 LINEN_PAIRS = [(jm.linen.LayerNorm, nn.LayerNorm), (jm.linen.RMSNorm, nn.RMSNorm)]
 
 
+def assert_linen_matches(mine, ref, params, x):
+    """Our layer runs the kernel and gives Flax's output and gradients (of params and x) with the same params."""
+    assert uses_kernel(lambda x: mine.apply(params, x), x)
+    y, y_ref = mine.apply(params, x), ref.apply(params, x)
+    assert_close(y, y_ref, y_ref.dtype)
+    ct = data(y.shape, f32, seed=2)
+
+    def grads(m):
+        return jax.grad(lambda p, x: jnp.sum(m.apply(p, x).astype(f32) * ct), (0, 1))(params, x)
+
+    for g, g_ref in zip(jax.tree.leaves(grads(mine)), jax.tree.leaves(grads(ref))):
+        assert_close(g, g_ref, y_ref.dtype)
+
+
 @pytest.mark.parametrize("pair", LINEN_PAIRS, ids=["LayerNorm", "RMSNorm"])
 @pytest.mark.parametrize("options", OPTIONS, ids=["scale+bias", "no-scale", "no-bias", "neither"])
 @pytest.mark.parametrize("x_dtype,param_dtype,dtype", [
@@ -182,17 +196,7 @@ def test_linen_matches_flax(pair, options, x_dtype, param_dtype, dtype):
     init_mine, init_ref = mine.init(jax.random.key(0), x), ref.init(jax.random.key(0), x)
     assert jax.tree.structure(init_mine) == jax.tree.structure(init_ref)  # same names, same collections
     jax.tree.map(lambda a, b: assert_close(a, b, f32), init_mine, init_ref)  # same shapes, dtypes, inits
-    params = randomize(init_ref)  # Flax's params, used as they are by ours
-    y, y_ref = mine.apply(params, x), ref.apply(params, x)
-    assert uses_kernel(lambda x: mine.apply(params, x), x)
-    assert_close(y, y_ref, y_ref.dtype)
-    ct = data(y.shape, f32, seed=2)
-
-    def grads(m):
-        return jax.grad(lambda p, x: jnp.sum(m.apply(p, x).astype(f32) * ct), (0, 1))(params, x)
-
-    for g, g_ref in zip(jax.tree.leaves(grads(mine)), jax.tree.leaves(grads(ref))):
-        assert_close(g, g_ref, y_ref.dtype)
+    assert_linen_matches(mine, ref, randomize(init_ref), x)  # Flax's params, used as they are by ours
 
 
 @pytest.mark.parametrize("pair", LINEN_PAIRS, ids=["LayerNorm", "RMSNorm"])
@@ -205,17 +209,7 @@ def test_linen_trailing_axes_match_flax(pair, case, x_dtype):
     x = data((3, 4, C), x_dtype)
     init_mine, init_ref = mine.init(jax.random.key(0), x), ref.init(jax.random.key(0), x)
     assert jax.tree.map(jnp.shape, init_mine) == jax.tree.map(jnp.shape, init_ref)
-    params = randomize(init_ref)
-    assert uses_kernel(lambda x: mine.apply(params, x), x)
-    y, y_ref = mine.apply(params, x), ref.apply(params, x)
-    assert_close(y, y_ref, y_ref.dtype)
-    ct = data(y.shape, f32, seed=2)
-
-    def grads(m):
-        return jax.grad(lambda p, x: jnp.sum(m.apply(p, x).astype(f32) * ct), (0, 1))(params, x)
-
-    for g, g_ref in zip(jax.tree.leaves(grads(mine)), jax.tree.leaves(grads(ref))):
-        assert_close(g, g_ref, y_ref.dtype)
+    assert_linen_matches(mine, ref, randomize(init_ref), x)
 
 
 @pytest.mark.parametrize("pair", LINEN_PAIRS, ids=["LayerNorm", "RMSNorm"])
