@@ -307,6 +307,27 @@ def ref_scale_bias_gelu_jvp(x, scale, bias, t, ts=None, tb=None):
     return ref_gelu_grad(u) * du, _gelu_grad_mag(u) * dmag
 
 
+def special_rows(rng, c, dtype):
+    """One row per rule of the semantics (as jax.nn.softmax):
+    0 plain; 1 about 40% -inf (masking); 2 all -inf (NaN row); 3 one NaN (NaN row); 4 one +inf (NaN
+    row); 5 logits of magnitude ~1e4; 6 -inf on the first half (online kernels: running max -inf at the
+    start); 7 -inf on the second half; 8 -inf except the last entry (one-hot at C - 1, where v7 clamps);
+    9 -inf at columns with c % 32 < 16 (online_warp: half the lanes hold only -inf partials, merged with
+    each other and then with finite ones)."""
+    x = randn(rng, (10, c), np.float32, scale=3.0)
+    x[1, rng.random(c) < 0.4] = -np.inf
+    x[1, c // 3] = 0.5
+    x[2] = -np.inf
+    x[3, c // 2] = np.nan
+    x[4, (2 * c) // 3] = np.inf
+    x[5] = np.clip(1e4 * rng.standard_normal(c), -6e4, 6e4)
+    x[6, : (c + 1) // 2] = -np.inf
+    x[7, (c + 1) // 2 :] = -np.inf
+    x[8, :-1] = -np.inf
+    x[9, np.arange(c) % 32 < 16] = -np.inf
+    return x.astype(dtype)
+
+
 # ----------------------------------------------------------------------------------------------
 # comparisons
 # ----------------------------------------------------------------------------------------------
