@@ -100,8 +100,8 @@ def match_varying(*arrays):
 
 
 def mergeable(x, first: int):
-    """(x ready for the reshape that flattens its dims from `first` on into one, a function that gives a result of
-    x's shape x's own sharding back). Explicit mesh axes type the reshape, and JAX refuses to merge dims when a
+    """(x ready for the reshape that flattens its dims from `first` on into one; a function that gives a result
+    of x's shape x's own sharding again). Explicit mesh axes type the reshape, and JAX refuses to merge dims when a
     sharded one follows another (an unsharded row dim before a sharded last dim, say): those dims are then made
     unsharded first (all-gathered, as the norms' kernels gather a sharded last dim) and the result re-split
     afterwards, which moves nothing. The first dim of the group may stay sharded: its blocks stay contiguous."""

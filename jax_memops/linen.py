@@ -4,8 +4,7 @@ Subclasses of `flax.linen.LayerNorm` / `RMSNorm` that override only `__call__`: 
 parameter names (`scale`, `bias`), shapes, dtypes and initializers, so parameter dicts are interchangeable
 with Flax's. The kernel runs when Flax would normalize over trailing axes (the last one by default; `reduction_axes`
 such as (-2, -1) too, their features any of them), in float32 statistics, with no `mask` or `axis_name`; anything
-else runs Flax's own `__call__`. The kernel's variance is exact, so
-`use_fast_variance` changes nothing here.
+else runs Flax's own `__call__`. The kernel's variance is exact, so `use_fast_variance` changes nothing here.
 
 `dot_product_attention` is an `attention_fn` for `nn.MultiHeadDotProductAttention` with the signature of
 `flax.linen.dot_product_attention`, whose softmax is `jax_memops.softmax`.
