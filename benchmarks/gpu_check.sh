@@ -13,11 +13,12 @@
 #   gpt       examples/gpt.py --compare (jm ops vs plain Flax, same init and data) into gpu-out/gpt
 #   multi     benchmarks/multi_gpu.py (row-sharded ops on every GPU vs one; needs 2 or more GPUs)
 #   attn      benchmarks/attention_ab.py (the Flax drop-in attention functions against Flax's own; Flax's version)
+#   layers    benchmarks/norm_layers_ab.py (the Flax drop-in norm layers against Flax's own, device timing)
 # Environment: TESTS_K (pytest -k expression, e.g. gpu), PYTEST_N (pytest-xdist workers; they share the GPU,
 # so preallocation is turned off for the test stage), DURATIONS (how many of the slowest tests pytest lists;
-# default 40), BENCH_ARGS (extra bench options), GPT_STEPS, ATTN_ARGS (attention_ab.py options),
-# T_TEST / T_SAN / T_RACE / T_BENCH / T_GPT / T_MULTI / T_ATTN (seconds each stage may take; a stage past its limit is
-# stopped and noted).
+# default 40), BENCH_ARGS (extra bench options), GPT_STEPS, ATTN_ARGS (attention_ab.py options), LAYERS_ARGS
+# (norm_layers_ab.py options), T_TEST / T_SAN / T_RACE / T_BENCH / T_GPT / T_MULTI / T_ATTN / T_LAYERS (seconds each
+# stage may take; a stage past its limit is stopped and noted).
 set -uo pipefail
 out=gpu-out
 rm -rf "$out" && mkdir -p "$out"
@@ -119,6 +120,11 @@ for stage in $stages; do
       timeout ${T_ATTN:-300} python3 -P benchmarks/attention_ab.py ${ATTN_ARGS:-} > "$out/attention.log" 2>&1
       rc=$?; note attn "rc=$rc $((SECONDS - start))s $(head -1 "$out/attention.log")"
       cat "$out/attention.log" ;;
+    layers)
+      timeout ${T_LAYERS:-600} python3 -P benchmarks/norm_layers_ab.py --timing device ${LAYERS_ARGS:-} \
+        > "$out/norm_layers.log" 2>&1
+      rc=$?; note layers "rc=$rc $((SECONDS - start))s $(head -1 "$out/norm_layers.log")"
+      cat "$out/norm_layers.log" ;;
   esac
 done
 echo; echo "== summary"; printf '%s\n' "${summary[@]}"
