@@ -307,6 +307,14 @@ def ref_scale_bias_gelu_jvp(x, scale, bias, t, ts=None, tb=None):
     return ref_gelu_grad(u) * du, _gelu_grad_mag(u) * dmag
 
 
+def as_rows(a, axis) -> np.ndarray:
+    """a (as float64) with the entries of `axis` (an int, a sequence, or None for all) moved last and flattened: one
+    row per row of an op over those axes, for assert_close's per-row bounds."""
+    axes = range(np.ndim(a)) if axis is None else [int(x) % np.ndim(a) for x in np.atleast_1d(axis)]
+    moved = np.moveaxis(f64(a), list(axes), list(range(-len(axes), 0)))
+    return moved.reshape(*moved.shape[: moved.ndim - len(axes)], -1)
+
+
 def special_rows(rng, c, dtype):
     """One row per rule of the semantics (as jax.nn.softmax):
     0 plain; 1 about 40% -inf (masking); 2 all -inf (NaN row); 3 one NaN (NaN row); 4 one +inf (NaN

@@ -58,12 +58,6 @@ def _ref(x, scale, bias, axes, eps, rms, g):
     return y, dx, (g * xhat).sum(axis=rest), g.sum(axis=rest), mag
 
 
-def _rows(a, axes):
-    """a with `axes` moved last and flattened: the op's rows, for assert_close's per-row bound."""
-    moved = np.moveaxis(mt.f64(a), list(axes), list(range(-len(axes), 0)))
-    return moved.reshape(*moved.shape[: a.ndim - len(axes)], -1)
-
-
 def _run(op, device, x, s, b, g, axis):
     """(y, (dx, dscale[, dbias])) of one jitted VJP of the op over `axis`."""
     put = [jax.device_put(a, device) for a in (x, s, b, g)]
@@ -89,9 +83,9 @@ def test_norm_over_axes(device, rng, op, shape, axis, dtype):
     eps = 1e-6 if rms else 1e-5
     ry, rdx, rds, rdb, mag = _ref(x, s, None if rms else b, axes, eps, rms, g)
     assert y.shape == shape and y.dtype == x.dtype and grads[0].dtype == x.dtype
-    mt.assert_close(_rows(y, axes), _rows(ry, axes), FWD_TOL[dtype], dtype=dtype, what="y")
-    mt.assert_close(_rows(grads[0], axes), _rows(rdx, axes), GRAD_TOL[dtype], dtype=dtype, what="dx",
-                    mag=_rows(mag, axes))
+    mt.assert_close(mt.as_rows(y, axes), mt.as_rows(ry, axes), FWD_TOL[dtype], dtype=dtype, what="y")
+    mt.assert_close(mt.as_rows(grads[0], axes), mt.as_rows(rdx, axes), GRAD_TOL[dtype], dtype=dtype, what="dx",
+                    mag=mt.as_rows(mag, axes))
     assert grads[1].shape == pshape and grads[1].dtype == s.dtype
     mt.assert_close(grads[1], rds, GRAD_TOL[dtype], dtype=mt.F32, what="dscale", row_factor=1e9)
     if not rms:
@@ -123,12 +117,12 @@ def test_axes_without_params_and_under_vmap(device, rng):
     s = mt.randn(rng, (4, 5, 7), loc=1.0)
     xd, sd = jax.device_put(x, device), jax.device_put(s, device)
     y = jax.jit(lambda t: jm.layer_norm(t, axis=(1, 3)))(xd)
-    mt.assert_close(_rows(y, (1, 3)), _rows(_ref(x, None, None, (1, 3), 1e-5, False, x)[0], (1, 3)),
+    mt.assert_close(mt.as_rows(y, (1, 3)), mt.as_rows(_ref(x, None, None, (1, 3), 1e-5, False, x)[0], (1, 3)),
                     FWD_TOL[mt.F32], dtype=mt.F32)
     z = jax.jit(jax.vmap(lambda t, p: jm.rms_norm(t, p, axis=(-2, -1))))(xd, sd)
     for k in range(4):
         want = _ref(x[k], s[k], None, (1, 2), 1e-6, True, x[k])[0]
-        mt.assert_close(_rows(z[k], (1, 2)), _rows(want, (1, 2)), FWD_TOL[mt.F32], dtype=mt.F32, what=f"vmap {k}")
+        mt.assert_close(mt.as_rows(z[k], (1, 2)), mt.as_rows(want, (1, 2)), FWD_TOL[mt.F32], dtype=mt.F32, what=f"vmap {k}")
 
 
 def test_axes_forward_mode(device, rng):
@@ -147,7 +141,7 @@ def test_axes_forward_mode(device, rng):
     ours = jax.jit(lambda *a: jax.jvp(lambda x, s, b: jm.layer_norm(x, s, b, axis=(1, 2)), a[:3], a[3:]))(*put)
     want = jax.jit(lambda *a: jax.jvp(xla, a[:3], a[3:]))(*put)
     for name, u, v in zip(("y", "ty"), ours, want):
-        mt.assert_close(_rows(u, (1, 2)), _rows(v, (1, 2)), 1e-5, dtype=mt.F32, what=name)
+        mt.assert_close(mt.as_rows(u, (1, 2)), mt.as_rows(v, (1, 2)), 1e-5, dtype=mt.F32, what=name)
 
 
 @pytest.mark.parametrize("shape,axis", [((0, 3, 4), (1, 2)), ((2, 0, 3), (1, 2)), ((2, 3, 0), (0, 1))])

@@ -147,13 +147,6 @@ MULTI_AXIS_IDS = [f"{'x'.join(map(str, s))}-axis{'all' if a is None else '.'.joi
                   for s, a in MULTI_AXIS_CASES]
 
 
-def _as_rows(a, axis):
-    """a with the softmax's axes moved last and flattened: one row per softmax row, for the per-row checks."""
-    axes = range(a.ndim) if axis is None else [x % a.ndim for x in axis]
-    moved = np.moveaxis(np.asarray(a), list(axes), list(range(-len(axes), 0)))
-    return moved.reshape(*moved.shape[: a.ndim - len(axes)], -1)
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape,axis", MULTI_AXIS_CASES, ids=MULTI_AXIS_IDS)
 def test_axes_tuple_and_none(device, rng, shape, axis, dtype):
@@ -164,14 +157,14 @@ def test_axes_tuple_and_none(device, rng, shape, axis, dtype):
     out, dx = softmax_vjp_jit(jax.device_put(x, device), jax.device_put(g, device), axis=static)
     _check_out(out, x, device)
     ref = mt.ref_softmax(x, static)
-    mt.assert_close(_as_rows(mt.f64(out), static), _as_rows(ref, static), FWD_TOL[dtype], dtype=dtype, what="y")
+    mt.assert_close(mt.as_rows(mt.f64(out), static), mt.as_rows(ref, static), FWD_TOL[dtype], dtype=dtype, what="y")
     if dtype == mt.F32:  # jax.nn.softmax itself, on the same input
         want = mt.f64(jax.nn.softmax(jnp.asarray(x), axis=static))
-        mt.assert_close(_as_rows(mt.f64(out), static), _as_rows(want, static), FWD_TOL[dtype], dtype=dtype)
+        mt.assert_close(mt.as_rows(mt.f64(out), static), mt.as_rows(want, static), FWD_TOL[dtype], dtype=dtype)
     ref_dx = mt.ref_softmax_vjp(x, g, static)
     mag = mt.ref_softmax_vjp_mag(x, g, static)
-    mt.assert_close(_as_rows(mt.f64(dx), static), _as_rows(ref_dx, static), GRAD_TOL[dtype], dtype=dtype, what="dx",
-                    mag=_as_rows(mag, static))
+    mt.assert_close(mt.as_rows(mt.f64(dx), static), mt.as_rows(ref_dx, static), GRAD_TOL[dtype], dtype=dtype, what="dx",
+                    mag=mt.as_rows(mag, static))
     # the list form is the tuple's. Compared as float64, where NaNs compare equal whatever their bits: on the H200
     # the bf16 NaN of a -inf row (axis ()) failed assert_array_equal on the bf16 arrays themselves.
     np.testing.assert_array_equal(mt.f64(jm.softmax(jax.device_put(x, device), axis)), mt.f64(out))
@@ -188,7 +181,7 @@ def test_axes_under_vmap_and_where(device, rng):
     with np.errstate(invalid="ignore"):
         want = np.where(mask, np.nan_to_num(mt.ref_softmax(xm, (1, 3)), nan=0.0), 0.0)
     assert (mt.f64(y)[:, ~mask] == 0).all()
-    mt.assert_close(_as_rows(mt.f64(y), (1, 3)), _as_rows(want, (1, 3)), FWD_TOL[mt.F32], dtype=mt.F32)
+    mt.assert_close(mt.as_rows(mt.f64(y), (1, 3)), mt.as_rows(want, (1, 3)), FWD_TOL[mt.F32], dtype=mt.F32)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
