@@ -307,6 +307,25 @@ def ref_scale_bias_gelu_jvp(x, scale, bias, t, ts=None, tb=None):
     return ref_gelu_grad(u) * du, _gelu_grad_mag(u) * dmag
 
 
+def ref_norm_axes(x, scale, bias, axes, eps, rms, g):
+    """LayerNorm (rms: RMSNorm) over `axes` of x itself, parameters of x's sizes along them (None: absent), in float64:
+    (y, dx, dscale, dbias, the magnitude of dx's terms) for the cotangent g."""
+    x, g = f64(x), f64(g)
+    shape = [x.shape[a] if a in axes else 1 for a in range(x.ndim)]
+    bcast = lambda p: 1.0 if p is None else f64(p).reshape(shape)  # noqa: E731
+    rest = tuple(a for a in range(x.ndim) if a not in axes)
+    mean = 0.0 if rms else x.mean(axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=axes, keepdims=True) + eps)
+    xhat = (x - mean) * rstd
+    y = xhat * bcast(scale) + (0.0 if bias is None else bcast(bias))
+    gh = g * bcast(scale)
+    dx = rstd * (gh - (0.0 if rms else gh.mean(axis=axes, keepdims=True))
+                 - xhat * (gh * xhat).mean(axis=axes, keepdims=True))
+    mag = rstd * (np.abs(gh) + (0.0 if rms else np.abs(gh).mean(axis=axes, keepdims=True))
+                  + np.abs(xhat) * np.abs(gh * xhat).mean(axis=axes, keepdims=True))
+    return y, dx, (g * xhat).sum(axis=rest), g.sum(axis=rest), mag
+
+
 def as_rows(a, axis) -> np.ndarray:
     """a (as float64) with the entries of `axis` (an int, a sequence, or None for all) moved last and flattened: one
     row per row of an op over those axes, for assert_close's per-row bounds."""

@@ -37,27 +37,6 @@ def _static(axis):
     return tuple(axis) if isinstance(axis, list) else axis
 
 
-def _bcast(p, shape, axes):
-    """A parameter of x's sizes along `axes` shaped to broadcast against x (ones where absent)."""
-    return 1.0 if p is None else mt.f64(p).reshape([shape[a] if a in axes else 1 for a in range(len(shape))])
-
-
-def _ref(x, scale, bias, axes, eps, rms, g):
-    """(y, dx, dscale, dbias) in float64, reducing over `axes` of x itself."""
-    x, g = mt.f64(x), mt.f64(g)
-    rest = tuple(a for a in range(x.ndim) if a not in axes)
-    mean = 0.0 if rms else x.mean(axis=axes, keepdims=True)
-    rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=axes, keepdims=True) + eps)
-    xhat = (x - mean) * rstd
-    y = xhat * _bcast(scale, x.shape, axes) + (0.0 if bias is None else _bcast(bias, x.shape, axes))
-    gh = g * _bcast(scale, x.shape, axes)
-    dx = rstd * (gh - (0.0 if rms else gh.mean(axis=axes, keepdims=True))
-                 - xhat * (gh * xhat).mean(axis=axes, keepdims=True))
-    mag = rstd * (np.abs(gh) + (0.0 if rms else np.abs(gh).mean(axis=axes, keepdims=True))
-                  + np.abs(xhat) * np.abs(gh * xhat).mean(axis=axes, keepdims=True))
-    return y, dx, (g * xhat).sum(axis=rest), g.sum(axis=rest), mag
-
-
 def _run(op, device, x, s, b, g, axis):
     """(y, (dx, dscale[, dbias])) of one jitted VJP of the op over `axis`."""
     put = [jax.device_put(a, device) for a in (x, s, b, g)]
@@ -81,7 +60,7 @@ def test_norm_over_axes(device, rng, op, shape, axis, dtype):
     mt.poison(device, (2,) + shape)
     y, grads = _run(op, device, x, s, b, g, _static(axis))
     eps = 1e-6 if rms else 1e-5
-    ry, rdx, rds, rdb, mag = _ref(x, s, None if rms else b, axes, eps, rms, g)
+    ry, rdx, rds, rdb, mag = mt.ref_norm_axes(x, s, None if rms else b, axes, eps, rms, g)
     assert y.shape == shape and y.dtype == x.dtype and grads[0].dtype == x.dtype
     mt.assert_close(mt.as_rows(y, axes), mt.as_rows(ry, axes), FWD_TOL[dtype], dtype=dtype, what="y")
     mt.assert_close(mt.as_rows(grads[0], axes), mt.as_rows(rdx, axes), GRAD_TOL[dtype], dtype=dtype, what="dx",
@@ -117,11 +96,11 @@ def test_axes_without_params_and_under_vmap(device, rng):
     s = mt.randn(rng, (4, 5, 7), loc=1.0)
     xd, sd = jax.device_put(x, device), jax.device_put(s, device)
     y = jax.jit(lambda t: jm.layer_norm(t, axis=(1, 3)))(xd)
-    mt.assert_close(mt.as_rows(y, (1, 3)), mt.as_rows(_ref(x, None, None, (1, 3), 1e-5, False, x)[0], (1, 3)),
+    mt.assert_close(mt.as_rows(y, (1, 3)), mt.as_rows(mt.ref_norm_axes(x, None, None, (1, 3), 1e-5, False, x)[0], (1, 3)),
                     FWD_TOL[mt.F32], dtype=mt.F32)
     z = jax.jit(jax.vmap(lambda t, p: jm.rms_norm(t, p, axis=(-2, -1))))(xd, sd)
     for k in range(4):
-        want = _ref(x[k], s[k], None, (1, 2), 1e-6, True, x[k])[0]
+        want = mt.ref_norm_axes(x[k], s[k], None, (1, 2), 1e-6, True, x[k])[0]
         mt.assert_close(mt.as_rows(z[k], (1, 2)), mt.as_rows(want, (1, 2)), FWD_TOL[mt.F32], dtype=mt.F32, what=f"vmap {k}")
 
 
