@@ -111,94 +111,47 @@ def _param(p, c):
     return np.ones(c) if p is None else f64(p)
 
 
-def _bias(p, c):
-    return np.zeros(c) if p is None else f64(p)
+def _last(x, scale, bias, eps, rms, g=None):
+    """ref_norm_axes over the last axis of a non-empty x (g: zeros where only y is wanted)."""
+    x = f64(x)
+    return ref_norm_axes(x, scale, bias, (x.ndim - 1,), eps, rms, np.zeros_like(x) if g is None else g)
 
 
 def ref_layer_norm(x, scale=None, bias=None, eps: float = 1e-5) -> np.ndarray:
-    x = f64(x)
-    c = x.shape[-1]
-    if x.size == 0:
-        return np.zeros_like(x)
-    mean = x.mean(axis=-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    xhat = (x - mean) / np.sqrt(var + eps)
-    return xhat * _param(scale, c) + _bias(bias, c)
+    return np.zeros_like(f64(x)) if np.size(x) == 0 else _last(x, scale, bias, eps, False)[0]
 
 
 def ref_layer_norm_vjp(x, scale, bias, eps, g):
     """Returns (dx, dscale, dbias); dscale/dbias are None when scale/bias is None."""
-    x = f64(x)
-    g = f64(g)
-    c = x.shape[-1]
-    s = _param(scale, c)
-    if x.size == 0:
-        dx = np.zeros_like(x)
-        ds = np.zeros(c)
-        db = np.zeros(c)
+    c = np.shape(x)[-1]
+    if np.size(x) == 0:
+        dx, ds, db = np.zeros_like(f64(x)), np.zeros(c), np.zeros(c)
     else:
-        mean = x.mean(axis=-1, keepdims=True)
-        var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-        rstd = 1.0 / np.sqrt(var + eps)
-        xhat = (x - mean) * rstd
-        gh = g * s
-        dx = rstd * (gh - gh.mean(-1, keepdims=True) - xhat * (gh * xhat).mean(-1, keepdims=True))
-        ds = _rows(g * xhat).sum(0)
-        db = _rows(g).sum(0)
+        _, dx, ds, db, _ = _last(x, scale, bias, eps, False, g)
     return dx, (None if scale is None else ds), (None if bias is None else db)
 
 
 def ref_layer_norm_vjp_mag(x, scale, eps, g) -> np.ndarray:
     """Magnitude of the terms of layer_norm's dx (condition-aware scale of the error)."""
-    x = f64(x)
-    g = f64(g)
-    if x.size == 0:
-        return np.zeros_like(x)
-    mean = x.mean(axis=-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    rstd = 1.0 / np.sqrt(var + eps)
-    xhat = (x - mean) * rstd
-    gh = np.abs(g * _param(scale, x.shape[-1]))
-    return rstd * (gh + gh.mean(-1, keepdims=True) + np.abs(xhat) * (gh * np.abs(xhat)).mean(-1, keepdims=True))
+    return np.zeros_like(f64(x)) if np.size(x) == 0 else _last(x, scale, None, eps, False, g)[4]
 
 
 def ref_rms_norm(x, scale=None, eps: float = 1e-6) -> np.ndarray:
-    x = f64(x)
-    c = x.shape[-1]
-    if x.size == 0:
-        return np.zeros_like(x)
-    rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
-    return x * rstd * _param(scale, c)
+    return np.zeros_like(f64(x)) if np.size(x) == 0 else _last(x, scale, None, eps, True)[0]
 
 
 def ref_rms_norm_vjp(x, scale, eps, g):
     """Returns (dx, dscale); dscale is None when scale is None."""
-    x = f64(x)
-    g = f64(g)
-    c = x.shape[-1]
-    s = _param(scale, c)
-    if x.size == 0:
-        dx = np.zeros_like(x)
-        ds = np.zeros(c)
+    if np.size(x) == 0:
+        dx, ds = np.zeros_like(f64(x)), np.zeros(np.shape(x)[-1])
     else:
-        rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
-        xhat = x * rstd
-        gh = g * s
-        dx = rstd * (gh - xhat * (gh * xhat).mean(-1, keepdims=True))
-        ds = _rows(g * xhat).sum(0)
+        _, dx, ds, _, _ = _last(x, scale, None, eps, True, g)
     return dx, (None if scale is None else ds)
 
 
 def ref_rms_norm_vjp_mag(x, scale, eps, g) -> np.ndarray:
     """Magnitude of the terms of rms_norm's dx (condition-aware scale of the error)."""
-    x = f64(x)
-    g = f64(g)
-    if x.size == 0:
-        return np.zeros_like(x)
-    rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
-    xhat = np.abs(x * rstd)
-    gh = np.abs(g * _param(scale, x.shape[-1]))
-    return rstd * (gh + xhat * (gh * xhat).mean(-1, keepdims=True))
+    return np.zeros_like(f64(x)) if np.size(x) == 0 else _last(x, scale, None, eps, True, g)[4]
 
 
 def _gelu_u(x, scale, bias):
