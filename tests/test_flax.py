@@ -62,13 +62,13 @@ NNX_PAIRS = [(jm.nnx.LayerNorm, nnx.LayerNorm), (jm.nnx.RMSNorm, nnx.RMSNorm)]
 OPTIONS = [{}, {"use_scale": False}, {"use_bias": False}, {"use_scale": False, "use_bias": False}]
 
 
-def nnx_pair(ours, theirs, options, seed=0):
+def nnx_pair(ours, theirs, options, seed=0, features=C):
     """Flax's layer with random params and ours loaded from its nnx.state (a checkpoint round trip)."""
     if theirs is nnx.RMSNorm:
         options = {k: v for k, v in options.items() if k != "use_bias"}
-    ref = theirs(C, rngs=nnx.Rngs(seed), **options)
+    ref = theirs(features, rngs=nnx.Rngs(seed), **options)
     nnx.update(ref, randomize(nnx.state(ref)))
-    mine = ours(C, rngs=nnx.Rngs(seed + 1), **options)
+    mine = ours(features, rngs=nnx.Rngs(seed + 1), **options)
     nnx.update(mine, nnx.state(ref))
     return mine, ref
 
@@ -76,6 +76,17 @@ def nnx_pair(ours, theirs, options, seed=0):
 def nnx_grads(layer, x, ct):
     graphdef, state = nnx.split(layer)
     return jax.grad(lambda s, x: jnp.sum(nnx.merge(graphdef, s)(x).astype(f32) * ct), (0, 1))(state, x)
+
+
+def assert_nnx_matches(mine, ref, x):
+    """Our layer runs the kernel and gives Flax's output and gradients (of the state and x), within the tolerance of
+    Flax's output dtype (its promotion: bf16 x with f32 params gives f32, dtype=bf16 gives bf16)."""
+    assert uses_kernel(mine, x)
+    y, y_ref = mine(x), ref(x)
+    assert_close(y, y_ref, y_ref.dtype)
+    ct = data(y.shape, f32, seed=2)
+    for g, g_ref in zip(jax.tree.leaves(nnx_grads(mine, x, ct)), jax.tree.leaves(nnx_grads(ref, x, ct))):
+        assert_close(g, g_ref, y_ref.dtype)
 
 
 @pytest.mark.parametrize("pair", NNX_PAIRS, ids=["LayerNorm", "RMSNorm"])
@@ -87,14 +98,7 @@ def test_nnx_matches_flax(pair, options, x_dtype, param_dtype, dtype):
     options = dict(options, param_dtype=param_dtype, dtype=dtype)
     mine, ref = nnx_pair(*pair, options)
     assert jax.tree.structure(nnx.state(mine)) == jax.tree.structure(nnx.state(ref))
-    x = data((3, 5, C), x_dtype)
-    y, y_ref = mine(x), ref(x)
-    assert uses_kernel(mine, x)
-    out = y_ref.dtype  # Flax's promotion: bf16 x with f32 params gives f32, dtype=bf16 gives bf16
-    assert_close(y, y_ref, out)
-    ct = data(y.shape, f32, seed=2)
-    for g, g_ref in zip(jax.tree.leaves(nnx_grads(mine, x, ct)), jax.tree.leaves(nnx_grads(ref, x, ct))):
-        assert_close(g, g_ref, out)
+    assert_nnx_matches(mine, ref, data((3, 5, C), x_dtype))
 
 
 # Reductions over several trailing axes (rows of 4 x C for the kernel): features on the last, on both, on the
@@ -108,19 +112,9 @@ AXES_CASES = {"reduce-2-axes": ({"reduction_axes": (-2, -1)}, C),
 @pytest.mark.parametrize("case", list(AXES_CASES))
 @pytest.mark.parametrize("x_dtype", [f32, bf16], ids=["f32", "bf16"])
 def test_nnx_trailing_axes_match_flax(pair, case, x_dtype):
-    ours, theirs = pair
     options, n = AXES_CASES[case]
-    ref = theirs(n, rngs=nnx.Rngs(0), **options)
-    nnx.update(ref, randomize(nnx.state(ref)))
-    mine = ours(n, rngs=nnx.Rngs(1), **options)
-    nnx.update(mine, nnx.state(ref))
-    x = data((3, 4, C), x_dtype)
-    assert uses_kernel(mine, x)
-    y, y_ref = mine(x), ref(x)
-    assert_close(y, y_ref, y_ref.dtype)
-    ct = data(y.shape, f32, seed=2)
-    for g, g_ref in zip(jax.tree.leaves(nnx_grads(mine, x, ct)), jax.tree.leaves(nnx_grads(ref, x, ct))):
-        assert_close(g, g_ref, y_ref.dtype)
+    mine, ref = nnx_pair(*pair, options, features=n)
+    assert_nnx_matches(mine, ref, data((3, 4, C), x_dtype))
 
 
 @pytest.mark.parametrize("pair", NNX_PAIRS, ids=["LayerNorm", "RMSNorm"])
