@@ -1,8 +1,9 @@
 """The Flax drop-in norm layers against Flax's own, jitted, forward and training step, on whatever device JAX has:
 `jm.nnx.LayerNorm` / `RMSNorm` against `nnx.LayerNorm` / `RMSNorm`, in the dtype configurations a model meets:
 
-    widening   bfloat16 x, float32 params, dtype=None: Flax's output is float32, and the kernels take x converted
-               to float32 first (one more pass over x than Flax's fused code: README, RESULTS "eleventh session")
+    widening   bfloat16 x, float32 params, dtype=None: Flax's output is float32; the kernels read x as bfloat16
+               and write y as float32 (the norms' `dtype`; until the twelfth session x was converted to float32
+               first, one more pass over x than Flax's fused code: RESULTS "eleventh session", "twelfth session")
     bf16       bfloat16 x, float32 params, dtype=bfloat16 (examples/gpt.py): the params rounded, x stays bfloat16
     f32        float32 x and params
 

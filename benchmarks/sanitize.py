@@ -115,6 +115,11 @@ NORM_V4_SHAPES = [((5, 33), jnp.float32), ((300, 64), jnp.bfloat16), ((3, 1001),
 TOL = {jnp.float32: 2e-5, jnp.bfloat16: 2e-2, jnp.float16: 4e-3}
 
 
+def _other(x):
+    """The output dtype of the `dtype` checks: float32 for a 16-bit x, bfloat16 for a float32 one."""
+    return jnp.bfloat16 if x.dtype == jnp.float32 else jnp.float32
+
+
 def check(name, got, want, tol):
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
@@ -136,6 +141,11 @@ def main():
         "layer_norm_noparams": (lambda x, s, b: jm.layer_norm(x), lambda x, s, b: reference.layer_norm(x)),
         "layer_norm_scale": (lambda x, s, b: jm.layer_norm(x, s), lambda x, s, b: reference.layer_norm(x, s)),
         "rms_norm": (lambda x, s, b: jm.rms_norm(x, s), lambda x, s, b: reference.rms_norm(x, s)),
+        # y in another dtype than x (`dtype`: norm_fwd_mixed, norm_bwd_general with dy of y's dtype)
+        "layer_norm_dtype": (lambda x, s, b: jm.layer_norm(x, s, b, dtype=_other(x)),
+                             lambda x, s, b: reference.layer_norm(x.astype(jnp.float32), s, b).astype(_other(x))),
+        "rms_norm_dtype": (lambda x, s, b: jm.rms_norm(x, s, dtype=_other(x)),
+                           lambda x, s, b: reference.rms_norm(x.astype(jnp.float32), s).astype(_other(x))),
         "gelu_arrays": (jm.scale_bias_gelu, reference.scale_bias_gelu),
         "gelu_3_kernels": (lambda x, s, b: unfused.three_kernels(x, 1.5, 0.25),
                            lambda x, s, b: reference.scale_bias_gelu(x, 1.5, 0.25)),
@@ -216,10 +226,12 @@ def main():
         b = 0.1 * jax.random.normal(kb, shape[-1:])
         for name, (ours, ref, ours_v, ref_v) in compiled.items():
             label = f"{name} {jnp.dtype(dtype).name} {shape}"
-            run_check(label + " " + direction, ours, ref, (x, s, b), 10 * TOL[dtype])
+            # the `dtype` checks: the less precise of x's dtype and y's (whose cotangent rounds like y)
+            tol = 10 * max(TOL[dtype], TOL[_other(x)] if name.endswith("_dtype") else 0.0)
+            run_check(label + " " + direction, ours, ref, (x, s, b), tol)
             if i < 3:
                 xs, ss, bs = jnp.stack([x, x[::-1]]), jnp.stack([s, 2 * s]), jnp.stack([b, b])
-                run_check(label + " vmap", ours_v, ref_v, (xs, ss, bs), 10 * TOL[dtype])
+                run_check(label + " vmap", ours_v, ref_v, (xs, ss, bs), tol)
     if "softmax" not in ops:
         print(f"sanitize workload: {n - min(first, n)} checks passed on {jax.devices()[0].device_kind}")
         return

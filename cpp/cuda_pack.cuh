@@ -152,6 +152,7 @@ __device__ __forceinline__ Pack<T, V> load_shared(const Pack<T, V>* p) {
     return *p;
   }
 }
+// Packs of several 16-byte words (a norm's f32 y of a 16-bit x's pack: 8 floats) as that many streaming stores.
 template <int V, typename T>
 __device__ __forceinline__ void store_stream(T* base, int64_t pack, const Pack<T, V>& v) {
   Pack<T, V>* p = reinterpret_cast<Pack<T, V>*>(base) + pack;
@@ -159,6 +160,12 @@ __device__ __forceinline__ void store_stream(T* base, int64_t pack, const Pack<T
     uint4 u;
     memcpy(&u, &v, sizeof(u));
     __stcs(reinterpret_cast<uint4*>(p), u);
+  } else if constexpr (sizeof(Pack<T, V>) % 16 == 0) {
+    constexpr int kWords = sizeof(Pack<T, V>) / 16;
+    uint4 u[kWords];
+    memcpy(u, &v, sizeof(u));
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) __stcs(reinterpret_cast<uint4*>(p) + w, u[w]);
   } else {
     *p = v;
   }
@@ -212,6 +219,24 @@ __device__ __forceinline__ void for_row_packs(const T* const (&rows)[K], int64_t
         return set;
       },
       [&](const PackSet<T, V, K>& set, int64_t i) { f(i, set.p); });
+}
+
+// for_row_packs over two arrays whose types may differ (a norm's x and dy of another dtype): f(i, pa, pb), with
+// pa a Pack<A, V> and pb a Pack<B, V>, batched by kBatch's register budget for the pair.
+template <int V, int kRegs = 0, typename A, typename B, typename F>
+__device__ __forceinline__ void for_row_pack_pair(const A* a, const B* b, int64_t n, int lane, int tpr, F&& f) {
+  if constexpr (std::is_same_v<A, B>) {
+    for_row_packs<V, kRegs>({a, b}, n, lane, tpr, [&](int64_t i, const auto& p) { f(i, p[0], p[1]); });
+  } else {
+    struct Two {
+      Pack<A, V> a;
+      Pack<B, V> b;
+    };
+    constexpr int kWords = static_cast<int>((sizeof(A) * V + 3) / 4 + (sizeof(B) * V + 3) / 4);
+    walk_batches<std::clamp((kRegs > 0 ? kRegs : 16) / kWords, 1, 8)>(
+        n, lane, tpr, [&](int64_t i) { return Two{load_raw<V>(a, i), load_raw<V>(b, i)}; },
+        [&](const Two& t, int64_t i) { f(i, t.a, t.b); });
+  }
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }

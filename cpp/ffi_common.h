@@ -144,6 +144,15 @@ inline ffi::Error check_same(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, c
   return ffi::Error::Success();
 }
 
+// The norms' y (forward) and dy (backward) may have another float dtype than x (their `dtype` argument): the
+// size alone must match; the dtype dispatch rejects what is not a float.
+inline ffi::Error check_size(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, const char* what) {
+  if (a.element_count() != b.element_count()) {
+    return ffi::Error::InvalidArgument(std::string(what) + ": size must match the input");
+  }
+  return ffi::Error::Success();
+}
+
 template <ffi::DataType D>
 struct DTypeTag {
   static constexpr ffi::DataType value = D;
@@ -163,6 +172,12 @@ ffi::Error dispatch_float(ffi::DataType dtype, F&& f) {
     default:
       return ffi::Error::InvalidArgument("unsupported dtype: expected float32, bfloat16 or float16");
   }
+}
+
+// The dispatch over a pair of dtypes (x's and the norms' y or dy): f(tag_a, tag_b), every pair of the three.
+template <typename F>
+ffi::Error dispatch_float_pair(ffi::DataType a, ffi::DataType b, F&& f) {
+  return dispatch_float(a, [&](auto ta) { return dispatch_float(b, [&](auto tb) { return f(ta, tb); }); });
 }
 
 }  // namespace jm

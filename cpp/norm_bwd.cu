@@ -152,13 +152,13 @@ BwdLaunch bwd_launch(const DeviceInfo& dev, RowShape s, int tpr, const GradView&
 // The fused backward's launch (K packs per thread, teams of tpr threads): dx and, through the workspace,
 // the parameter gradients in one pass. Without gradients the rows are split into 4 runs per SM (no
 // workspace to pay for).
-// `kernel`: norm_bwd_fused_kernel<T, V, kRms, K> or norm_bwd_lean_kernel<T, kRms, K, ...> (same arguments).
+// `kernel`: norm_bwd_fused_kernel<T, V, kRms, K, Tdy> or norm_bwd_lean_kernel<T, kRms, K, ...> (same arguments).
 // stage_bytes: the shared memory each team's stages take beyond the partial slabs (norm_bwd_lean_kernel's kStages;
 // 0: none).
-template <int V, int K, typename T, typename Kernel>
+template <int V, int K, typename T, typename Tdy, typename Kernel>
 ffi::Error norm_bwd_one_pass(Kernel kernel, const DeviceInfo& dev, cudaStream_t stream, const char* what,
                              RowShape s, int tpr, const T* xp, ParamView scale, const float* mean,
-                             const float* rstd, const T* dyp, T* dxp, const GradView& dscale,
+                             const float* rstd, const Tdy* dyp, T* dxp, const GradView& dscale,
                              const GradView& dbias, const PartialsView& ws, int64_t stage_bytes = 0,
                              bool shared = false) {
   const BwdLaunch l = bwd_launch<V, K>(dev, s, tpr, dscale, dbias, ws, stage_bytes, shared);
@@ -336,6 +336,40 @@ ffi::Error norm_bwd_lean(const DeviceInfo& dev, cudaStream_t stream, const char*
   }
 }
 
+// The backward without norm_bwd_lean.cuh's kernels (V: 16-byte packs of T where every buffer is aligned and C a
+// multiple of them, else 1): norm_bwd_fused_kernel where its teams hold the row and the gradients' workspace is usable
+// (or none is wanted), else norm_bwd_kernel for dx and column sums re-reading x and dy. dy of type Tdy: T's, or y's
+// where the forward's `dtype` made it another (one read of x and dy, one write of dx either way).
+template <int V, bool kRms, typename T, typename Tdy>
+ffi::Error norm_bwd_general(const DeviceInfo& dev, cudaStream_t stream, const char* what, RowShape s, const T* xp,
+                            ParamView scale, const float* mean, const float* rstd, const Tdy* dyp, T* dxp,
+                            const GradView& dscale, const GradView& dbias, const PartialsView& ws) {
+  const bool want = dscale.data != nullptr || dbias.data != nullptr;
+  if (!want || ws.data != nullptr) {
+    constexpr int kPacks = kFusedPacks<V>;
+    if (const int tpr = team_size(s.cols / V, kPacks); tpr <= kTeamThreads) {
+      return norm_bwd_one_pass<V, kPacks>(norm_bwd_fused_kernel<T, V, kRms, kPacks, Tdy>, dev, stream, what, s, tpr,
+                                          xp, scale, mean, rstd, dyp, dxp, dscale, dbias, ws);
+    }
+    constexpr int kLong = kFusedLongPacks<T, V, Tdy>;
+    if constexpr (kLong > 0) {
+      if (const int tpr = team_size(s.cols / V, kLong); tpr <= kTeamThreads) {
+        return norm_bwd_one_pass<V, kLong>(norm_bwd_fused_kernel<T, V, kRms, kLong, Tdy>, dev, stream, what, s, tpr,
+                                           xp, scale, mean, rstd, dyp, dxp, dscale, dbias, ws);
+      }
+    }
+  }
+  // Rows longer than the registers hold (or no usable workspace): the row kernel for dx, then the
+  // column sums re-read x and dy.
+  if (auto err = launch_rows(norm_bwd_kernel<T, V, kRms, Tdy>, stream, s, V, BwdRowCache<T, Tdy, V>(s.cols).stride,
+                             what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols);
+      err.failure()) {
+    return err;
+  }
+  return launch_column_sums(stream, NormGradElem<T, kRms, Tdy>{xp, dyp, mean, rstd, s.cols}, s.cols, dscale, dbias,
+                            what);
+}
+
 template <bool kRms>
 ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi::AnyBuffer& x,
                     ParamView scale, const float* mean, const float* rstd, const ffi::AnyBuffer& dy,
@@ -350,8 +384,18 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
-    const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx.untyped_data());
+    if (dy.element_type() != x.element_type()) {  // the forward's `dtype` made y's another: norm_bwd_general
+      return dispatch_float(dy.element_type(), [&](auto tag_dy) {
+        using Tdy = elem_t<decltype(tag_dy)>;
+        const Tdy* dyp = static_cast<const Tdy*>(dy.untyped_data());
+        return with_vec<T>(vectorizable<T>(s.cols, {xp, dyp, dxp, scale.data}), [&](auto v) {
+          return norm_bwd_general<decltype(v)::value, kRms>(dev, stream, what, s, xp, scale, mean, rstd, dyp, dxp,
+                                                            dscale, dbias, ws);
+        });
+      });
+    }
+    const T* dyp = static_cast<const T*>(dy.untyped_data());
     const bool vec = vectorizable<T>(s.cols, {xp, dyp, dxp, scale.data});
     const bool want = dscale.data != nullptr || dbias.data != nullptr;
     return with_vec<T>(vec, [&](auto v) -> ffi::Error {
@@ -366,27 +410,8 @@ ffi::Error norm_bwd(cudaStream_t stream, const char* what, RowShape s, const ffi
                                           ws);
           }
         }
-        if (const int tpr = team_size(s.cols / V, kFusedPacks<V>); tpr <= kTeamThreads) {
-          return norm_bwd_one_pass<V, kFusedPacks<V>>(norm_bwd_fused_kernel<T, V, kRms>, dev, stream, what, s, tpr, xp,
-                                                      scale, mean, rstd, dyp, dxp, dscale, dbias, ws);
-        }
-        constexpr int kLong = kFusedLongPacks<T, V>;
-        if constexpr (kLong > 0) {
-          if (const int tpr = team_size(s.cols / V, kLong); tpr <= kTeamThreads) {
-            return norm_bwd_one_pass<V, kLong>(norm_bwd_fused_kernel<T, V, kRms, kLong>, dev, stream, what, s, tpr, xp,
-                                               scale, mean, rstd, dyp, dxp, dscale, dbias, ws);
-          }
-        }
       }
-      // Rows longer than the registers hold (or no usable workspace): the row kernel for dx, then the
-      // column sums re-read x and dy.
-      if (auto err = launch_rows(norm_bwd_kernel<T, V, kRms>, stream, s, V, 2 * s.cols * int64_t{sizeof(T)},
-                                 what, xp, scale, mean, rstd, dyp, dxp, s.rows, s.cols);
-          err.failure()) {
-        return err;
-      }
-      return launch_column_sums(stream, NormGradElem<T, kRms>{xp, dyp, mean, rstd, s.cols}, s.cols, dscale,
-                                dbias, what);
+      return norm_bwd_general<V, kRms>(dev, stream, what, s, xp, scale, mean, rstd, dyp, dxp, dscale, dbias, ws);
     });
   });
 }
@@ -399,7 +424,7 @@ ffi::Error LayerNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer sc
   ParamView sv;
   GradView gs, gb;
   if (auto err = row_shape(x, "x", &s); err.failure()) return err;
-  if (auto err = first_error({check_same(x, dy, "dy"), check_same(x, *dx, "dx"),
+  if (auto err = first_error({check_size(x, dy, "dy"), check_same(x, *dx, "dx"),
                               param_view(scale, s, "scale", &sv), check_stats(mean, s, "mean"),
                               check_stats(rstd, s, "rstd"), grad_view(*dscale, s, "dscale", &gs),
                               grad_view(*dbias, s, "dbias", &gb)});
@@ -418,7 +443,7 @@ ffi::Error RmsNormBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scal
   ParamView sv;
   GradView gs;
   if (auto err = row_shape(x, "x", &s); err.failure()) return err;
-  if (auto err = first_error({check_same(x, dy, "dy"), check_same(x, *dx, "dx"),
+  if (auto err = first_error({check_size(x, dy, "dy"), check_same(x, *dx, "dx"),
                               param_view(scale, s, "scale", &sv), check_stats(rstd, s, "rstd"),
                               grad_view(*dscale, s, "dscale", &gs)});
       err.failure()) {

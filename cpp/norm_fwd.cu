@@ -2,7 +2,8 @@
 // One kernel template serves both norms (kRms drops the mean). Rows of C <= 24579 (f32) / 49159 (16-bit) elements stay
 // in registers (norm_rows.cuh: team rows of 4-32 threads for C <= 1027 / 2055, else block rows of 64-768 threads; one
 // HBM read of x; norm_fwd_half.cuh's and norm_fwd_lean.cuh's variants by the rule below). Longer rows (or x and y at
-// different addresses modulo 16, or C == 0) take norm_fwd_kernel below. The backward: norm_bwd.cu.
+// different addresses modulo 16, or C == 0) take norm_fwd_kernel below. A y of another dtype than x (the ops' `dtype`)
+// takes norm_fwd_mixed's two of them. The backward: norm_bwd.cu.
 #include "cuda_common.cuh"
 #include "norm_fwd_half.cuh"
 #include "norm_fwd_lean.cuh"
@@ -103,9 +104,9 @@ bool norm_fwd_half() {
 // (Σd)²/C) / C; Σd only removes m1's rounding error, so there is no E[x²] - E[x]² cancellation), and y is
 // centred on m1 + Σd/C without rounding it to f32 first. The last pass writes y. The saved mean is relative to
 // the row's first element, (m1 - x[0]) + Σd/C (see ffi_common.h), so the backward's xhat is as accurate as y.
-template <typename T, int V, bool kRms>
+template <typename T, int V, bool kRms, typename Ty = T>
 __global__ void __launch_bounds__(kMaxRowThreads, 2)
-    norm_fwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, T* __restrict__ y,
+    norm_fwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, Ty* __restrict__ y,
                     float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
                     int64_t cols, float epsilon, RowPlan plan) {
   const RowSlot slot(plan);
@@ -160,7 +161,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
 
     const float* scale_row = param_row(scale, row, cols);
     const float* bias_row = param_row(bias, row, cols);
-    T* yr = y + row * cols;
+    Ty* yr = y + row * cols;
     for_row_packs<V, kParamBatchRegs>({src}, n, slot.lane, plan.tpr, [&](int64_t i, const auto& p) {
       float v[V], s[V], b[V];
       unpack(p[0], v);
@@ -171,6 +172,30 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
       store_pack<V>(yr, i, v);
     });
   }
+}
+
+// A y of type Ty != T (the ops' `dtype`: a bf16 x into f32, say; y's packs twice or half x's bytes): the register
+// rows of norm_rows.cuh ("v3") where x and y are both 16-byte aligned (C > 0), else the v1 row kernel, vectorized
+// where every buffer is aligned and C a multiple of x's pack. The dtype-specific variants (norm_fwd_half.cuh,
+// norm_fwd_lean.cuh) take same-dtype rows only: one read of x and one write of y either way.
+// launch(kernel, plan, args...): norm_fwd's launch of a register-row kernel in plan's geometry.
+template <typename T, typename Ty, bool kRms, typename Launch>
+ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, const T* xp, ParamView scale,
+                          ParamView bias, Ty* yp, float* mean, float* rstd, float epsilon, Launch&& launch) {
+  const RowsPlan plan = plan_norm_rows<T>(s.cols);
+  if (plan.ok && s.cols > 0 && aligned16(xp) && aligned16(yp)) {  // C == 0: the v1 kernel's NaN statistics
+    const auto run = [&](auto kernel) {
+      return launch(kernel, plan, xp, scale, bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon,
+                    plan.tpr);
+    };
+    return plan.block_rows ? run(norm_fwd_rows_kernel<T, kRms, true, Ty>)
+                           : run(norm_fwd_rows_kernel<T, kRms, false, Ty>);
+  }
+  return with_vec<T>(vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data}), [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    return launch_rows(norm_fwd_kernel<T, V, kRms, Ty>, stream, s, V, s.cols * int64_t{sizeof(T)}, what, xp, scale,
+                       bias, yp, mean, rstd, s.rows, s.cols, epsilon);
+  });
 }
 
 template <bool kRms>
@@ -199,6 +224,17 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
       return launch(kernel, dim3(static_cast<unsigned>(grid_for(groups, resident, Grid::kFull))), dim3(p.block), 0,
                     stream, what, args...);
     };
+    if (y.element_type() != x.element_type()) {
+      return dispatch_float(y.element_type(), [&](auto tag_y) -> ffi::Error {
+        using Ty = elem_t<decltype(tag_y)>;
+        if constexpr (std::is_same_v<T, Ty>) {
+          return ffi::Error::Internal("norm_fwd_mixed: the dtypes of x and y are the same");  // excluded above
+        } else {
+          return norm_fwd_mixed<T, Ty, kRms>(stream, what, s, xp, scale, bias, static_cast<Ty*>(y.untyped_data()),
+                                             mean, rstd, epsilon, launch_plan);
+        }
+      });
+    }
     auto run = [&](auto kernel) -> ffi::Error {
       return launch_plan(kernel, plan, xp, scale, bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon,
                          plan.tpr);
@@ -332,7 +368,7 @@ ffi::Error LayerNormFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer sc
   RowShape s;
   ParamView sv, bv;
   if (auto err = row_shape(x, "x", &s); err.failure()) return err;
-  if (auto err = first_error({check_same(x, *y, "y"), param_view(scale, s, "scale", &sv),
+  if (auto err = first_error({check_size(x, *y, "y"), param_view(scale, s, "scale", &sv),
                               param_view(bias, s, "bias", &bv), check_stats(*mean, s, "mean"),
                               check_stats(*rstd, s, "rstd")});
       err.failure()) {
@@ -348,7 +384,7 @@ ffi::Error RmsNormFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scal
   RowShape s;
   ParamView sv;
   if (auto err = row_shape(x, "x", &s); err.failure()) return err;
-  if (auto err = first_error({check_same(x, *y, "y"), param_view(scale, s, "scale", &sv),
+  if (auto err = first_error({check_size(x, *y, "y"), param_view(scale, s, "scale", &sv),
                               check_stats(*rstd, s, "rstd")});
       err.failure()) {
     return err;

@@ -165,10 +165,12 @@ __device__ __forceinline__ RowParamAccess row_param_access(const float* srow, co
   return {vec, vec && srow != nullptr && (kRms || brow != nullptr)};
 }
 
-template <typename T, bool kRms, bool kBlockRow>
+// y of type Ty: T's by default; another where the op's `dtype` asks (norm_fwd.cu's norm_fwd_mixed: x and y then both
+// 16-byte aligned, so y's packs of V = kVec<T> elements are aligned wherever x's are).
+template <typename T, bool kRms, bool kBlockRow, typename Ty = T>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
                                   kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
-    norm_fwd_rows_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, T* __restrict__ y,
+    norm_fwd_rows_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, Ty* __restrict__ y,
                          float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int cols,
                          float epsilon, int tpr) {
   constexpr int V = kVec<T>;
@@ -232,7 +234,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     const float* srow = valid ? param_row(scale, row, cols) : nullptr;
     const float* brow = valid ? param_row(bias, row, cols) : nullptr;
     const RowParamAccess pa = row_param_access<kRms>(srow, brow, sp.head);
-    T* yr = y + offset;
+    Ty* yr = y + offset;
     const float shift = -dmean * rstd;  // y = ((x - m1) * rstd + shift) * scale + bias
     with_param_plan(pa.dense, pa.vec, [&](auto plan) {
       constexpr ParamLoad kPlan = decltype(plan)::value;
@@ -245,9 +247,9 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
           unpack_fresh(raw[k], v);
           load_param_cols<V, kPlan>(srow, sp.head + i * V, pa.vec, 1.0f, s);
           if (!(kDense && kRms)) load_param_cols<V, kPlan>(brow, sp.head + i * V, pa.vec, 0.0f, b);
-          Pack<T, V> out;
+          Pack<Ty, V> out;
 #pragma unroll
-          for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(fmaf(v[j] - m1, rstd, shift) * s[j] + b[j]);
+          for (int j = 0; j < V; ++j) out.v[j] = from_float<Ty>(fmaf(v[j] - m1, rstd, shift) * s[j] + b[j]);
           store_stream<V>(yr + sp.head, i, out);
         }
       }
@@ -257,7 +259,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
       const float s = srow != nullptr ? srow[c] : 1.0f;
       const float b = brow != nullptr ? brow[c] : 0.0f;
       const float v = e == tm.lane ? edge0 : to_float(xr[c]);
-      yr[c] = from_float<T>(fmaf(v - m1, rstd, shift) * s + b);
+      yr[c] = from_float<Ty>(fmaf(v - m1, rstd, shift) * s + b);
     }
   }
 }

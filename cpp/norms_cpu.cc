@@ -1,5 +1,6 @@
 // LayerNorm and RMSNorm on the CPU: two-pass statistics over each row (float terms, summed in blocks of float lanes
-// into double: sum_in_lanes), one template for both norms (kRms drops the mean and the bias).
+// into double: sum_in_lanes), one template for both norms (kRms drops the mean and the bias). x (and dx) of type T,
+// y (and dy) of type Ty, which the ops' `dtype` may make another (a bfloat16 x normalized into float32).
 #include <cmath>
 #include <vector>
 
@@ -20,10 +21,11 @@ float row_pivot(const T* xr, int64_t cols) {
 
 // Rows [r0, r1). The loops vectorize: the row's d = x - pivot kept as floats, the sums in lanes (sum_in_lanes),
 // absent parameters as rows of 1 and 0 (ParamRows).
-template <typename T, bool kRms>
-void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, T* y, float* mean, float* rstd,
+template <typename T, typename Ty, bool kRms>
+void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, Ty* y, float* mean, float* rstd,
                    float epsilon, RowShape s, int64_t r0, int64_t r1) {
   using R = row_t<T>;
+  using Ry = row_t<Ty>;
   const ParamRows scales(scale, 1.0f, s.cols), biases(bias, 0.0f, s.cols);
   std::vector<float> d(static_cast<size_t>(s.cols));
   for (int64_t r = r0; r < r1; ++r) {
@@ -40,16 +42,16 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, T* y, float* mea
     rstd[r] = rs;
     const float* sc = scales.row(r);
     const float* bi = biases.row(r);
-    R* yr = out_row(y + r * s.cols, d.data());
-    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<R>((d[c] - m) * rs * sc[c] + bi[c]);
+    Ry* yr = out_row(y + r * s.cols, d.data());  // f16 rows: d, converted by finish_row
+    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<Ry>((d[c] - m) * rs * sc[c] + bi[c]);
     finish_row(d.data(), y + r * s.cols, s.cols);
   }
 }
 
 // dx of rows [r0, r1): rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale; the mean(g) term only for
 // LayerNorm.
-template <typename T, bool kRms>
-void norm_bwd_dx_rows(const T* x, ParamView scale, const float* mean, const float* rstd, const T* dy, T* dx,
+template <typename T, typename Ty, bool kRms>
+void norm_bwd_dx_rows(const T* x, ParamView scale, const float* mean, const float* rstd, const Ty* dy, T* dx,
                       RowShape s, int64_t r0, int64_t r1) {
   using R = row_t<T>;
   const ParamRows scales(scale, 1.0f, s.cols);
@@ -59,7 +61,7 @@ void norm_bwd_dx_rows(const T* x, ParamView scale, const float* mean, const floa
     const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
     const float* sc = scales.row(r);
     const R* xr = in_row(x + o, s.cols, xhat.data());  // f16 rows: into xhat and g (rows as floats)
-    const R* dyr = in_row(dy + o, s.cols, g.data());
+    const row_t<Ty>* dyr = in_row(dy + o, s.cols, g.data());
     for (int64_t c = 0; c < s.cols; ++c) {
       xhat[c] = (to_float(xr[c]) - pivot - m) * rs;
       g[c] = to_float(dyr[c]) * sc[c];
@@ -75,12 +77,12 @@ void norm_bwd_dx_rows(const T* x, ParamView scale, const float* mean, const floa
 
 // dscale = Σ dy * xhat and dbias = Σ dy per row group, of columns [c0, c1): summed in row order, column by column
 // (ColumnSums; the columns split the work, so the order, and the result, never depend on the threads).
-template <typename T, bool kRms>
-void norm_bwd_param_cols(const T* x, const float* mean, const float* rstd, const T* dy, GradView dscale,
+template <typename T, typename Ty, bool kRms>
+void norm_bwd_param_cols(const T* x, const float* mean, const float* rstd, const Ty* dy, GradView dscale,
                          GradView dbias, RowShape s, int64_t c0, int64_t c1) {
   const int64_t w = c1 - c0;
   ColumnSums ds(dscale, s, c0, w), db(dbias, s, c0, w);
-  std::vector<float> xbuf(ds.wanted() ? row_buffer<T>(w) : 0), dybuf(row_buffer<T>(w));  // f16 rows as floats
+  std::vector<float> xbuf(ds.wanted() ? row_buffer<T>(w) : 0), dybuf(row_buffer<Ty>(w));  // f16 rows as floats
   for (int64_t r = 0; r < s.rows; ++r) {
     const int64_t o = r * s.cols;
     const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
@@ -105,7 +107,7 @@ ffi::Error norm_fwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scal
   RowShape s;
   ParamView sv, bv;
   if (auto err = row_shape(x, "x", &s); err.failure()) return err;
-  if (auto err = check_same(x, y, "y"); err.failure()) return err;
+  if (auto err = check_size(x, y, "y"); err.failure()) return err;
   if (auto err = param_view(scale, s, "scale", &sv); err.failure()) return err;
   if (bias) {
     if (auto err = param_view(*bias, s, "bias", &bv); err.failure()) return err;
@@ -114,14 +116,15 @@ ffi::Error norm_fwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scal
   if (mean) {
     if (auto err = check_stats(*mean, s, "mean"); err.failure()) return err;
   }
-  return dispatch_float(x.element_type(), [&](auto tag) {
+  return dispatch_float_pair(x.element_type(), y.element_type(), [&](auto tag, auto tag_y) {
     using T = elem_t<decltype(tag)>;
+    using Ty = elem_t<decltype(tag_y)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
-    T* yp = static_cast<T*>(y.untyped_data());
+    Ty* yp = static_cast<Ty*>(y.untyped_data());
     float* mp = mean ? static_cast<float*>(mean->untyped_data()) : nullptr;
     float* rp = static_cast<float*>(rstd.untyped_data());
     parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) {
-      norm_fwd_rows<T, kRms>(xp, sv, bv, yp, mp, rp, epsilon, s, r0, r1);
+      norm_fwd_rows<T, Ty, kRms>(xp, sv, bv, yp, mp, rp, epsilon, s, r0, r1);
     });
     return ffi::Error::Success();
   });
@@ -135,7 +138,7 @@ ffi::Error norm_bwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scal
   ParamView sv;
   GradView dsv, dbv;
   if (auto err = row_shape(x, "x", &s); err.failure()) return err;
-  if (auto err = check_same(x, dy, "dy"); err.failure()) return err;
+  if (auto err = check_size(x, dy, "dy"); err.failure()) return err;
   if (auto err = check_same(x, dx, "dx"); err.failure()) return err;
   if (auto err = param_view(scale, s, "scale", &sv); err.failure()) return err;
   if (auto err = check_stats(rstd, s, "rstd"); err.failure()) return err;
@@ -146,22 +149,23 @@ ffi::Error norm_bwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scal
   if (dbias) {
     if (auto err = grad_view(*dbias, s, "dbias", &dbv); err.failure()) return err;
   }
-  return dispatch_float(x.element_type(), [&](auto tag) {
+  return dispatch_float_pair(x.element_type(), dy.element_type(), [&](auto tag, auto tag_y) {
     using T = elem_t<decltype(tag)>;
+    using Ty = elem_t<decltype(tag_y)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     const float* mp = mean ? static_cast<const float*>(mean->untyped_data()) : nullptr;
     const float* rp = static_cast<const float*>(rstd.untyped_data());
-    const T* dyp = static_cast<const T*>(dy.untyped_data());
+    const Ty* dyp = static_cast<const Ty*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx.untyped_data());
     parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) {
-      norm_bwd_dx_rows<T, kRms>(xp, sv, mp, rp, dyp, dxp, s, r0, r1);
+      norm_bwd_dx_rows<T, Ty, kRms>(xp, sv, mp, rp, dyp, dxp, s, r0, r1);
     });
     if (s.rows == 0) {
       zero_grad(dsv, s.cols);
       zero_grad(dbv, s.cols);
     } else if (dsv.data || dbv.data) {
       parallel_for(pool, s.cols, piece_cols(s.rows), [&](int64_t c0, int64_t c1) {
-        norm_bwd_param_cols<T, kRms>(xp, mp, rp, dyp, dsv, dbv, s, c0, c1);
+        norm_bwd_param_cols<T, Ty, kRms>(xp, mp, rp, dyp, dsv, dbv, s, c0, c1);
       });
     }
     return ffi::Error::Success();

@@ -7,7 +7,8 @@ op's backward kernel (each op is a custom_jvp binding its forward primitive and 
 
 Operand kinds (the C++ side documents the same conventions in cpp/ffi_common.h, where a group-shaped
 array is "G*C elements", G = prod(x.shape[:k])):
-  ROW    (..., C) tensor of the op's dtype (x, y, dy)       -> result ROW: like operand 0
+  ROW    (..., C) tensor (x, y, dy)                         -> result ROW: like operand 0, or of the
+         primitive param `y_dtype` where a forward gives one (the norms' output dtype; dy then has it too)
   STAT   (...,) float32, one value per row (mean, rstd)     -> result STAT
   PARAM  float32 (C,), or x.shape[:k] + (C,): one row per group of x's first k dims (vmap of batched
          params), or (0,) absent                             (scale, bias)
@@ -51,6 +52,11 @@ class Spec:
     attrs: dict                     # FFI attribute name -> numpy scalar type, taken from the params
     # (x_shape, x_dtype, grad_dims) -> shape of an extra float32 workspace result, or None (no workspace)
     workspace: Callable | None = None
+
+
+def dtype_or(dtype, default):
+    """dtype, or default where it is None (a NumPy dtype's truth value is not its presence)."""
+    return default if dtype is None else dtype
 
 
 def absent() -> jax.Array:
@@ -185,18 +191,19 @@ class FfiPrimitive:
     def _impl(self, *args, **params):
         return _jitted_bind(self.prim, tuple(sorted(params.items())))(*args)
 
-    def _result_shapes(self, x, grad_dims) -> list[jax.ShapeDtypeStruct]:
+    def _result_shapes(self, x, grad_dims, y_dtype=None) -> list[jax.ShapeDtypeStruct]:
         dims = iter(grad_dims)
         f32 = jnp.dtype(jnp.float32)
-        shape = {ROW: lambda: (x.shape, x.dtype), STAT: lambda: (x.shape[:-1], f32),
+        row = dtype_or(y_dtype, x.dtype)
+        shape = {ROW: lambda: (x.shape, row), STAT: lambda: (x.shape[:-1], f32),
                  GRAD: lambda: (_grad_shape(next(dims), x.shape), f32)}
         return [jax.ShapeDtypeStruct(*shape[kind]()) for kind in self.spec.results]
 
-    def _abstract_eval(self, *avals, grad_dims=(), **attrs):
+    def _abstract_eval(self, *avals, grad_dims=(), y_dtype=None, **attrs):
         # Each result is typed like x (its sharding under explicit mesh axes, shard_map's varying axes).
         x = avals[0]
         return [_sharding.aval_like(x, kind, r.shape, r.dtype)
-                for kind, r in zip(self.spec.results, self._result_shapes(x, grad_dims))]
+                for kind, r in zip(self.spec.results, self._result_shapes(x, grad_dims, y_dtype))]
 
     def _typed(self, attrs):
         return {k: self.spec.attrs[k](v) for k, v in attrs.items()}
@@ -210,8 +217,9 @@ class FfiPrimitive:
         shape = self.spec.workspace(tuple(x.shape), x.dtype, tuple(grad_dims))
         return jax.ShapeDtypeStruct((0,) if shape is None else tuple(shape), jnp.float32)
 
-    def lower_plain(self, ctx, *args, grad_dims=(), **attrs):
-        """The bare custom call (on a mesh, XLA would gather its operands onto every device)."""
+    def lower_plain(self, ctx, *args, grad_dims=(), y_dtype=None, **attrs):
+        """The bare custom call (on a mesh, XLA would gather its operands onto every device). y_dtype is
+        already in ctx.avals_out, whose result types the handler reads."""
         ws = self._workspace(ctx.avals_in[0], grad_dims)  # grad_dims: otherwise only in result shapes
         if ws is None:
             return self._ffi_lowering(ctx, *args, **self._typed(attrs))
@@ -221,9 +229,9 @@ class FfiPrimitive:
         ctx = replace(avals_out=avals_out) if replace else dataclasses.replace(ctx, avals_out=avals_out)
         return self._ffi_lowering(ctx, *args, **self._typed(attrs))[:-1]
 
-    def per_device(self, *args, grad_dims=(), **attrs):
+    def per_device(self, *args, grad_dims=(), y_dtype=None, **attrs):
         """The bare custom call on traced arrays: what each device runs on its shard."""
-        types = self._result_shapes(args[0], grad_dims)
+        types = self._result_shapes(args[0], grad_dims, y_dtype)
         ws = self._workspace(args[0], grad_dims)
         outs = jax.ffi.ffi_call(self.target, types + ([ws] if ws is not None else []))(
             *args, **self._typed(attrs))
@@ -268,16 +276,18 @@ class LinearPrimitive:
     cotangent. Each op is a custom_jvp whose rule binds its forward primitive and this one; were the
     tangent plain jnp, grad would transpose those jnp ops instead of running the backward kernel.
 
-    The result is like operand 0 (x). Batching folds a mapped axis into the rows as FfiPrimitive does
-    (grad of vmap still transposes one primitive), so `evaluate` must accept grouped parameters
-    (row_param); the primitive's own JVP (forward over forward) differentiates `evaluate`."""
+    The result is like operand 0 (x), or of the param `y_dtype` where one is given. Batching folds a mapped
+    axis into the rows as FfiPrimitive does (grad of vmap still transposes one primitive), so `evaluate` must
+    accept grouped parameters (row_param); the primitive's own JVP (forward over forward) differentiates
+    `evaluate`."""
 
     def __init__(self, name: str, operands: tuple[str, ...], evaluate: Callable, transpose: Callable):
         self.operands = operands
         self.evaluate = evaluate
         self.prim = Primitive(TARGET_PREFIX + name)
         self.prim.def_impl(evaluate)
-        self.prim.def_abstract_eval(lambda x, *_, **__: _sharding.aval_like(x, ROW, x.shape, x.dtype))
+        self.prim.def_abstract_eval(
+            lambda x, *_, y_dtype=None, **__: _sharding.aval_like(x, ROW, x.shape, dtype_or(y_dtype, x.dtype)))
         mlir.register_lowering(self.prim, mlir.lower_fun(evaluate, multiple_results=False))
         ad.primitive_jvps[self.prim] = self._jvp
         ad.primitive_transposes[self.prim] = transpose

@@ -51,6 +51,20 @@ def check_param(p, shape, op: str, name: str, scalar_ok: bool = False, *, matche
     return jnp.asarray(p)
 
 
+def check_out_dtype(dtype, x, op: str):
+    """An op's `dtype` (its output's): None where it is None or x's own (the same-dtype kernels), else one of
+    the supported dtypes as a NumPy dtype."""
+    if dtype is None:
+        return None
+    try:
+        out = jnp.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{op}: dtype must be None or a dtype ({_SUPPORTED_NAMES}), got {dtype!r}") from e
+    if out not in SUPPORTED_DTYPES:
+        raise TypeError(f"{op}: dtype must be None, {_SUPPORTED_NAMES}, got {out}")
+    return None if out == x.dtype else out
+
+
 def check_norm_axes(axis, x, op: str) -> tuple[tuple[int, ...], tuple[int, ...], str]:
     """A norm's `axis` (an int, a sequence of ints or None, as check_axes reads it): (the sorted axes, the shape
     their parameters take: x's sizes along them, in x's order, and the words for those axes in messages)."""

@@ -54,14 +54,13 @@ def kernel_axes(module, x, mask, stats_dtype):
     return (reduced, features) if applies else None
 
 
-def kernel_dtypes(x, *params, dtype):
-    """(kernel input dtype, output dtype) of Flax's normalization, or None where the kernel cannot produce
-    it. Flax's output dtype comes from x, the params and `dtype`; the kernel computes in float32 and returns
-    its input's dtype, so x goes in widened to the output dtype where that is wider (a bfloat16 x with
-    float32 params gives float32 in Flax: y is never rounded to bfloat16) and is narrowed afterwards."""
-    out = dtypes.canonicalize_dtype(x, *params, dtype=dtype)
-    wide = jnp.promote_types(x.dtype, out)
-    return (wide, out) if wide in SUPPORTED_DTYPES else None
+def kernel_dtype(x, *params, dtype):
+    """The output dtype of Flax's normalization, or None where the kernel cannot produce it. Flax's output dtype
+    comes from x, the params and `dtype` (a bfloat16 x with float32 params gives float32: y is never rounded to
+    bfloat16); its statistics and y are computed in float32 from x as it is, as the kernel's are, which then
+    rounds y once into that dtype (the norms' `dtype`): no conversion pass on either side."""
+    out = jnp.dtype(dtypes.canonicalize_dtype(x, *params, dtype=dtype))
+    return out if x.dtype in SUPPORTED_DTYPES and out in SUPPORTED_DTYPES else None
 
 
 def _spread(p, x, axes):
@@ -76,14 +75,11 @@ def _spread(p, x, axes):
     return jnp.broadcast_to(p, shape)
 
 
-def normalize(x, scale, bias, *, dtypes_, epsilon, rms, axes):
-    """The kernel's normalization of x with `dtypes_` from `kernel_dtypes` and `axes` from `kernel_axes`."""
-    wide, out = dtypes_
-    x = x.astype(wide)
+def normalize(x, scale, bias, *, dtype, epsilon, rms, axes):
+    """The kernel's normalization of x into `dtype` (from `kernel_dtype`) over `axes` (from `kernel_axes`)."""
     scale, bias = _spread(scale, x, axes), _spread(bias, x, axes)
-    kw = dict(epsilon=epsilon, axis=axes[0])
-    y = rms_norm(x, scale, **kw) if rms else layer_norm(x, scale, bias, **kw)
-    return y.astype(out)
+    kw = dict(epsilon=epsilon, axis=axes[0], dtype=dtype)
+    return rms_norm(x, scale, **kw) if rms else layer_norm(x, scale, bias, **kw)
 
 
 def _stats_dtype(module, x):
@@ -107,15 +103,15 @@ def _fused_call(module, x, mask, names, rms):
     if axes is None:
         return None
     probes = [jnp.zeros((), _param_dtype(module, n)) for n in names]
-    kd = kernel_dtypes(x, *probes, dtype=module.dtype)
-    if kd is None:
+    out = kernel_dtype(x, *probes, dtype=module.dtype)
+    if out is None:
         return None
     inits = {"scale": module.scale_init, "bias": getattr(module, "bias_init", None)}
     # A list shape, as Flax passes it (x's sizes along the feature axes), so custom initializers see the same
     # arguments.
     shape = [x.shape[a] for a in axes[1]]
     params = {n: module.param(n, inits[n], shape, module.param_dtype) for n in names}
-    return normalize(x, params.get("scale"), params.get("bias"), dtypes_=kd, epsilon=module.epsilon,
+    return normalize(x, params.get("scale"), params.get("bias"), dtype=out, epsilon=module.epsilon,
                      rms=rms, axes=axes)
 
 

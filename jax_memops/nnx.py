@@ -19,7 +19,8 @@ import jax.numpy as jnp
 from flax import nnx
 from flax.nnx.nn import dtypes
 
-from .linen import attention_dropout, attention_weights, kernel_attends, kernel_axes, kernel_dtypes, normalize
+from ._validate import SUPPORTED_DTYPES
+from .linen import attention_dropout, attention_weights, kernel_attends, kernel_axes, kernel_dtype, normalize
 
 __all__ = ["LayerNorm", "RMSNorm", "dot_product_attention"]
 
@@ -29,6 +30,7 @@ def _fused_call(module, x, mask, scale, bias, rms):
     scale = None if scale is None else scale[...]
     bias = None if bias is None else bias[...]
     # NNX promotes x and the params to one dtype first (module.promote_dtype, which may be the user's).
+    given = x
     x, scale, bias = module.promote_dtype((x, scale, bias), dtype=module.dtype)
     stats_dtype = jnp.promote_types(x.dtype if module.dtype is None else module.dtype, jnp.float32)
     axes = kernel_axes(module, x, mask, stats_dtype)
@@ -37,10 +39,21 @@ def _fused_call(module, x, mask, scale, bias, rms):
     features = math.prod(x.shape[a] for a in axes[1]) if axes else None
     if axes is None or any(p is not None and p.size != features for p in (scale, bias)):
         return None
-    dts = kernel_dtypes(x, scale, bias, dtype=module.dtype)
-    if dts is None:
+    out = kernel_dtype(x, scale, bias, dtype=module.dtype)
+    if out is None:
         return None
-    return normalize(x, scale, bias, dtypes_=dts, epsilon=module.epsilon, rms=rms, axes=axes)
+    return normalize(_unpromoted(module, given, x), scale, bias, dtype=out, epsilon=module.epsilon, rms=rms,
+                     axes=axes)
+
+
+def _unpromoted(module, given, x):
+    """The x the kernel reads: the one given where Flax's own promote_dtype only widened it (exact: the kernel
+    computes in float32 from it and writes the promoted dtype, with no conversion pass before it), else the
+    promoted x (rounded to a narrower dtype, as Flax computes from it; or a user's promote_dtype)."""
+    if module.promote_dtype is not dtypes.promote_dtype or not hasattr(given, "dtype"):
+        return x
+    wider = given.dtype in SUPPORTED_DTYPES and jnp.promote_types(given.dtype, x.dtype) == x.dtype
+    return jnp.asarray(given) if wider else x
 
 
 class LayerNorm(nnx.LayerNorm):

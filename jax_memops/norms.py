@@ -10,10 +10,10 @@ import jax.numpy as jnp
 from jax.interpreters import ad
 
 from . import reference
-from ._primitive import (GRAD, PARAM, ROW, STAT, FfiPrimitive, LinearPrimitive, Spec, absent, cotangents, np_attr,
-                         norm_partials_workspace, over_rows, row_param, to_f32_param, wants_grad)
+from ._primitive import (GRAD, PARAM, ROW, STAT, FfiPrimitive, LinearPrimitive, Spec, absent, cotangents, dtype_or,
+                         np_attr, norm_partials_workspace, over_rows, row_param, to_f32_param, wants_grad)
 from ._sharding import match_varying
-from ._validate import check_epsilon, check_input, check_norm_axes, check_param
+from ._validate import check_epsilon, check_input, check_norm_axes, check_out_dtype, check_param
 
 f32 = jnp.float32
 _EPS = {"epsilon": np_attr("f32")}
@@ -50,14 +50,14 @@ def _affine(xhat, scale, bias=None):
     return y + (bias if bias is not None and bias.size else 0.0)
 
 
-def _ln_fwd_ref(x, scale, bias, epsilon):
+def _ln_fwd_ref(x, scale, bias, epsilon, y_dtype=None):
     xhat, mean, rstd = _stats(x, epsilon)
-    return _affine(xhat, scale, bias).astype(x.dtype), mean, rstd
+    return _affine(xhat, scale, bias).astype(dtype_or(y_dtype, x.dtype)), mean, rstd
 
 
-def _rms_fwd_ref(x, scale, epsilon):
+def _rms_fwd_ref(x, scale, epsilon, y_dtype=None):
     xhat, _, rstd = _stats(x, epsilon, rms=True)
-    return _affine(xhat, scale).astype(x.dtype), rstd
+    return _affine(xhat, scale).astype(dtype_or(y_dtype, x.dtype)), rstd
 
 
 def _norm_bwd_ref(x, scale, mean, rstd, dy, grad_dims, rms):
@@ -85,9 +85,9 @@ _rms_bwd = FfiPrimitive(
 
 
 # -- tangent maps (forward mode), transposed into the backward kernels (reverse mode) -----------------
-def _norm_tangent(x, scale, mean, rstd, tx, tscale, tbias=None, *, rms):
+def _norm_tangent(x, scale, mean, rstd, tx, tscale, tbias=None, *, rms, y_dtype=None):
     """d(xhat * scale + bias) for tangents tx, tscale, tbias: scale * rstd * (tx - mean(tx) - xhat *
-    mean(tx * xhat)) + xhat * tscale + tbias (RMSNorm: no mean(tx)); parameters (C,) or grouped."""
+    mean(tx * xhat)) + xhat * tscale + tbias (RMSNorm: no mean(tx)); parameters (C,) or grouped; in y's dtype."""
     x32 = x.astype(f32)
     xhat = _xhat(x32, mean, rstd, rms)
     t = tx.astype(f32)
@@ -98,10 +98,11 @@ def _norm_tangent(x, scale, mean, rstd, tx, tscale, tbias=None, *, rms):
         ty = ty + xhat * row_param(tscale, x)
     if tbias is not None and tbias.size:
         ty = ty + row_param(tbias, x)
-    return ty.astype(x.dtype)
+    return ty.astype(dtype_or(y_dtype, x.dtype))
 
 
-def _ln_tangent_transpose(ct, x, scale, mean, rstd, tx, tscale, tbias):
+# The cotangent ct has y's dtype, the backward kernels' dy; dx comes back in x's.
+def _ln_tangent_transpose(ct, x, scale, mean, rstd, tx, tscale, tbias, y_dtype=None):
     args = (x, scale, mean, rstd, tx, tscale, tbias)
     if type(ct) is ad.Zero:
         return [None] * len(args)
@@ -109,7 +110,7 @@ def _ln_tangent_transpose(ct, x, scale, mean, rstd, tx, tscale, tbias):
     return cotangents(args, {4: dx, 5: dscale, 6: dbias})
 
 
-def _rms_tangent_transpose(ct, x, scale, rstd, tx, tscale):
+def _rms_tangent_transpose(ct, x, scale, rstd, tx, tscale, y_dtype=None):
     args = (x, scale, rstd, tx, tscale)
     if type(ct) is ad.Zero:
         return [None] * len(args)
@@ -122,57 +123,68 @@ _ln_tangent = LinearPrimitive(
     functools.partial(_norm_tangent, rms=False), _ln_tangent_transpose)
 _rms_tangent = LinearPrimitive(
     "rms_norm_tangent", (ROW, PARAM, STAT, ROW, PARAM),
-    lambda x, scale, rstd, tx, tscale: _norm_tangent(x, scale, None, rstd, tx, tscale, rms=True),
+    lambda x, scale, rstd, tx, tscale, y_dtype=None: _norm_tangent(x, scale, None, rstd, tx, tscale, rms=True,
+                                                                   y_dtype=y_dtype),
     _rms_tangent_transpose)
 
 
 # -- the ops: scale/bias arrive as float32 (C,) or the (0,) placeholder ------------------------------
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
-def _layer_norm(x, scale, bias, epsilon):
-    return _ln_fwd.call(x, scale, bias, epsilon=epsilon)[0]
+# y_dtype: None (y in x's dtype) or another dtype, a primitive param only where it differs from x's, so that a
+# same-dtype call is the same program as before the param existed.
+def _y(y_dtype):
+    return {} if y_dtype is None else {"y_dtype": y_dtype}
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def _layer_norm(x, scale, bias, epsilon, y_dtype):
+    return _ln_fwd.call(x, scale, bias, epsilon=epsilon, **_y(y_dtype))[0]
 
 
 @_layer_norm.defjvp
-def _layer_norm_jvp(epsilon, primals, tangents):
+def _layer_norm_jvp(epsilon, y_dtype, primals, tangents):
     x, scale, bias = primals
-    y, mean, rstd = _ln_fwd.call(x, scale, bias, epsilon=epsilon)
-    return y, _ln_tangent.bind(x, scale, mean, rstd, *tangents)
+    y, mean, rstd = _ln_fwd.call(x, scale, bias, epsilon=epsilon, **_y(y_dtype))
+    return y, _ln_tangent.bind(x, scale, mean, rstd, *tangents, **_y(y_dtype))
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _rms_norm(x, scale, epsilon):
-    return _rms_fwd.call(x, scale, epsilon=epsilon)[0]
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def _rms_norm(x, scale, epsilon, y_dtype):
+    return _rms_fwd.call(x, scale, epsilon=epsilon, **_y(y_dtype))[0]
 
 
 @_rms_norm.defjvp
-def _rms_norm_jvp(epsilon, primals, tangents):
+def _rms_norm_jvp(epsilon, y_dtype, primals, tangents):
     x, scale = primals
-    y, rstd = _rms_fwd.call(x, scale, epsilon=epsilon)
-    return y, _rms_tangent.bind(x, scale, rstd, *tangents)
+    y, rstd = _rms_fwd.call(x, scale, epsilon=epsilon, **_y(y_dtype))
+    return y, _rms_tangent.bind(x, scale, rstd, *tangents, **_y(y_dtype))
 
 
-def layer_norm(x, scale=None, bias=None, *, epsilon=1e-5, axis=-1):
+def layer_norm(x, scale=None, bias=None, *, epsilon=1e-5, axis=-1, dtype=None):
     """LayerNorm: (x - mean) / sqrt(var + epsilon) * scale + bias, the statistics over `axis`.
 
-    x: float32, bfloat16 or float16, rank >= 1; statistics in float32 (biased variance); output dtype =
-    x.dtype. axis: the last axis by default; an int, a tuple of ints (their entries form one row, as in
-    `jnp.mean(x, axis)`; torch's `normalized_shape` is the trailing ones) or None (all of x). Axes other than
-    the trailing ones cost two transposes. scale, bias: optional arrays of x's sizes along `axis`, in x's
-    order ((C,) by default), any float dtype (gradients in their dtype).
+    x: float32, bfloat16 or float16, rank >= 1; statistics in float32 (biased variance). dtype: the output's,
+    x.dtype by default, or another of the three: the kernels read x as it is and round y once into dtype (a
+    bfloat16 x with dtype=float32 costs no conversion pass; x's gradient comes back in x.dtype). axis: the last
+    axis by default; an int, a tuple of ints (their entries form one row, as in `jnp.mean(x, axis)`; torch's
+    `normalized_shape` is the trailing ones) or None (all of x). Axes other than the trailing ones cost two
+    transposes. scale, bias: optional arrays of x's sizes along `axis`, in x's order ((C,) by default), any
+    float dtype (gradients in their dtype).
     """
     x = check_input(x, "layer_norm")
     axes, shape, matches = check_norm_axes(axis, x, "layer_norm")
     scale = check_param(scale, shape, "layer_norm", "scale", matches=matches)
     bias = check_param(bias, shape, "layer_norm", "bias", matches=matches)
-    return _layer_norm_checked(x, scale, bias, epsilon=check_epsilon(epsilon, "layer_norm"), axes=axes)
+    return _layer_norm_checked(x, scale, bias, epsilon=check_epsilon(epsilon, "layer_norm"), axes=axes,
+                               y_dtype=check_out_dtype(dtype, x, "layer_norm"))
 
 
-def rms_norm(x, scale=None, *, epsilon=1e-6, axis=-1):
+def rms_norm(x, scale=None, *, epsilon=1e-6, axis=-1, dtype=None):
     """RMSNorm: x / sqrt(mean(x^2) + epsilon) * scale over `axis`. Same dtype and axis rules as layer_norm."""
     x = check_input(x, "rms_norm")
     axes, shape, matches = check_norm_axes(axis, x, "rms_norm")
     scale = check_param(scale, shape, "rms_norm", "scale", matches=matches)
-    return _rms_norm_checked(x, scale, epsilon=check_epsilon(epsilon, "rms_norm"), axes=axes)
+    return _rms_norm_checked(x, scale, epsilon=check_epsilon(epsilon, "rms_norm"), axes=axes,
+                             y_dtype=check_out_dtype(dtype, x, "rms_norm"))
 
 
 def _flat(p):
@@ -183,19 +195,21 @@ def _flat(p):
 # Jitted once the arguments are checked: an eager call then takes jit's cached fast path instead of custom_jvp's
 # and the primitive's own dispatch (softmax.py); under an outer jit they are inlined. Rows made of several axes
 # are flattened into one (over_rows); their parameters likewise, and their gradients reshaped back by autodiff.
-@functools.partial(jax.jit, static_argnames=("epsilon", "axes"))
-def _layer_norm_checked(x, scale, bias, *, epsilon, axes):
+@functools.partial(jax.jit, static_argnames=("epsilon", "axes", "y_dtype"))
+def _layer_norm_checked(x, scale, bias, *, epsilon, axes, y_dtype):
     scale, bias = _flat(scale), _flat(bias)
     if x.size == 0:
-        return over_rows(lambda rows: reference.layer_norm(rows, scale, bias, epsilon), x, axes)
+        y_dtype = dtype_or(y_dtype, x.dtype)
+        return over_rows(lambda rows: reference.layer_norm(rows, scale, bias, epsilon).astype(y_dtype), x, axes)
     scale, bias = to_f32_param(scale), to_f32_param(bias)
-    return over_rows(lambda rows: _layer_norm(*match_varying(rows, scale, bias), epsilon), x, axes)
+    return over_rows(lambda rows: _layer_norm(*match_varying(rows, scale, bias), epsilon, y_dtype), x, axes)
 
 
-@functools.partial(jax.jit, static_argnames=("epsilon", "axes"))
-def _rms_norm_checked(x, scale, *, epsilon, axes):
+@functools.partial(jax.jit, static_argnames=("epsilon", "axes", "y_dtype"))
+def _rms_norm_checked(x, scale, *, epsilon, axes, y_dtype):
     scale = _flat(scale)
     if x.size == 0:
-        return over_rows(lambda rows: reference.rms_norm(rows, scale, epsilon), x, axes)
+        y_dtype = dtype_or(y_dtype, x.dtype)
+        return over_rows(lambda rows: reference.rms_norm(rows, scale, epsilon).astype(y_dtype), x, axes)
     scale = to_f32_param(scale)
-    return over_rows(lambda rows: _rms_norm(*match_varying(rows, scale), epsilon), x, axes)
+    return over_rows(lambda rows: _rms_norm(*match_varying(rows, scale), epsilon, y_dtype), x, axes)

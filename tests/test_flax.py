@@ -24,7 +24,7 @@ from flax import nnx, serialization  # noqa: E402
 
 import jax_memops as jm  # noqa: E402
 
-f32, bf16 = jnp.float32, jnp.bfloat16
+f32, bf16, f16 = jnp.float32, jnp.bfloat16, jnp.float16
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 C = 64
 
@@ -99,6 +99,21 @@ def test_nnx_matches_flax(pair, options, x_dtype, param_dtype, dtype):
     mine, ref = nnx_pair(*pair, options)
     assert jax.tree.structure(nnx.state(mine)) == jax.tree.structure(nnx.state(ref))
     assert_nnx_matches(mine, ref, data((3, 5, C), x_dtype))
+
+
+@pytest.mark.parametrize("pair", NNX_PAIRS, ids=["LayerNorm", "RMSNorm"])
+@pytest.mark.parametrize("dtype,converts", [(None, False), (bf16, False), (f16, True)],
+                         ids=["widening", "dtype-bf16", "dtype-f16"])
+def test_nnx_converts_x_only_where_flax_rounds_it(pair, dtype, converts):
+    """A bf16 x with f32 params: NNX promotes x to f32 (exact), and the kernel reads the bf16 x itself and writes f32:
+    no conversion in the program. Where NNX rounds x into another 16-bit dtype first (dtype=f16), so do we."""
+    mine, _ = nnx_pair(*pair, {"dtype": dtype})
+    graphdef, state = nnx.split(mine)
+    x = data((3, 5, C), bf16)
+    text = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x)).lower(state, x).as_text()
+    assert uses_kernel(lambda s, x: nnx.merge(graphdef, s)(x), state, x)
+    x_converted = re.search(r"stablehlo\.convert %arg\d+ : \(tensor<3x5x64xbf16>\)", text) is not None
+    assert x_converted == converts, text
 
 
 # Reductions over several trailing axes (rows of 4 x C for the kernel): features on the last, on both, on the

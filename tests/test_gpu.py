@@ -190,6 +190,32 @@ def test_big_rms_norm_forward(big):
     y.delete()
 
 
+@pytest.mark.slow
+def test_big_layer_norm_into_f32(big):
+    """A bf16 x normalized into f32 (`dtype`: norm_fwd_mixed's register rows, then norm_bwd_general's fused backward
+    reading an f32 dy) past element 2**31: rows of y and dx on both sides of it against float64, every row of y
+    against XLA's float32 formula."""
+    gpu, x = big
+    s, b, sd, bd = _params(gpu, 5)
+    y = jax.jit(lambda t, s_, b_: jm.layer_norm(t, s_, b_, dtype=jnp.float32))(x, sd, bd)
+    assert y.dtype == jnp.float32
+    mt.assert_close(_rows(y), mt.ref_layer_norm(_rows(x), s, b), mt.FWD_TOL[mt.F32] * 10, dtype=mt.F32,
+                    what="rows of y")
+    err, finite = _device_max_err(y, lambda t, s_, b_: mt.jnp_layer_norm(t.astype(jnp.float32), s_, b_), x, sd, bd)
+    assert finite and err <= 1e-2, (finite, err)
+    y.delete()
+    dy = jax.jit(lambda k: jax.random.normal(k, x.shape, jnp.float32))(jax.device_put(jax.random.key(6), gpu))
+    dx, _, _ = jax.jit(lambda t, s_, b_, g: jax.vjp(lambda *a: jm.layer_norm(*a, dtype=jnp.float32), t, s_, b_)[1](g))(
+        x, sd, bd, dy)
+    assert dx.dtype == jnp.bfloat16
+    xr, gr = _rows(x), _rows(dy)
+    rdx, _, _ = mt.ref_layer_norm_vjp(xr, s, b, 1e-5, gr)
+    mt.assert_close(_rows(dx), rdx, mt.GRAD_TOL[mt.F32] * 10, dtype=mt.BF16, what="rows of dx",
+                    mag=mt.ref_layer_norm_vjp_mag(xr, s, 1e-5, gr))
+    for a in (dx, dy):
+        a.delete()
+
+
 # f32 rows past element 2**31 (8 GiB per tensor): 2**20 + 5 rows of 2048, v44's lean block rows with their parameters
 # held, LayerNorm at 4 packs per thread (128 threads a row), RMSNorm at 3 (192; 64-bit row offsets), rows on both sides of element 2**31 checked
 # against float64 and every row against XLA's float32 formula on the device.

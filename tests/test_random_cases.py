@@ -1,7 +1,7 @@
 """Seeded random sweeps over the combinations the other tests pick by hand: shapes of rank 1-4 (now and then one long
 axis), every dtype, every form of `axis` (an int, a tuple, a list with negative entries, None, ()), with and without
-parameters; and the same ops on random meshes, partition specs and axis types against one device. Each case draws
-its own inputs; a failure names the case (the seed makes it reproducible).
+parameters, the norms' output dtype (`dtype`); and the same ops on random meshes, partition specs and axis types
+against one device. Each case draws its own inputs; a failure names the case (the seed makes it reproducible).
 
 The rows-of-several-axes reshape on explicit mesh axes (`_sharding.mergeable`) is the kind of bug these find: JAX
 refused it at trace time for layouts no hand-written case had."""
@@ -37,12 +37,12 @@ def _draw_axis(rng, nd):
     return axes, axes
 
 
-def _call(op, x, s, b, axis):
+def _call(op, x, s, b, axis, y_dtype=None):
     if op == "softmax":
         return jm.softmax(x, axis=axis)
     if op == "layer_norm":
-        return jm.layer_norm(x, s, b, axis=axis)
-    return jm.rms_norm(x, s, axis=axis)
+        return jm.layer_norm(x, s, b, axis=axis, dtype=y_dtype)
+    return jm.rms_norm(x, s, axis=axis, dtype=y_dtype)
 
 
 def _ref(op, x, s, b, axes, g):
@@ -70,15 +70,19 @@ def test_random_ops(device, chunk):
         s = mt.randn(rng, pshape, loc=1.0) if op != "softmax" and rng.random() < 0.7 else None
         b = mt.randn(rng, pshape) if op == "layer_norm" and rng.random() < 0.7 else None
         x = mt.randn(rng, shape, dtype, scale=2.0, loc=0.5)
-        g = mt.randn(rng, shape, dtype, scale=1.0)
-        what = f"chunk {chunk} case {case}: {op} {shape} {np.dtype(dtype).name} axis={axis!r}"
+        # the norms' output dtype: x's (None) or, a third of the time, any of the three (`dtype`; dy in it)
+        y_dtype = mt.DTYPES[int(rng.integers(len(mt.DTYPES)))] if op != "softmax" and rng.random() < 1 / 3 else None
+        out = dtype if y_dtype is None else y_dtype
+        g = mt.randn(rng, shape, dtype, scale=1.0).astype(out)
+        what = f"chunk {chunk} case {case}: {op} {shape} {np.dtype(dtype).name} axis={axis!r} out {np.dtype(out).name}"
         mt.poison(device, (2,) + shape)
-        y, (dx,) = jax.jit(lambda t, g: (lambda y, vjp: (y, vjp(g)))(*jax.vjp(lambda t: _call(op, t, s, b, axis), t)))(
-            jax.device_put(x, device), jax.device_put(g, device))
-        assert y.shape == dx.shape == shape and y.dtype == dx.dtype == x.dtype, what
+        y, (dx,) = jax.jit(lambda t, g: (lambda y, vjp: (y, vjp(g)))(*jax.vjp(
+            lambda t: _call(op, t, s, b, axis, y_dtype), t)))(jax.device_put(x, device), jax.device_put(g, device))
+        assert y.shape == dx.shape == shape and y.dtype == out and dx.dtype == x.dtype, what
         ry, rdx, mag = _ref(op, x, s, b, axes, g)
-        mt.assert_close(mt.as_rows(y, axes), mt.as_rows(ry, axes), mt.FWD_TOL[dtype], dtype=dtype, what=what + " y")
-        mt.assert_close(mt.as_rows(dx, axes), mt.as_rows(rdx, axes), mt.GRAD_TOL[dtype], dtype=dtype, what=what + " dx",
+        tol = max(mt.FWD_TOL[dtype], mt.FWD_TOL[out]), max(mt.GRAD_TOL[dtype], mt.GRAD_TOL[out])
+        mt.assert_close(mt.as_rows(y, axes), mt.as_rows(ry, axes), tol[0], dtype=out, what=what + " y")
+        mt.assert_close(mt.as_rows(dx, axes), mt.as_rows(rdx, axes), tol[1], dtype=dtype, what=what + " dx",
                         mag=mt.as_rows(mag, axes))
 
 

@@ -1,0 +1,175 @@
+"""jm.layer_norm / jm.rms_norm with an output dtype other than x's (`dtype=`): the kernels read x as it is and write y
+in that dtype, the backward reads dy in it and writes dx in x's. Every pair of the three dtypes against a float64
+reference, at row lengths that reach each CUDA kernel class (register rows, unvectorized rows, the row kernels beyond
+the registers); transforms, sharding, the lowered program (no conversion pass), the Flax layers, the errors."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jax_memops as jm
+import memops_testing as mt
+from memops_testing import FWD_TOL, GRAD_TOL
+
+PAIRS = [(a, b) for a, b in itertools.permutations(mt.DTYPES, 2)]
+PAIR_IDS = [f"{mt.dtype_id(a)}-to-{mt.dtype_id(b)}" for a, b in PAIRS]
+# 1, 33: scalar rows; 1000: 16-byte packs for f32 x only; 4096: whole packs; 12289: odd, beyond the unvectorized
+# fused backward (its row kernel, the row cache of both dtypes); 24580 / 50001: beyond the f32 / 16-bit forward's
+# register rows and the fused backward (the v1 row kernels).
+COLS = [1, 33, 1000, 4096, 12289, 24580, 50001]
+
+
+def _vjp_run(op, device, x, s, b, g, dtype):
+    """(y, (dx, dscale[, dbias])) of one jitted VJP of the op with output dtype `dtype`."""
+    put = [jax.device_put(a, device) for a in (x, s, b, g)]
+    if op == "layer_norm":
+        f = lambda x, s, b: jm.layer_norm(x, s, b, dtype=dtype)  # noqa: E731
+        return jax.jit(lambda x, s, b, g: (lambda y, vjp: (y, vjp(g)))(*jax.vjp(f, x, s, b)))(*put)
+    f = lambda x, s: jm.rms_norm(x, s, dtype=dtype)  # noqa: E731
+    return jax.jit(lambda x, s, g: (lambda y, vjp: (y, vjp(g)))(*jax.vjp(f, x, s)))(put[0], put[1], put[3])
+
+
+@pytest.mark.parametrize("cols", COLS)
+@pytest.mark.parametrize("x_dtype,y_dtype", PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_output_dtype(device, rng, op, x_dtype, y_dtype, cols):
+    rows = 37 if cols < 4096 else 5
+    x = mt.randn(rng, (rows, cols), x_dtype, scale=2.0, loc=0.5)
+    s, b = mt.randn(rng, (cols,), loc=1.0), mt.randn(rng, (cols,))
+    g = mt.randn(rng, (rows, cols), y_dtype, scale=1.0)
+    rms = op == "rms_norm"
+    mt.poison(device, (2, rows, cols))
+    y, grads = _vjp_run(op, device, x, s, b, g, y_dtype)
+    ry, rdx, rds, rdb, mag = mt.ref_norm_axes(x, s, None if rms else b, (1,), 1e-6 if rms else 1e-5, rms, g)
+    assert y.dtype == y_dtype and grads[0].dtype == x_dtype and grads[1].dtype == jnp.float32
+    # y is computed in float32 from x as it is: the output's rounding (dtype=y_dtype) is its only error beyond f32's.
+    mt.assert_close(y, ry, FWD_TOL[mt.F32] * 10, dtype=y_dtype, what="y")
+    mt.assert_close(grads[0], rdx, GRAD_TOL[mt.F32] * 10, dtype=x_dtype, what="dx", mag=mag)
+    mt.assert_close(grads[1], rds, GRAD_TOL[mt.F32] * 10, dtype=mt.F32, what="dscale", row_factor=1e9)
+    if not rms:
+        mt.assert_close(grads[2], rdb, GRAD_TOL[mt.F32] * 10, dtype=mt.F32, what="dbias", row_factor=1e9)
+
+
+@pytest.mark.parametrize("x_dtype,y_dtype", [(mt.BF16, mt.F32), (mt.F32, mt.BF16)], ids=["bf16-to-f32", "f32-to-bf16"])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_output_dtype_is_the_rounded_same_dtype_result(device, rng, op, x_dtype, y_dtype):
+    """On the CPU, where one kernel serves every dtype: the other dtype's y is the float32 computation rounded once,
+    bit for bit (x widened exactly to f32 first, or y of an f32 x rounded to bf16); dx likewise, from dy widened."""
+    if device.platform != "cpu":
+        pytest.skip("the CUDA kernels differ between dtypes in how they round within float32 (tested above)")
+    fn = getattr(jm, op)
+    x = jax.device_put(mt.randn(rng, (9, 1000), x_dtype), device)
+    s = jax.device_put(mt.randn(rng, (1000,), loc=1.0), device)
+    g = jax.device_put(mt.randn(rng, (9, 1000), y_dtype, scale=1.0), device)
+    wide = x.astype(jnp.float32)
+    y, vjp = jax.vjp(lambda x, s: fn(x, s, dtype=y_dtype), x, s)
+    y_ref, vjp_ref = jax.vjp(lambda x, s: fn(x, s), wide, s)
+    mt.assert_bitwise_equal(y, y_ref.astype(y_dtype), "y")
+    dx, ds = vjp(g)
+    dx_ref, ds_ref = vjp_ref(g.astype(jnp.float32))
+    mt.assert_bitwise_equal(dx, dx_ref.astype(x_dtype), "dx")
+    mt.assert_bitwise_equal(ds, ds_ref, "dscale")
+
+
+def test_same_dtype_is_the_default(rng):
+    """dtype=x.dtype is the call without it: the same program (no y_dtype param), the same bits."""
+    x = jnp.asarray(mt.randn(rng, (4, 64), mt.BF16))
+    plain = jax.make_jaxpr(lambda x: jm.layer_norm(x))(x)
+    assert "y_dtype" not in str(plain)
+    assert str(jax.make_jaxpr(lambda x: jm.layer_norm(x, dtype=jnp.bfloat16))(x)) == str(plain)
+    assert str(jax.make_jaxpr(lambda x: jm.rms_norm(x, dtype="bfloat16"))(x)) == str(
+        jax.make_jaxpr(lambda x: jm.rms_norm(x))(x))
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_no_conversion_pass(op):
+    """A bf16 x normalized into f32: the lowered forward and backward convert nothing (x reaches the custom call as
+    bf16, dy leaves the forward as f32 and dx comes back as bf16), where widening x first would add a pass."""
+    x = jnp.ones((8, 256), jnp.bfloat16)
+    s = jnp.ones((256,), jnp.float32)
+    fn = getattr(jm, op)
+    fwd = jax.jit(lambda x, s: fn(x, s, dtype=jnp.float32)).lower(x, s).as_text()
+    assert "convert" not in fwd
+    assert re.search(r"custom_call @jax_memops_\w+_fwd\(%\w+, %\w+.*\(tensor<8x256xbf16>", fwd)
+    step = jax.jit(jax.grad(lambda x, s: jnp.sum(fn(x, s, dtype=jnp.float32)), argnums=(0, 1))).lower(x, s).as_text()
+    bwd = [line for line in step.splitlines() if re.search(r"custom_call @jax_memops_\w+_bwd", line)]
+    assert len(bwd) == 1 and "xf32>" in bwd[0] and "-> (tensor<8x256xbf16>" in bwd[0], bwd
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_output_dtype_transforms(device, rng, op):
+    """vmap (parameters batched: one row of them per group), forward mode (the tangent in y's dtype), second order,
+    and rows over several axes, each against the same computation on x widened to f32 first."""
+    fn = getattr(jm, op)
+    x = jax.device_put(mt.randn(rng, (3, 7, 129), mt.BF16), device)
+    s = jax.device_put(mt.randn(rng, (3, 129), loc=1.0), device)
+    tol = dict(rtol=1e-5, atol=1e-5)
+    y = jax.vmap(lambda x, s: fn(x, s, dtype=jnp.float32))(x, s)
+    y_ref = jax.vmap(lambda x, s: fn(x, s))(x.astype(jnp.float32), s)
+    assert y.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(y), np.asarray(y_ref), **tol)
+    t = jax.device_put(mt.randn(rng, x.shape, mt.BF16), device)
+    _, ty = jax.jvp(lambda x: fn(x, s[0], dtype=jnp.float32), (x,), (t,))
+    _, ty_ref = jax.jvp(lambda x: fn(x, s[0]), (x.astype(jnp.float32),), (t.astype(jnp.float32),))
+    assert ty.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(ty), np.asarray(ty_ref), rtol=1e-4, atol=1e-4)
+    # Second order of an f32 x into f16 (a bf16 x's second-order cotangents are rounded to bf16 at each use of x,
+    # where large terms cancel: noise of bf16's precision, with or without `dtype`).
+    x32 = x.astype(jnp.float32)
+    def second(f):
+        return jax.grad(lambda x: jnp.sum(jax.grad(lambda x: jnp.sum(f(x).astype(jnp.float32) ** 3))(x)))
+
+    h = second(lambda x: fn(x, s[0], dtype=jnp.float16))(x32)
+    h_ref = second(lambda x: fn(x, s[0]).astype(jnp.float16))(x32)
+    assert h.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(h), np.asarray(h_ref), rtol=1e-2, atol=1e-2 * float(jnp.max(jnp.abs(h_ref))))
+    ya = fn(x, s[0].reshape(1, 129) * jnp.ones((7, 1)), axis=(1, 2), dtype=jnp.float32)
+    ya_ref = fn(x.astype(jnp.float32), s[0].reshape(1, 129) * jnp.ones((7, 1)), axis=(1, 2))
+    assert ya.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(ya), np.asarray(ya_ref), **tol)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_output_dtype_sharded(rng, op):
+    """Rows split over 4 CPU devices: y and dx bitwise those of one device, in their dtypes."""
+    fn = getattr(jm, op)
+    mesh = jax.make_mesh((4,), ("r",), devices=jax.devices("cpu")[:4])
+    x = mt.randn(rng, (16, 96), mt.BF16)
+    s = mt.randn(rng, (96,), loc=1.0)
+    g = mt.randn(rng, (16, 96), mt.F32, scale=1.0)
+    step = jax.jit(lambda x, s, g: (lambda y, vjp: (y, *vjp(g)))(*jax.vjp(lambda x, s: fn(x, s, dtype=jnp.float32),
+                                                                        x, s)))
+    ref = step(x, s, g)
+    rows = NamedSharding(mesh, P("r"))
+    out = step(jax.device_put(x, rows), s, jax.device_put(g, rows))
+    assert out[0].dtype == jnp.float32 and out[1].dtype == jnp.bfloat16
+    assert out[0].sharding.is_equivalent_to(rows, 2)
+    mt.assert_bitwise_equal(out[0], ref[0], "y")
+    mt.assert_bitwise_equal(out[1], ref[1], "dx")
+    np.testing.assert_allclose(np.asarray(out[2]), np.asarray(ref[2]), rtol=1e-5, atol=1e-5)
+
+
+def test_empty_output_dtype():
+    for op in (jm.layer_norm, jm.rms_norm):
+        y = op(jnp.zeros((0, 8), jnp.bfloat16), dtype=jnp.float32)
+        assert y.shape == (0, 8) and y.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("dtype,error,match", [
+    ("int8", TypeError, "dtype must be None, float32, bfloat16 or float16, got int8"),
+    (np.float64, TypeError, "dtype must be None, float32, bfloat16 or float16, got float64"),
+    ("bogus", TypeError, "dtype must be None or a dtype"),
+    (3, TypeError, "dtype must be None or a dtype"),
+])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_bad_output_dtype(op, dtype, error, match):
+    with pytest.raises(error, match=f"{op}: {re.escape(match)}"):
+        getattr(jm, op)(jnp.ones((2, 4)), dtype=dtype)
