@@ -24,11 +24,14 @@ def _pivot(x32, rms):
     """The kernels take LayerNorm statistics of x - x[..., :1] (exact for nearby values, so a large mean
     with a tiny variance stays accurate); the saved mean is that of the shifted row. Taken as a masked
     sum (exact: one term is nonzero), not a slice: a slice of a last dim that a mesh splits over explicit
-    axes is refused at trace time, a reduction over it is not."""
+    axes is refused at trace time, a reduction over it is not. Without a derivative: xhat does not depend
+    on the pivot (it cancels between x and the saved mean), so stop_gradient is exact, and derivatives of
+    these references (second order) carry no large cancelling terms through x[..., 0], which a 16-bit x
+    would round at each use (bf16: errors of ~C * eps there)."""
     if rms:
         return 0.0
     first = jax.lax.broadcasted_iota(jnp.int32, x32.shape, x32.ndim - 1) == 0
-    return jnp.sum(jnp.where(first, x32, 0.0), axis=-1, keepdims=True)
+    return jax.lax.stop_gradient(jnp.sum(jnp.where(first, x32, 0.0), axis=-1, keepdims=True))
 
 
 def _xhat(x32, mean, rstd, rms):

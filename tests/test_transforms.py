@@ -500,6 +500,21 @@ def test_hessian_layer_norm(device, rng, with_params):
     assert mt.rel_err(got, mt.f64(want)) < 1e-4
 
 
+@pytest.mark.parametrize("dtype", [mt.F32, mt.BF16], ids=["f32", "bf16"])
+def test_grad_of_row_sum_of_layer_norm_grad_is_zero(device, rng, dtype):
+    """LayerNorm's dx sums to 0 over each row whatever x is, so the gradient of that sum is 0: second-order AD must not
+    carry the kernels' pivot x[..., 0] (which cancels) as large terms rounded to x's dtype at each use (a bf16 x
+    gave 16 at x[..., 0] where max|g| is 1704: 1.2 bf16 eps, 8e4 float32 eps)."""
+    x = jax.device_put(mt.randn(rng, (3, 7, 129), dtype, scale=2.0, loc=0.5), device)
+    s = jax.device_put(mt.randn(rng, (129,), loc=1.0), device)
+    loss = lambda t: jnp.sum(jm.layer_norm(t, s).astype(jnp.float32) ** 3)  # noqa: E731
+    g = jax.jit(jax.grad(loss))(x)
+    h = jax.jit(jax.grad(lambda t: jnp.sum(jax.grad(loss)(t).astype(jnp.float32))))(x)
+    # float32 rounding noise (the references compute in float32 for either dtype): ~1 eps of max|g| measured
+    bound = 16 * float(jnp.finfo(jnp.float32).eps) * float(jnp.max(jnp.abs(g.astype(jnp.float32))))
+    assert float(jnp.max(jnp.abs(h.astype(jnp.float32)))) <= bound
+
+
 def test_grad_of_grad_layer_norm_params(device, rng):
     """d/d(scale, x) of <grad_x loss, v>: mixed second derivatives through the backward kernel."""
     x = mt.randn(rng, (4, 9))
