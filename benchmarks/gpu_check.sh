@@ -97,7 +97,8 @@ for stage in $stages; do
       # and backward, by themselves.
       ( XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout ${T_RACE:-300} \
           compute-sanitizer --tool racecheck --kernel-name kns=_kernel --error-exitcode 3 python3 benchmarks/sanitize.py \
-          --only layer_norm layer_norm_noparams layer_norm_scale rms_norm gelu_arrays gelu_3_kernels gelu_scalars \
+          --only layer_norm layer_norm_noparams layer_norm_scale rms_norm layer_norm_dtype rms_norm_dtype gelu_arrays \
+          gelu_3_kernels gelu_scalars \
           > "$out/race-racecheck-others.log" 2>&1; echo $? > "$out/race-racecheck-others.rc" ) &
       wait
       for log in racecheck-pushrule racecheck-push1 memcheck-pushrule racecheck-others; do

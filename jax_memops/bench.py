@@ -33,6 +33,7 @@ from . import reference, unfused
 from ._device_timing import device_times
 
 OPS = ("softmax", "layer_norm", "rms_norm", "gelu")
+NORMS = ("layer_norm", "rms_norm")  # the ops with an output dtype of their own (`dtype=`)
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd", "jvp")
 DEFAULT_DIRECTIONS = ("fwd", "bwd", "fwd+bwd")  # jvp (forward-mode AD) on request
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -57,11 +58,18 @@ class Case:
     dtype: str
     shape: tuple[int, ...]
     algorithm: str = "auto"  # softmax only
+    out_dtype: str | None = None  # the norms only: y's dtype (their `dtype=`; dy has it too), None: x's
+
+    @property
+    def dtypes(self) -> str:
+        """x's dtype, or "x->y" in short names where y has another ("bf16->f32")."""
+        short = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+        return self.dtype if self.out_dtype is None else f"{short[self.dtype]}->{short[self.out_dtype]}"
 
     @property
     def label(self) -> str:
         alg = f" [{self.algorithm}]" if self.op == "softmax" and self.algorithm != "auto" else ""
-        return f"{self.op} {self.direction} {self.dtype} {'x'.join(map(str, self.shape))}{alg}"
+        return f"{self.op} {self.direction} {self.dtypes} {'x'.join(map(str, self.shape))}{alg}"
 
     @property
     def elements(self) -> int:
@@ -71,9 +79,17 @@ class Case:
     def bytes_moved(self) -> int:
         """The least traffic: forward x in + y out; backward one saved tensor (y or x) and dy in, dx out;
         a training step both; jvp (forward mode, a tangent of x) x and its tangent in, y and the output's
-        tangent out (per-row statistics and per-feature parameters are negligible)."""
-        passes = {"fwd": 2, "bwd": 3, "fwd+bwd": 5, "jvp": 4}[self.direction]
-        return self.elements * jnp.dtype(DTYPES[self.dtype]).itemsize * passes
+        tangent out (per-row statistics and per-feature parameters are negligible). Passes over x-like tensors
+        (x, dx, x's tangent; the softmax's saved y) and over y-like ones (y, dy, y's tangent) by their dtypes."""
+        x_passes, y_passes = {"fwd": (1, 1), "bwd": (2, 1), "fwd+bwd": (3, 2), "jvp": (2, 2)}[self.direction]
+        sx = jnp.dtype(DTYPES[self.dtype]).itemsize
+        sy = sx if self.out_dtype is None else jnp.dtype(DTYPES[self.out_dtype]).itemsize
+        return self.elements * (sx * x_passes + sy * y_passes)
+
+    @property
+    def tolerance(self) -> float:
+        """TOLERANCE of the less precise of x's and y's dtypes."""
+        return max(TOLERANCE[self.dtype], TOLERANCE[self.out_dtype or self.dtype])
 
 
 @dataclass
@@ -119,8 +135,19 @@ class Result:
         return d
 
 
-def _functions(op: str, algorithm: str = "auto") -> tuple[Callable, Callable]:
-    """(ours, XLA's) as functions of (x, scale, bias)."""
+def _functions(op: str, algorithm: str = "auto", out_dtype: str | None = None) -> tuple[Callable, Callable]:
+    """(ours, XLA's) as functions of (x, scale, bias). A norm's out_dtype: ours with `dtype=`, XLA's on x converted
+    to float32 (exact; XLA fuses the conversion into its normalization) and rounded into out_dtype."""
+    if out_dtype is not None:
+        if op not in NORMS:
+            raise ValueError(f"out_dtype is for {NORMS} only, got op {op!r}")
+        out = DTYPES[out_dtype]
+        wide = lambda x: x.astype(jnp.float32)  # noqa: E731
+        if op == "layer_norm":
+            return ((lambda x, s, b: jm.layer_norm(x, s, b, dtype=out)),
+                    (lambda x, s, b: reference.layer_norm(wide(x), s, b).astype(out)))
+        return ((lambda x, s, b: jm.rms_norm(x, s, dtype=out)),
+                (lambda x, s, b: reference.rms_norm(wide(x), s).astype(out)))
     if op == "softmax":
         return (lambda x, s, b: jm.softmax(x, algorithm=algorithm)), (lambda x, s, b: reference.softmax(x))
     if op == "layer_norm":
@@ -140,9 +167,9 @@ def build(case: Case, key) -> tuple[Callable, Callable, tuple]:
     x = (2.0 * jax.random.normal(kx, case.shape, jnp.float32)).astype(dtype)
     scale = 1.0 + 0.1 * jax.random.normal(ks, (cols,), jnp.float32)
     bias = 0.1 * jax.random.normal(kb, (cols,), jnp.float32)
-    dy = jax.random.normal(kd, case.shape, jnp.float32).astype(dtype)
+    dy = jax.random.normal(kd, case.shape, jnp.float32).astype(DTYPES[case.out_dtype or case.dtype])
     args = (x, scale, bias, dy)
-    ours, xla = _functions(case.op, case.algorithm)
+    ours, xla = _functions(case.op, case.algorithm, case.out_dtype)
     if case.direction == "fwd":
         return [jax.jit(lambda x, s, b, dy, f=f: f(x, s, b)) for f in (ours, xla)] + [args]
     if case.direction == "jvp":  # dy serves as the tangent of x; scale and bias are held fixed
@@ -243,9 +270,9 @@ def time_interleaved(calls: list[Callable[[], object]], iters: int, reps: int, t
 def run_case(case: Case, key, iters: int, reps: int, timing: str = "wall") -> Result:
     ours, xla, args = build(case, key)
     diff = max_rel_diff(ours(*args), xla(*args))
-    if not diff <= TOLERANCE[case.dtype]:
+    if not diff <= case.tolerance:
         raise AssertionError(f"{case.label}: ours and XLA disagree, max relative difference {diff:.3g} "
-                             f"(allowed {TOLERANCE[case.dtype]:g})")
+                             f"(allowed {case.tolerance:g})")
     x = args[0]
     ours_ms, xla_ms, copy_ms, memcpy_ms = time_interleaved(
         [lambda: ours(*args), lambda: xla(*args), copy_of(x), memcpy_of(x)], iters, reps, timing)
@@ -257,6 +284,13 @@ def grid(ops, directions, dtypes, cols_by_op, elements) -> list[Case]:
     """rows = elements // C for every C of each op (at least one row)."""
     return [Case(op, d, dt, (max(1, elements // c), c)) for op in ops for c in cols_by_op[op]
             for d in directions for dt in dtypes]
+
+
+def with_out_dtypes(cases: list[Case], out_dtypes) -> list[Case]:
+    """Each norm case followed by the same case with y in each of `out_dtypes` that differs from x's dtype (a
+    bfloat16 x normalized into float32: Flax's output where the params are float32)."""
+    return [c2 for c in cases for c2 in [c] + ([Case(c.op, c.direction, c.dtype, c.shape, c.algorithm, o)
+                                                for o in out_dtypes if o != c.dtype] if c.op in NORMS else [])]
 
 
 def quick_cases(ops=OPS, directions=DEFAULT_DIRECTIONS, dtypes=("float32", "bfloat16")) -> list[Case]:

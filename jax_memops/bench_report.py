@@ -26,12 +26,12 @@ def _gb(v: float) -> str:
 def _cells(r: Result) -> tuple[str, ...]:
     c = r.case
     op = c.op if c.algorithm == "auto" else f"{c.op}[{c.algorithm}]"
-    return (op, c.direction, c.dtype, "x".join(map(str, c.shape)), f"{r.ours_ms:.4f}", f"{r.xla_ms:.4f}",
+    return (op, c.direction, c.dtypes, "x".join(map(str, c.shape)), f"{r.ours_ms:.4f}", f"{r.xla_ms:.4f}",
             f"{r.speedup:.2f}", _gb(r.gbps(r.ours_ms)), f"{r.pct_of_copy:.0f}", _gb(r.copy_gbps),
             f"{r.pct_of_memcpy:.0f}", _gb(r.memcpy_gbps), f"{r.max_rel_diff:.1e}")
 
 
-_WIDTHS = (20, 7, 8, 12, 9, 9, 7, 9, 9, 9, 11, 11, 12)
+_WIDTHS = (20, 7, 9, 12, 9, 9, 7, 9, 9, 9, 11, 11, 12)
 
 
 def table_header() -> str:
@@ -117,7 +117,7 @@ def plot_bandwidth(results: list[Result], out_dir: str) -> list[str]:
     paths = []
     device = environment()["device"]
     for op in sorted({r.case.op for r in results}):
-        rs = [r for r in results if r.case.op == op and r.case.algorithm == "auto"]
+        rs = [r for r in results if r.case.op == op and r.case.algorithm == "auto" and r.case.out_dtype is None]
         dirs = [d for d in DIRECTIONS if any(r.case.direction == d for r in rs)]
         if not dirs:
             continue

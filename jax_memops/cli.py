@@ -65,7 +65,7 @@ def _cases(args, gpu: bool) -> tuple[list[bench.Case], list[bench.Case]]:
         cols = {op: tuple(args.cols) if args.cols else bench.DEFAULT_COLS[op] for op in ops}
         sweep = bench.grid(ops, args.dirs, args.dtypes, cols, elements)
     ladder = bench.ladder_cases(elements if not args.quick else 1 << 14)
-    return sweep, ladder
+    return bench.with_out_dtypes(sweep, args.out_dtypes or ()), ladder
 
 
 def cmd_bench(args) -> int:
@@ -146,6 +146,9 @@ def main(argv=None) -> int:
                    help="fwd, bwd (from saved residuals), fwd+bwd (a training step's VJP), jvp (forward-mode "
                         "AD: y and its tangent); default all but jvp")
     p.add_argument("--dtypes", nargs="+", choices=list(bench.DTYPES), default=["float32", "bfloat16"])
+    p.add_argument("--out-dtypes", nargs="+", choices=list(bench.DTYPES),
+                   help="the norms also with y in these dtypes where they differ from x's (their dtype=), against "
+                        "XLA's normalization of x converted to float32")
     p.add_argument("--cols", nargs="+", type=int, help="row lengths C (default: the grid of each op)")
     p.add_argument("--elements", type=int,
                    help="elements per tensor, rows = elements // C (default 2^26 on a GPU, 2^16 elsewhere)")

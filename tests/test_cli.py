@@ -71,7 +71,8 @@ def test_fusion_only(tmp_path, capsys):
 def test_bench_fails_loudly_on_disagreement(monkeypatch):
     """A kernel that disagrees with XLA must stop the run, not be timed."""
     ours, xla = bench._functions("softmax")
-    monkeypatch.setattr(bench, "_functions", lambda op, alg="auto": ((lambda x, s, b: ours(x, s, b) * 1.01), xla))
+    monkeypatch.setattr(bench, "_functions",
+                        lambda op, alg="auto", out=None: ((lambda x, s, b: ours(x, s, b) * 1.01), xla))
     case = bench.Case("softmax", "fwd", "float32", (8, 33))
     with pytest.raises(AssertionError, match="disagree"):
         bench.run_case(case, jax.random.key(0), iters=1, reps=1)
@@ -81,6 +82,30 @@ def test_bytes_moved_counts_passes():
     case = bench.Case("layer_norm", "fwd+bwd", "bfloat16", (4, 8))
     assert case.bytes_moved == 4 * 8 * 2 * 5
     assert bench.Case("softmax", "jvp", "float32", (4, 8)).bytes_moved == 4 * 8 * 4 * 4
+
+
+def test_bytes_moved_with_an_output_dtype():
+    """A bf16 x into f32 y: x-like passes (x, dx) at 2 bytes, y-like ones (y, dy) at 4."""
+    e = 4 * 8
+    for direction, want in (("fwd", 2 + 4), ("bwd", 2 * 2 + 4), ("fwd+bwd", 3 * 2 + 2 * 4), ("jvp", 2 * 2 + 2 * 4)):
+        assert bench.Case("rms_norm", direction, "bfloat16", (4, 8), out_dtype="float32").bytes_moved == e * want
+    assert bench.Case("layer_norm", "fwd", "float32", (4, 8), out_dtype="bfloat16").tolerance == bench.TOLERANCE[
+        "bfloat16"]
+
+
+def test_bench_output_dtypes(tmp_path):
+    """--out-dtypes: each norm case again with y in those dtypes (where they differ from x's), checked against XLA's
+    normalization of x in float32 rounded into y's dtype; softmax and GELU cases unchanged."""
+    assert cli.main(["bench", "--quick", "--parts", "sweep", "--dirs", "fwd", "fwd+bwd", "--ops", "softmax",
+                     "rms_norm", "layer_norm", "--dtypes", "bfloat16", "float32", "--out-dtypes", "float32",
+                     "--cols", "96", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "results.json").read_text())["results"]
+    mixed = [(r["op"], r["direction"], r["dtype"]) for r in rows if r["out_dtype"] is not None]
+    assert sorted(mixed) == sorted((op, d, "bfloat16") for op in ("layer_norm", "rms_norm") for d in ("fwd", "fwd+bwd"))
+    assert all(r["out_dtype"] in (None, "float32") for r in rows) and len(rows) == 3 * 2 * 2 + 4
+    assert "bf16->f32" in (tmp_path / "results.md").read_text()
+    with pytest.raises(ValueError, match="out_dtype is for"):
+        bench._functions("softmax", "auto", "float32")
 
 
 def test_bench_jvp_direction(tmp_path):
