@@ -260,6 +260,21 @@ def ref_scale_bias_gelu_jvp(x, scale, bias, t, ts=None, tb=None):
     return ref_gelu_grad(u) * du, _gelu_grad_mag(u) * dmag
 
 
+def norm_vjp(op, device, x, s, b, g, **kw):
+    """(y, (dx, dscale[, dbias])) of one jitted VJP of jm.layer_norm (scale s, bias b) or jm.rms_norm (scale s; b
+    unused) on `device`, for the cotangent g, with the op's keyword arguments kw (axis=, dtype=)."""
+    import jax
+
+    import jax_memops as jm
+
+    put = [jax.device_put(a, device) for a in (x, s, b, g)]
+    if op == "layer_norm":
+        f = lambda x, s, b: jm.layer_norm(x, s, b, **kw)  # noqa: E731
+        return jax.jit(lambda x, s, b, g: (lambda y, vjp: (y, vjp(g)))(*jax.vjp(f, x, s, b)))(*put)
+    f = lambda x, s: jm.rms_norm(x, s, **kw)  # noqa: E731
+    return jax.jit(lambda x, s, g: (lambda y, vjp: (y, vjp(g)))(*jax.vjp(f, x, s)))(put[0], put[1], put[3])
+
+
 def ref_norm_axes(x, scale, bias, axes, eps, rms, g):
     """LayerNorm (rms: RMSNorm) over `axes` of x itself, parameters of x's sizes along them (None: absent), in float64:
     (y, dx, dscale, dbias, the magnitude of dx's terms) for the cotangent g."""

@@ -39,12 +39,7 @@ def _static(axis):
 
 def _run(op, device, x, s, b, g, axis):
     """(y, (dx, dscale[, dbias])) of one jitted VJP of the op over `axis`."""
-    put = [jax.device_put(a, device) for a in (x, s, b, g)]
-    if op == "layer_norm":
-        f = lambda x, s, b: jm.layer_norm(x, s, b, axis=axis)  # noqa: E731
-        return jax.jit(lambda x, s, b, g: (lambda y, vjp: (y, vjp(g)))(*jax.vjp(f, x, s, b)))(*put)
-    f = lambda x, s: jm.rms_norm(x, s, axis=axis)  # noqa: E731
-    return jax.jit(lambda x, s, g: (lambda y, vjp: (y, vjp(g)))(*jax.vjp(f, x, s)))(put[0], put[1], put[3])
+    return mt.norm_vjp(op, device, x, s, b, g, axis=axis)
 
 
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])

@@ -27,16 +27,6 @@ PAIR_IDS = [f"{mt.dtype_id(a)}-to-{mt.dtype_id(b)}" for a, b in PAIRS]
 COLS = [1, 33, 1000, 4096, 12289, 24580, 50001]
 
 
-def _vjp_run(op, device, x, s, b, g, dtype):
-    """(y, (dx, dscale[, dbias])) of one jitted VJP of the op with output dtype `dtype`."""
-    put = [jax.device_put(a, device) for a in (x, s, b, g)]
-    if op == "layer_norm":
-        f = lambda x, s, b: jm.layer_norm(x, s, b, dtype=dtype)  # noqa: E731
-        return jax.jit(lambda x, s, b, g: (lambda y, vjp: (y, vjp(g)))(*jax.vjp(f, x, s, b)))(*put)
-    f = lambda x, s: jm.rms_norm(x, s, dtype=dtype)  # noqa: E731
-    return jax.jit(lambda x, s, g: (lambda y, vjp: (y, vjp(g)))(*jax.vjp(f, x, s)))(put[0], put[1], put[3])
-
-
 @pytest.mark.parametrize("cols", COLS)
 @pytest.mark.parametrize("x_dtype,y_dtype", PAIRS, ids=PAIR_IDS)
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
@@ -47,7 +37,7 @@ def test_output_dtype(device, rng, op, x_dtype, y_dtype, cols):
     g = mt.randn(rng, (rows, cols), y_dtype, scale=1.0)
     rms = op == "rms_norm"
     mt.poison(device, (2, rows, cols))
-    y, grads = _vjp_run(op, device, x, s, b, g, y_dtype)
+    y, grads = mt.norm_vjp(op, device, x, s, b, g, dtype=y_dtype)
     ry, rdx, rds, rdb, mag = mt.ref_norm_axes(x, s, None if rms else b, (1,), 1e-6 if rms else 1e-5, rms, g)
     assert y.dtype == y_dtype and grads[0].dtype == x_dtype and grads[1].dtype == jnp.float32
     # y is computed in float32 from x as it is: the output's rounding (dtype=y_dtype) is its only error beyond f32's.
