@@ -14,7 +14,9 @@ sum(y * w) with respect to x and the params (w fixed, in y's dtype): the forward
     python3 benchmarks/norm_layers_ab.py --elements 4194304 --iters 5    # a CPU
 
 Prints per case the median ms per call of each layer, ours' speedup over Flax's (> 1: ours faster), and the
-largest difference of the outputs relative to Flax's largest output (the two must agree first).
+largest difference of the outputs relative to Flax's largest output (the two must agree first). In the widening
+configuration also ours on x converted to float32 first (the path before the norms' `dtype=`), timed in the same
+interleaving, and how much faster the current path is.
 """
 
 from __future__ import annotations
@@ -47,11 +49,13 @@ def pair(ours, theirs, features, options):
     return mine, ref
 
 
-def programs(layer, x, w):
-    """(jitted forward, jitted training step) of an NNX layer, each taking (state, x)."""
+def programs(layer, x, w, widen=False):
+    """(jitted forward, jitted training step) of an NNX layer, each taking (state, x). widen: x converted to float32
+    before the layer (what the jm layers did in the widening case until the twelfth session)."""
     graph, state = nnx.split(layer)
-    fwd = jax.jit(lambda s, x: nnx.merge(graph, s)(x))
-    step = jax.jit(jax.grad(lambda s, x: jnp.sum((nnx.merge(graph, s)(x) * w).astype(jnp.float32)), (0, 1)))
+    call = lambda s, x: nnx.merge(graph, s)(x.astype(jnp.float32) if widen else x)  # noqa: E731
+    fwd = jax.jit(call)
+    step = jax.jit(jax.grad(lambda s, x: jnp.sum((call(s, x) * w).astype(jnp.float32)), (0, 1)))
     return state, fwd, step
 
 
@@ -84,11 +88,18 @@ def main() -> None:
                     ref32 = np.asarray(y_ref, np.float32)
                     diff = float(np.max(np.abs(np.asarray(y, np.float32) - ref32)) / max(np.max(np.abs(ref32)), 1.0))
                     assert diff <= TOLERANCE[jnp.dtype(y.dtype)], f"{name} {config}: differs from Flax by {diff:.3g}"
-                    ms = time_interleaved([lambda: f1(s1, x), lambda: f2(s2, x), lambda: g1(s1, x),
-                                           lambda: g2(s2, x)], args.iters, args.reps, args.timing)
+                    calls = [lambda: f1(s1, x), lambda: f2(s2, x), lambda: g1(s1, x), lambda: g2(s2, x)]
+                    widening = config == "widening"
+                    if widening:  # the same layer on x converted first: the path before the norms' dtype=
+                        s0, f0, g0 = programs(mine, x, w, widen=True)
+                        calls += [lambda: f0(s0, x), lambda: g0(s0, x)]
+                    ms = time_interleaved(calls, args.iters, args.reps, args.timing)
+                    before = (f" | converting first: fwd {ms[4]:.3f} step {ms[5]:.3f} (now {ms[4] / ms[0]:.2f}x, "
+                              f"{ms[5] / ms[2]:.2f}x)") if widening else ""
                     print(f"{name:9s} C={c:<5d} axes={str(axes):8s} {config:8s} out {jnp.dtype(y.dtype).name:8s} "
                           f"fwd ms: jm {ms[0]:.3f} flax {ms[1]:.3f} ({ms[1] / ms[0]:.2f}x) | step ms: "
-                          f"jm {ms[2]:.3f} flax {ms[3]:.3f} ({ms[3] / ms[2]:.2f}x) | max diff {diff:.1e}", flush=True)
+                          f"jm {ms[2]:.3f} flax {ms[3]:.3f} ({ms[3] / ms[2]:.2f}x) | max diff {diff:.1e}{before}",
+                          flush=True)
 
 
 if __name__ == "__main__":
