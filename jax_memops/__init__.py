@@ -2,8 +2,8 @@
 
     import jax_memops as jm
     jm.softmax(x, axis=-1, algorithm="auto")
-    jm.layer_norm(x, scale, bias, epsilon=1e-5)
-    jm.rms_norm(x, scale, epsilon=1e-6)
+    jm.layer_norm(x, scale, bias, epsilon=1e-5, axis=-1, dtype=None)
+    jm.rms_norm(x, scale, epsilon=1e-6, axis=-1, dtype=None)
     jm.scale_bias_gelu(x, scale=1.0, bias=0.0)
 
 Each is a JAX primitive lowered to an XLA FFI custom call (C++ on CPU, CUDA on NVIDIA GPUs) with a
