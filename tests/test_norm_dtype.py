@@ -163,3 +163,39 @@ def test_empty_output_dtype():
 def test_bad_output_dtype(op, dtype, error, match):
     with pytest.raises(error, match=f"{op}: {re.escape(match)}"):
         getattr(jm, op)(jnp.ones((2, 4)), dtype=dtype)
+
+
+# -- the handlers' own checks, reached by calling their FFI targets directly with malformed buffers -------------------
+def _ffi(target, results, *args, **attrs):
+    return jax.jit(lambda *a: jax.ffi.ffi_call(f"jax_memops_{target}", results)(*a, **attrs))(*args)
+
+
+_EPS = np.float32(1e-5)
+_X = np.ones((4, 8), np.float32)
+_P = np.ones((8,), np.float32)
+_S = jax.ShapeDtypeStruct
+
+
+@pytest.mark.parametrize("case,match", [
+    ("y-size", "y: size must match the input"),
+    ("y-int", "unsupported dtype"),
+    ("mean-size", "mean must be float32 with one value per row"),
+    ("dx-dtype", "dx: dtype and size must match the input"),
+    ("dy-size", "dy: size must match the input"),
+])
+def test_handlers_reject_malformed_buffers(device, case, match):
+    """The norm handlers (CPU and CUDA) answer malformed buffers with an error naming the buffer, not a crash: y and dy
+    may have another float dtype than x, never another size; dx must be x's."""
+    x, p = jax.device_put(_X, device), jax.device_put(_P, device)
+    f32, bf16 = jnp.float32, jnp.bfloat16
+    stats = _S((4,), f32)
+    with pytest.raises(Exception, match=re.escape(match)):
+        if case in ("y-size", "y-int", "mean-size"):
+            y = {"y-size": _S((4, 7), bf16), "y-int": _S((4, 8), jnp.int32)}.get(case, _S((4, 8), bf16))
+            mean = _S((3,), f32) if case == "mean-size" else stats
+            jax.block_until_ready(_ffi("layer_norm_fwd", (y, mean, stats), x, p, p, epsilon=_EPS))
+        else:
+            dy = jax.device_put(np.ones((4, 7) if case == "dy-size" else (4, 8), np.float32), device)
+            dx = _S((4, 8), bf16 if case == "dx-dtype" else f32)
+            rstd = jax.device_put(np.ones((4,), np.float32), device)
+            jax.block_until_ready(_ffi("rms_norm_bwd", (dx, _S((0,), f32), _S((0,), f32)), x, p, rstd, dy))
