@@ -112,10 +112,12 @@ def test_output_dtype_transforms(device, rng, op):
     assert ty.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(ty), np.asarray(ty_ref), rtol=1e-4, atol=1e-4)
     # Second order of an f32 x into f16 (a bf16 x's second-order cotangents are rounded to bf16 at each use of x,
-    # where large terms cancel: noise of bf16's precision, with or without `dtype`).
+    # where large terms cancel: noise of bf16's precision, with or without `dtype`). The gradient is weighted: a
+    # LayerNorm's dx sums to 0 over each row, so the plain sum's second order is rounding noise alone.
     x32 = x.astype(jnp.float32)
+    w = jax.device_put(mt.randn(rng, x.shape), device)
     def second(f):
-        return jax.grad(lambda x: jnp.sum(jax.grad(lambda x: jnp.sum(f(x).astype(jnp.float32) ** 3))(x)))
+        return jax.grad(lambda x: jnp.sum(jax.grad(lambda x: jnp.sum(f(x).astype(jnp.float32) ** 3))(x) * w))
 
     h = second(lambda x: fn(x, s[0], dtype=jnp.float16))(x32)
     h_ref = second(lambda x: fn(x, s[0]).astype(jnp.float16))(x32)
