@@ -141,7 +141,7 @@ def main():
         "layer_norm_noparams": (lambda x, s, b: jm.layer_norm(x), lambda x, s, b: reference.layer_norm(x)),
         "layer_norm_scale": (lambda x, s, b: jm.layer_norm(x, s), lambda x, s, b: reference.layer_norm(x, s)),
         "rms_norm": (lambda x, s, b: jm.rms_norm(x, s), lambda x, s, b: reference.rms_norm(x, s)),
-        # y in another dtype than x (`dtype`: norm_fwd_mixed, norm_bwd_general with dy of y's dtype)
+        # y in another dtype than x (`dtype`: the lean rows or norm_fwd_mixed, norm_bwd_general with dy of y's dtype)
         "layer_norm_dtype": (lambda x, s, b: jm.layer_norm(x, s, b, dtype=_other(x)),
                              lambda x, s, b: reference.layer_norm(x.astype(jnp.float32), s, b).astype(_other(x))),
         "rms_norm_dtype": (lambda x, s, b: jm.rms_norm(x, s, dtype=_other(x)),

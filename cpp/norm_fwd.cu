@@ -3,7 +3,8 @@
 // in registers (norm_rows.cuh: team rows of 4-32 threads for C <= 1027 / 2055, else block rows of 64-768 threads; one
 // HBM read of x; norm_fwd_half.cuh's and norm_fwd_lean.cuh's variants by the rule below). Longer rows (or x and y at
 // different addresses modulo 16, or C == 0) take norm_fwd_kernel below. A y of another dtype than x (the ops' `dtype`)
-// takes norm_fwd_mixed's two of them. The backward: norm_bwd.cu.
+// takes the lean rows where they win (v57: lean_mixed_rows), else norm_fwd_mixed's two kernels. The backward:
+// norm_bwd.cu.
 #include "cuda_common.cuh"
 #include "norm_fwd_half.cuh"
 #include "norm_fwd_lean.cuh"
@@ -13,6 +14,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 
 namespace ffi = xla::ffi;
@@ -39,36 +41,41 @@ namespace {
 // rows' parameter loads before v28 (in pass 3; with both parameters), =v28 the packs before v29, =v29 the lean rows'
 // streaming loads and stores before v44 (and their parameters loaded in pass 3), =v44 v4's streaming loads and stores
 // before v45 (norm_fwd_half.cuh's kCachedIo), and v44's lean block rows (v45 adds f32 C = 516..1024, lean_block_plan),
-// =v45 one row per block (v48 adds the pair rows).
+// =v45 one row per block (v48 adds the pair rows), =v48 y of another dtype than x's on v3's rows (norm_fwd_mixed) alone
+// (v57 adds the lean rows where they win: lean_mixed_rows).
 // The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45 };
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
                                       {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21},
                                        {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}, {"v29", NormFwd::kV29},
-                                       {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45}},
+                                       {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45},
+                                       {"v48", NormFwd::kV48}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// The rule by dtype: the default, v23, v28, v29, v44 and v45 (which differ from it only in the lean rows' parameter
-// loads, packs, rows per block and cache hints, and v4's cache hints).
+// The rule by dtype: the default, v23, v28, v29, v44, v45 and v48 (which differ from it only in the lean rows'
+// parameter loads, packs, rows per block, cache hints and output dtypes, and v4's cache hints).
 bool norm_fwd_by_dtype() {
   const NormFwd v = norm_fwd_version();
   return v == NormFwd::kByDtype || v == NormFwd::kV23 || v == NormFwd::kV28 || v == NormFwd::kV29 ||
-         v == NormFwd::kV44 || v == NormFwd::kV45;
+         v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48;
 }
 
+// v48: the default's rule for rows of one dtype (v57 changed only rows into another).
+bool norm_fwd_v48_or_later() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV48; }
+
 // v45: the default's rule but for v48's pair rows (lean_pair_plan).
-bool norm_fwd_v45_or_later() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV45; }
+bool norm_fwd_v45_or_later() { return norm_fwd_v48_or_later() || norm_fwd_version() == NormFwd::kV45; }
 
 // The lean kernel's block rows: lean_block_plan by default (v45: f32 C = 516..1024 too), v44's under v44, v29's
 // lean_block_packs without held parameters under v29 (norm_fwd_lean.cuh), none under the older versions.
 template <typename T, bool kRms>
 LeanBlock lean_tuned_plan(int64_t packs) {
   const NormFwd v = norm_fwd_version();
-  if (v == NormFwd::kByDtype || v == NormFwd::kV44 || v == NormFwd::kV45) {
+  if (norm_fwd_v45_or_later() || v == NormFwd::kV44) {
     return lean_block_plan<T, kRms>(packs, v != NormFwd::kV44);
   }
   return {v == NormFwd::kV29 ? lean_block_packs<T, kRms>(packs) : 0, false};
@@ -174,10 +181,10 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
 }
 
-// A y of type Ty != T (the ops' `dtype`: a bf16 x into f32, say; y's packs twice or half x's bytes): the register
-// rows of norm_rows.cuh ("v3") where x and y are both 16-byte aligned (C > 0), else the v1 row kernel, vectorized
-// where every buffer is aligned and C a multiple of x's pack. The dtype-specific variants (norm_fwd_half.cuh,
-// norm_fwd_lean.cuh) take same-dtype rows only: one read of x and one write of y either way.
+// A y of type Ty != T (the ops' `dtype`: a bf16 x into f32, say; y's packs twice or half x's bytes) where the lean rows
+// don't take it (lean_mixed_rows): the register rows of norm_rows.cuh ("v3") where x and y are both 16-byte aligned (C > 0),
+// else the v1 row kernel, vectorized where every buffer is aligned and C a multiple of x's pack. One read of x and one
+// write of y either way.
 // launch(kernel, plan, args...): norm_fwd's launch of a register-row kernel in plan's geometry.
 template <typename T, typename Ty, bool kRms, typename Launch>
 ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, const T* xp, ParamView scale,
@@ -196,6 +203,125 @@ ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, con
     return launch_rows(norm_fwd_kernel<T, V, kRms, Ty>, stream, s, V, s.cols * int64_t{sizeof(T)}, what, xp, scale,
                        bias, yp, mean, rstd, s.rows, s.cols, epsilon);
   });
+}
+
+// v57: where the lean rows write y of another dtype than x's, by default. Measured on an H100 (the forward at 2^26
+// elements, device timing, one process against v48's rule, where the same-dtype cells read 0.999-1.001; RESULTS.md
+// "v57"): f32 x into bf16 on the tuned block rows LayerNorm +4.3..4.8% at C = 768 / 1024 / 2048 and +2.2..2.7% at
+// 4096 / 8192, RMSNorm +3.3..3.7% at 768 / 1024 but -5.8% at 4096 (2 packs per thread); bf16 x into f32 LayerNorm's
+// team rows +3.9..4.6% at C = 768..2048, RMSNorm's -0.7..-2.5%, and the block rows two per block -9..-27% (LayerNorm
+// 4096..12288, RMSNorm 4096 / 12288: y's f32 words double the bytes those plans were sized for). The rest stays on
+// norm_fwd_mixed. kLeanPair: the instances (pairs a model meets: a bf16 x with Flax's f32 parameters gives f32, an f32
+// residual stream normalized into a bf16 matmul); lean_mixed_rows: the rows.
+template <typename T, typename Ty, bool kRms>
+inline constexpr bool kLeanPair = (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<Ty, float> && !kRms) ||
+                                  (std::is_same_v<T, float> && std::is_same_v<Ty, __nv_bfloat16>);
+
+template <typename T, bool kRms>
+bool lean_mixed_rows(int64_t cols, const RowsPlan& plan) {
+  if (norm_fwd_version() != NormFwd::kByDtype) return false;  // v48 and earlier: norm_fwd_mixed
+  if constexpr (sizeof(T) == 4) {
+    return cols % kVec<T> == 0 && lean_tuned_plan<T, kRms>(cols / kVec<T>).np >= 3;
+  } else {
+    return plan.ok && !plan.block_rows;
+  }
+}
+
+// norm_fwd_lean.cuh's rows (T: bf16 or f32) where they take the call, else nullopt: rows of whole packs, one scale row
+// (and LayerNorm's one bias row) or none, all aligned; v3's geometry, LayerNorm team rows at the packs v21 gives them
+// (6 where v10's rule takes them, else 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28. Since
+// v29, where lean_tuned_plan gives packs, block rows at them: f32 rows too (only those), bf16 LayerNorm 4096. Since v44
+// with cached I/O, and f32 block rows with their parameters held where the plan says. Since v57 with y of type Ty
+// (f32 x into bf16, bf16 x into f32 on team rows: lean_mixed_rows), in the plan of x's dtype.
+// launch_plan(kernel, plan, args...): norm_fwd's launch of a register-row kernel in plan's geometry.
+template <typename T, typename Ty, bool kRms, typename LaunchPlan>
+std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, const T* xp, ParamView scale,
+                                             ParamView bias, Ty* yp, float* mean, float* rstd, float epsilon,
+                                             LaunchPlan&& launch_plan) {
+  const auto one_row = [&](const ParamView& p) { return p.data == nullptr || p.rows_per_group >= s.rows; };
+  const LeanBlock tuned = s.cols % kVec<T> == 0 ? lean_tuned_plan<T, kRms>(s.cols / kVec<T>) : LeanBlock{0, false};
+  if (!(norm_fwd_by_dtype() && (sizeof(T) == 4 ? tuned.np > 0 : plan.ok) && one_row(scale) &&
+        (kRms || one_row(bias)) && vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data}))) {
+    return std::nullopt;
+  }
+  constexpr bool kTeamOnly = sizeof(T) == 2 && !std::is_same_v<T, Ty>;  // v57: a bf16 x's y of another dtype
+  // The instance for the parameters present (kS: scale, kB: LayerNorm's bias) and how team rows read them (kSt:
+  // staged in shared memory, v28; else loaded in pass 3, v23).
+  const auto lean = [&](auto has_scale, auto has_bias, auto staged) -> ffi::Error {
+    constexpr bool kS = decltype(has_scale)::value, kB = decltype(has_bias)::value;
+    const auto go = [&](auto kernel, const RowsPlan& p) -> ffi::Error {
+      return launch_plan(kernel, p, xp, scale.data, bias.data, yp, mean, rstd, s.rows,
+                         static_cast<int>(s.cols), 1.0f / static_cast<float>(s.cols), epsilon, p.tpr);
+    };
+    // f(std::bool_constant<io>): io = the kernel's kCachedIo (v44's default), else the streaming pair.
+    const auto cached = [&](auto f) { return lean_cached_io() ? f(std::true_type{}) : f(std::false_type{}); };
+    // v48: bf16 rows of 512..1536 packs two per block, with cached I/O (lean_pair_plan), by default only.
+    if constexpr (sizeof(T) == 2 && !kTeamOnly) {
+      const LeanPairs pairs = lean_pair_plan<kRms>(s.cols / kVec<T>);
+      if (pairs.np > 0 && norm_fwd_v48_or_later()) {
+        const auto at = [&](auto np, auto regs) {
+          constexpr int kNp = decltype(np)::value, kRegs = decltype(regs)::value;
+          RowsPlan p = plan_norm_rows<T, kNp>(s.cols);
+          p.rows_per_block = 2;
+          return go(norm_fwd_lean_kernel<T, kRms, true, kNp, kS, kB, true, false, true, 2, kRegs, Ty>, p);
+        };
+        using I3 = std::integral_constant<int, 3>;
+        using I4 = std::integral_constant<int, 4>;
+        using R56 = std::integral_constant<int, 56>;
+        using R64 = std::integral_constant<int, 64>;
+        if constexpr (kRms) {  // lean_pair_plan: 56 registers
+          return pairs.np == 3 ? at(I3{}, R56{}) : at(I4{}, R56{});
+        } else {
+          if (pairs.np == 3) return pairs.regs == 56 ? at(I3{}, R56{}) : at(I3{}, R64{});
+          return at(I4{}, R64{});
+        }
+      }
+    }
+    if constexpr (kLeanTuned<T, kRms> && !kTeamOnly) {
+      if (tuned.np > 0) {
+        return with_lean_packs<T, kRms>(tuned.np, [&](auto np) {
+          constexpr int kNp = decltype(np)::value;
+          const RowsPlan p = plan_norm_rows<T, kNp>(s.cols);
+          if constexpr (sizeof(T) == 4) {  // lean_block_plan holds f32 parameters only
+            if (tuned.hold) return go(norm_fwd_lean_kernel<T, kRms, true, kNp, kS, kB, true, true, true, 1, 0, Ty>, p);
+          }
+          return cached([&](auto io) {
+            return go(norm_fwd_lean_kernel<T, kRms, true, kNp, kS, kB, true, false, decltype(io)::value, 1, 0, Ty>, p);
+          });
+        });
+      }
+    }
+    if constexpr (sizeof(T) == 4) {
+      return ffi::Error::Internal("f32 lean rows without tuned packs");  // the condition above excludes them
+    } else {
+      constexpr bool kSt = decltype(staged)::value;  // team rows only: block rows take one instance either way
+      return cached([&](auto io) {
+        constexpr bool kIo = decltype(io)::value;
+        if (plan.block_rows) {
+          if constexpr (kTeamOnly) {
+            return ffi::Error::Internal("lean block rows into another dtype");  // lean_mixed_rows excludes them
+          } else {
+            return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB, true, false, kIo, 1, 0, Ty>, plan);
+          }
+        }
+        if constexpr (!kRms) {
+          if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
+            return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6, kS, kB, kSt, false, kIo, 1, 0, Ty>, six);
+          }
+        }
+        return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacks<T>, kS, kB, kSt, false, kIo, 1, 0, Ty>, plan);
+      });
+    }
+  };
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (norm_fwd_version() == NormFwd::kV23 && scale.data != nullptr && (kRms || bias.data != nullptr)) {
+    return lean(Yes{}, std::bool_constant<!kRms>{}, No{});  // A/B only: v23's loads, both parameters
+  }
+  if constexpr (!kRms) {
+    if (bias.data != nullptr) return scale.data != nullptr ? lean(Yes{}, Yes{}, Yes{}) : lean(No{}, Yes{}, Yes{});
+  }
+  return scale.data != nullptr ? lean(Yes{}, No{}, Yes{}) : lean(No{}, No{}, Yes{});
 }
 
 template <bool kRms>
@@ -225,99 +351,28 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
                     stream, what, args...);
     };
     if (y.element_type() != x.element_type()) {  // (the instance of Ty = T never runs; its kernels exist anyway)
-      return dispatch_float(y.element_type(), [&](auto tag_y) {
+      return dispatch_float(y.element_type(), [&](auto tag_y) -> ffi::Error {
         using Ty = elem_t<decltype(tag_y)>;
-        return norm_fwd_mixed<T, Ty, kRms>(stream, what, s, xp, scale, bias, static_cast<Ty*>(y.untyped_data()), mean,
-                                           rstd, epsilon, launch_plan);
+        Ty* typed_y = static_cast<Ty*>(y.untyped_data());
+        if constexpr (kLeanPair<T, Ty, kRms>) {
+          if (lean_mixed_rows<T, kRms>(s.cols, plan)) {
+            if (auto done = norm_fwd_lean_rows<T, Ty, kRms>(s, plan, xp, scale, bias, typed_y, mean, rstd, epsilon,
+                                                            launch_plan)) {
+              return *done;
+            }
+          }
+        }
+        return norm_fwd_mixed<T, Ty, kRms>(stream, what, s, xp, scale, bias, typed_y, mean, rstd, epsilon,
+                                           launch_plan);
       });
     }
     auto run = [&](auto kernel) -> ffi::Error {
       return launch_plan(kernel, plan, xp, scale, bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon,
                          plan.tpr);
     };
-    // norm_fwd_lean.cuh: bf16 rows of whole packs, one scale row (and LayerNorm's one bias row) or none, all
-    // aligned; v3's geometry, LayerNorm team rows at the packs v21 gives them (6 where v10's rule takes them, else
-    // 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28. Since v29, where lean_tuned_plan gives
-    // packs, block rows at them: f32 rows too (only those), bf16 LayerNorm 4096. Since v44 with cached I/O, and f32
-    // block rows with their parameters held where the plan says.
     if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float>) {
-      const auto one_row = [&](const ParamView& p) { return p.data == nullptr || p.rows_per_group >= s.rows; };
-      const LeanBlock tuned = s.cols % kVec<T> == 0 ? lean_tuned_plan<T, kRms>(s.cols / kVec<T>) : LeanBlock{0, false};
-      if (norm_fwd_by_dtype() && (sizeof(T) == 4 ? tuned.np > 0 : plan.ok) && one_row(scale) &&
-          (kRms || one_row(bias)) && vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data})) {
-        // The instance for the parameters present (kS: scale, kB: LayerNorm's bias) and how team rows read them (kSt:
-        // staged in shared memory, v28; else loaded in pass 3, v23).
-        const auto lean = [&](auto has_scale, auto has_bias, auto staged) -> ffi::Error {
-          constexpr bool kS = decltype(has_scale)::value, kB = decltype(has_bias)::value;
-          const auto go = [&](auto kernel, const RowsPlan& p) -> ffi::Error {
-            return launch_plan(kernel, p, xp, scale.data, bias.data, yp, mean, rstd, s.rows,
-                               static_cast<int>(s.cols), 1.0f / static_cast<float>(s.cols), epsilon, p.tpr);
-          };
-          // f(std::bool_constant<io>): io = the kernel's kCachedIo (v44's default), else the streaming pair.
-          const auto cached = [&](auto f) { return lean_cached_io() ? f(std::true_type{}) : f(std::false_type{}); };
-          // v48: bf16 rows of 512..1536 packs two per block, with cached I/O (lean_pair_plan), by default only.
-          if constexpr (sizeof(T) == 2) {
-            const LeanPairs pairs = lean_pair_plan<kRms>(s.cols / kVec<T>);
-            if (pairs.np > 0 && norm_fwd_version() == NormFwd::kByDtype) {
-              const auto at = [&](auto np, auto regs) {
-                constexpr int kNp = decltype(np)::value, kRegs = decltype(regs)::value;
-                RowsPlan p = plan_norm_rows<T, kNp>(s.cols);
-                p.rows_per_block = 2;
-                return go(norm_fwd_lean_kernel<T, kRms, true, kNp, kS, kB, true, false, true, 2, kRegs>, p);
-              };
-              using I3 = std::integral_constant<int, 3>;
-              using I4 = std::integral_constant<int, 4>;
-              using R56 = std::integral_constant<int, 56>;
-              using R64 = std::integral_constant<int, 64>;
-              if constexpr (kRms) {  // lean_pair_plan: 56 registers
-                return pairs.np == 3 ? at(I3{}, R56{}) : at(I4{}, R56{});
-              } else {
-                if (pairs.np == 3) return pairs.regs == 56 ? at(I3{}, R56{}) : at(I3{}, R64{});
-                return at(I4{}, R64{});
-              }
-            }
-          }
-          if constexpr (kLeanTuned<T, kRms>) {
-            if (tuned.np > 0) {
-              return with_lean_packs<T, kRms>(tuned.np, [&](auto np) {
-                constexpr int kNp = decltype(np)::value;
-                const RowsPlan p = plan_norm_rows<T, kNp>(s.cols);
-                if constexpr (sizeof(T) == 4) {  // lean_block_plan holds f32 parameters only
-                  if (tuned.hold) return go(norm_fwd_lean_kernel<T, kRms, true, kNp, kS, kB, true, true, true>, p);
-                }
-                return cached([&](auto io) {
-                  return go(norm_fwd_lean_kernel<T, kRms, true, kNp, kS, kB, true, false, decltype(io)::value>, p);
-                });
-              });
-            }
-          }
-          if constexpr (sizeof(T) == 4) {
-            return ffi::Error::Internal("f32 lean rows without tuned packs");  // the condition above excludes them
-          } else {
-            constexpr bool kSt = decltype(staged)::value;  // team rows only: block rows take one instance either way
-            return cached([&](auto io) {
-              constexpr bool kIo = decltype(io)::value;
-              if (plan.block_rows) {
-                return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB, true, false, kIo>, plan);
-              }
-              if constexpr (!kRms) {
-                if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
-                  return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6, kS, kB, kSt, false, kIo>, six);
-                }
-              }
-              return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacks<T>, kS, kB, kSt, false, kIo>, plan);
-            });
-          }
-        };
-        using Yes = std::true_type;
-        using No = std::false_type;
-        if (norm_fwd_version() == NormFwd::kV23 && scale.data != nullptr && (kRms || bias.data != nullptr)) {
-          return lean(Yes{}, std::bool_constant<!kRms>{}, No{});  // A/B only: v23's loads, both parameters
-        }
-        if constexpr (!kRms) {
-          if (bias.data != nullptr) return scale.data != nullptr ? lean(Yes{}, Yes{}, Yes{}) : lean(No{}, Yes{}, Yes{});
-        }
-        return scale.data != nullptr ? lean(Yes{}, No{}, Yes{}) : lean(No{}, No{}, Yes{});
+      if (auto done = norm_fwd_lean_rows<T, T, kRms>(s, plan, xp, scale, bias, yp, mean, rstd, epsilon, launch_plan)) {
+        return *done;
       }
     }
     // v4 (norm_fwd_half.cuh): its 32-bit row indices need rows + a block's rows <= INT_MAX.

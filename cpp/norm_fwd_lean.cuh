@@ -89,12 +89,15 @@ constexpr int lean_bound_threads(int regs) {
   return regs == 0 ? kMaxRowBlock : 65536 / (regs * lean_bound_blocks(regs)) / 32 * 32;  // whole warps
 }
 
+// Ty (v57): y's type, where it differs from x's (the ops' `dtype`; norm_fwd.cu's lean_mixed_rows says which rows take
+// f32 x into bf16 and bf16 x into f32 here). A bf16 x's pack makes 8 floats of y, two 16-byte words: each quarter is
+// stored as soon as it is made, so pass 3 holds 4 floats of y per row at a time, not 8.
 template <typename T, bool kRms, bool kBlockRow, int NP, bool kScale = true, bool kBias = !kRms, bool kStaged = true,
-          bool kHold = false, bool kCachedIo = false, int R = 1, int kRegs = 0>
+          bool kHold = false, bool kCachedIo = false, int R = 1, int kRegs = 0, typename Ty = T>
 __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamBlock,
                                   kBlockRow ? lean_bound_blocks(kRegs) : kMaxRowBlock / kTeamBlock)
     norm_fwd_lean_kernel(const T* __restrict__ x, const float* __restrict__ scale, const float* __restrict__ bias,
-                         T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
+                         Ty* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
                          int cols, float inv_cols, float epsilon, int tpr) {
   static_assert(R >= 1 && (R == 1 || kBlockRow), "several rows per block: block rows only");
   static_assert(kRegs == 0 || kBlockRow, "a register bound: block rows only");
@@ -104,6 +107,7 @@ __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamB
   // Team rows (tpr <= 32) of NP packs per thread: at most NP * 32 packs per parameter row.
   constexpr bool kStage = kStaged && !kBlockRow && kParams > 0;
   constexpr int Q = V / 4;  // float4 per pack and parameter
+  constexpr bool kQuarterStores = sizeof(Ty) * 4 == 16 && Q > 1;  // y's 4 columns fill a 16-byte word
   __shared__ float4 staged[kStage ? kParams : 1][Q][kStage ? NP * 32 : 1];  // [parameter][quarter of a pack][pack]
   constexpr bool kHeld = kHold && kBlockRow && kParams > 0;
   const RowTeam<kBlockRow> tm(tpr);
@@ -226,7 +230,15 @@ __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamB
 #pragma unroll
       for (int r = 0; r < R; ++r) any = any || valid[r];
       if (any && (full || i < packs)) {
-        Pack<T, V> out[R];
+        // y's pack (or quarter) `p` at index `at` of row r's packs (of quarters).
+        const auto put = [&](int r, int64_t at, const auto& p) {
+          if constexpr (kCachedIo) {
+            store_raw(y + row[r] * cols, at, p);
+          } else {
+            store_stream(y + row[r] * cols, at, p);
+          }
+        };
+        Pack<Ty, kQuarterStores ? 1 : V> out[R];
 #pragma unroll
         for (int q = 0; q < V / 4; ++q) {
           float sc[4] = {}, b[4] = {};
@@ -248,6 +260,7 @@ __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamB
           for (int r = 0; r < R; ++r) {
             float v[4];
             quad_fresh<T>(w[r][k], q, v);
+            Pack<Ty, 4> quad;
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
               const float t = kRms ? v[j] * rstd[r] : fmaf(v[j] - m1[r], rstd[r], shift[r]);
@@ -258,17 +271,21 @@ __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamB
                 if constexpr (kScale) u = t * sc[j];
                 if constexpr (kHasBias) u = u + b[j];
               }
-              out[r].v[4 * q + j] = from_float<T>(u);
+              if constexpr (kQuarterStores) {
+                quad.v[j] = from_float<Ty>(u);
+              } else {
+                out[r].v[4 * q + j] = from_float<Ty>(u);
+              }
+            }
+            if constexpr (kQuarterStores) {
+              if (valid[r]) put(r, int64_t{i} * Q + q, quad);
             }
           }
         }
+        if constexpr (!kQuarterStores) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if (!valid[r]) continue;
-          if constexpr (kCachedIo) {
-            store_raw<V>(y + row[r] * cols, i, out[r]);
-          } else {
-            store_stream<V>(y + row[r] * cols, i, out[r]);
+          for (int r = 0; r < R; ++r) {
+            if (valid[r]) put(r, i, out[r]);
           }
         }
       }

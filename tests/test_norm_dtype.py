@@ -21,10 +21,12 @@ from memops_testing import FWD_TOL, GRAD_TOL
 
 PAIRS = [(a, b) for a, b in itertools.permutations(mt.DTYPES, 2)]
 PAIR_IDS = [f"{mt.dtype_id(a)}-to-{mt.dtype_id(b)}" for a, b in PAIRS]
-# 1, 33: scalar rows; 1000: 16-byte packs for f32 x only; 4096: whole packs; 12289: odd, beyond the unvectorized
+# 1, 33: scalar rows; 768, 1000, 2048: 16-byte packs (bf16 x into f32: LayerNorm on the lean team rows, 768 on 6
+# packs; f32 x into bf16 on the lean block rows at 3 / 4 packs; the other pairs on v3's rows); 4096: whole packs (f32
+# x into bf16: LayerNorm on the lean block rows, RMSNorm's 2 packs on v3's rows); 12289: odd, beyond the unvectorized
 # fused backward (its row kernel, the row cache of both dtypes); 24580 / 50001: beyond the f32 / 16-bit forward's
 # register rows and the fused backward (the v1 row kernels).
-COLS = [1, 33, 1000, 4096, 12289, 24580, 50001]
+COLS = [1, 33, 768, 1000, 2048, 4096, 12289, 24580, 50001]
 
 
 @pytest.mark.parametrize("cols", COLS)

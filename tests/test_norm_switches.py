@@ -104,6 +104,45 @@ def test_norm_forward_versions(gpu, version, grid):
                   compile_cache=True)
 
 
+# y in another dtype than x (the ops' `dtype`), forward: "" the default (v57: the lean rows for f32 x into bf16 on
+# their tuned block rows of 3-4 packs, (8001, 768), (20, 1000), (1, 2048), (97, 4096) LayerNorm, (3, 8192), and bf16 x
+# into f32 on LayerNorm's team rows, (300, 32), (8001, 768), (20, 1000), (1, 2048); norm_fwd_mixed elsewhere) and v48
+# (norm_fwd_mixed for every row: v3's register rows where x and y are aligned, else the v1 row kernel, (3, 24584)).
+_NORM_OUT_DTYPE_SCRIPT = r"""
+import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
+sys.path.insert(0, {tests!r})
+import memops_testing as mt
+gpu = jax.devices("gpu")[0]
+put = lambda *a: [jax.device_put(t, gpu) for t in a]
+rng = np.random.default_rng(23)
+shapes = [(7, 3), (300, 32), (8001, 768), (20, 1000), (1, 2048), (97, 4096), (33, 4097), (3, 8192), (700, 12288),
+          (3, 24584)]
+for x_dtype, y_dtype in ((mt.BF16, mt.F32), (mt.F32, mt.BF16), (mt.BF16, mt.F16), (mt.F16, mt.F32)):
+    ln = jax.jit(lambda t, p, q: jm.layer_norm(t, p, q, dtype=y_dtype))
+    ln0 = jax.jit(lambda t: jm.layer_norm(t, dtype=y_dtype))
+    rms = jax.jit(lambda t, p: jm.rms_norm(t, p, dtype=y_dtype))
+    for rows, c in shapes:
+        x = mt.randn(rng, (rows, c), x_dtype, scale=2.0, loc=0.5)
+        s, b = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,))
+        what = f"{{mt.dtype_id(x_dtype)}} into {{mt.dtype_id(y_dtype)}} {{(rows, c)}}"
+        tol = mt.FWD_TOL[mt.F32] * 10
+        mt.poison(gpu, (2, rows, c))
+        y = ln(*put(x, s, b))
+        assert y.dtype == y_dtype, (y.dtype, what)
+        mt.assert_close(y, mt.ref_layer_norm(x, s, b), tol, dtype=y_dtype, what="layer_norm " + what)
+        mt.poison(gpu, (2, rows, c))
+        mt.assert_close(ln0(*put(x)), mt.ref_layer_norm(x), tol, dtype=y_dtype, what="layer_norm no params " + what)
+        mt.poison(gpu, (2, rows, c))
+        mt.assert_close(rms(*put(x, s)), mt.ref_rms_norm(x, s), tol, dtype=y_dtype, what="rms_norm " + what)
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("version", ["", "v48"])
+def test_norm_forward_out_dtype_versions(gpu, version):
+    mt.run_script(_NORM_OUT_DTYPE_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version}, compile_cache=True)
+
+
 # The fused backward versions (cpp/norm_bwd.cu, JAX_MEMOPS_NORM_BWD, read once per process): "" the default (v36: v35's
 # kernels, but 16-bit rows whose power-of-two team leaves slots empty on teams of a multiple of 32 threads), v35 (v34's
 # kernels, but LayerNorm's 16-bit staged rows of K = 3 read from their stages in both passes, the partials in
