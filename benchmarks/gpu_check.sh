@@ -93,8 +93,10 @@ for stage in $stages; do
             --kernel-name kns=softmax_ --error-exitcode 3 python3 benchmarks/cluster_race.py \
             > "$out/race-$tool-push${push:-rule}.log" 2>&1; echo $? > "$out/race-$tool-push${push:-rule}.rc" ) &
       done
+      wait
       # The whole workload's racecheck stops at the softmax's first cluster backward: the other ops' kernels, forward
-      # and backward, by themselves.
+      # and backward, by themselves, after the three above (run beside them on the H100, racecheck itself died of a
+      # segmentation fault at its seventh check; alone, its dtype checks ran clean: RESULTS.md "v57").
       ( XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout ${T_RACE:-300} \
           compute-sanitizer --tool racecheck --kernel-name kns=_kernel --error-exitcode 3 python3 benchmarks/sanitize.py \
           --only layer_norm layer_norm_noparams layer_norm_scale rms_norm layer_norm_dtype rms_norm_dtype gelu_arrays \
