@@ -12,6 +12,15 @@ import memops_testing as mt
 pytestmark = pytest.mark.gpu
 
 
+# What every version script below begins with: the modules, the GPU and `put` (arrays onto it).
+_PRELUDE = r"""
+import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
+sys.path.insert(0, {tests!r})
+import memops_testing as mt
+gpu = jax.devices("gpu")[0]
+put = lambda *a: [jax.device_put(t, gpu) for t in a]
+"""
+
 # The norm forward versions (cpp/norm_fwd.cu), each forced for every dtype by JAX_MEMOPS_NORM_FWD (read once per
 # process, so each runs in a fresh interpreter): v4 (norm_fwd_half.cuh: 4 packs per thread; the f32
 # default) and v3 (norm_rows.cuh: 8 packs; the 16-bit default but for LayerNorm team rows that 6 packs cover
@@ -42,12 +51,7 @@ pytestmark = pytest.mark.gpu
 # 768) at 3 packs, (129, 516) at 3 and (20, 1000) at 4 with slots left empty. Since v48 (v45: the rule before) bf16
 # rows of 512..1536 packs run two rows per block (lean_pair_plan): (97, 4096), (3, 8192) at 3 packs (odd rows: the last
 # block's second row empty), (5, 10000) at 4, (700, 12288) at 3 (RMSNorm 4); the persistent grid strides over them.
-_NORM_V4_SCRIPT = r"""
-import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
-sys.path.insert(0, {tests!r})
-import memops_testing as mt
-gpu = jax.devices("gpu")[0]
-put = lambda *a: [jax.device_put(t, gpu) for t in a]
+_NORM_V4_SCRIPT = _PRELUDE + r"""
 rng = np.random.default_rng(19)
 shapes = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 515), (129, 516), (20, 1000), (300, 1001), (8001, 768),
           (301, 769), (65, 1031), (65, 1032), (1, 2048), (3, 8192), (97, 4096), (33, 4097), (5, 10000), (700, 12288),
@@ -108,12 +112,7 @@ def test_norm_forward_versions(gpu, version, grid):
 # their tuned block rows of 3-4 packs, (8001, 768), (20, 1000), (1, 2048), (97, 4096) LayerNorm, (3, 8192), and bf16 x
 # into f32 on LayerNorm's team rows, (300, 32), (8001, 768), (20, 1000), (1, 2048); norm_fwd_mixed elsewhere) and v48
 # (norm_fwd_mixed for every row: v3's register rows where x and y are aligned, else the v1 row kernel, (3, 24584)).
-_NORM_OUT_DTYPE_SCRIPT = r"""
-import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
-sys.path.insert(0, {tests!r})
-import memops_testing as mt
-gpu = jax.devices("gpu")[0]
-put = lambda *a: [jax.device_put(t, gpu) for t in a]
+_NORM_OUT_DTYPE_SCRIPT = _PRELUDE + r"""
 rng = np.random.default_rng(23)
 shapes = [(7, 3), (300, 32), (8001, 768), (20, 1000), (1, 2048), (97, 4096), (33, 4097), (3, 8192), (700, 12288),
           (3, 24584)]
@@ -170,12 +169,7 @@ def test_norm_forward_out_dtype_versions(gpu, version):
 # count is odd), NaN poured into the memory each run's outputs take, dx / dscale / dbias against float64;
 # dx alone (jax.grad with respect to x); large mean / tiny variance; bitwise determinism of the gradients run
 # after run. Outside the class (the old kernel): no scale, vmapped scales.
-_NORM_BWD_SCRIPT = r"""
-import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
-sys.path.insert(0, {tests!r})
-import memops_testing as mt
-gpu = jax.devices("gpu")[0]
-put = lambda *a: [jax.device_put(t, gpu) for t in a]
+_NORM_BWD_SCRIPT = _PRELUDE + r"""
 rng = np.random.default_rng(23)
 def poison(shape):  # NaN in the memory the next outputs take: an element left unwritten stays NaN
     mt.poison(gpu, (2,) + shape)
