@@ -209,7 +209,7 @@ ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, con
 // elements, device timing, one process against v48's rule, where the same-dtype cells read 0.999-1.001; RESULTS.md
 // "v57"): f32 x into bf16 on the tuned block rows LayerNorm +4.3..4.8% at C = 768 / 1024 / 2048 and +2.2..2.7% at
 // 4096 / 8192, RMSNorm +3.3..3.7% at 768 / 1024 but -5.8% at 4096 (2 packs per thread); bf16 x into f32 LayerNorm's
-// team rows +3.9..4.6% at C = 768..2048, RMSNorm's -0.7..-2.5%, and the block rows two per block -9..-27% (LayerNorm
+// team rows +3.9..4.5% at C = 768..2048, RMSNorm's -0.7..-2.5%, and the block rows two per block -9..-27% (LayerNorm
 // 4096..12288, RMSNorm 4096 / 12288: y's f32 words double the bytes those plans were sized for). The rest stays on
 // norm_fwd_mixed. kLeanPair: the instances (pairs a model meets: a bf16 x with Flax's f32 parameters gives f32, an f32
 // residual stream normalized into a bf16 matmul); lean_mixed_rows: the rows.
