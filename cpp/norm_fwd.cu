@@ -42,30 +42,34 @@ namespace {
 // streaming loads and stores before v44 (and their parameters loaded in pass 3), =v44 v4's streaming loads and stores
 // before v45 (norm_fwd_half.cuh's kCachedIo), and v44's lean block rows (v45 adds f32 C = 516..1024, lean_block_plan),
 // =v45 one row per block (v48 adds the pair rows), =v48 y of another dtype than x's on v3's rows (norm_fwd_mixed) alone
-// (v57 adds the lean rows where they win: lean_mixed_rows).
+// (v57 adds the lean rows where they win: lean_mixed_rows). =v58 a candidate, not yet measured: the default, but bf16
+// rows into f32 (LayerNorm and RMSNorm, team and block rows) on the lean rows at 4 packs per thread (kMixedPacks).
 // The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48 };
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV58 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
                                       {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21},
                                        {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}, {"v29", NormFwd::kV29},
                                        {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45},
-                                       {"v48", NormFwd::kV48}},
+                                       {"v48", NormFwd::kV48}, {"v58", NormFwd::kV58}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// The rule by dtype: the default, v23, v28, v29, v44, v45 and v48 (which differ from it only in the lean rows'
+// The rule by dtype: the default, v23, v28, v29, v44, v45, v48 and v58 (which differ from it only in the lean rows'
 // parameter loads, packs, rows per block, cache hints and output dtypes, and v4's cache hints).
 bool norm_fwd_by_dtype() {
   const NormFwd v = norm_fwd_version();
   return v == NormFwd::kByDtype || v == NormFwd::kV23 || v == NormFwd::kV28 || v == NormFwd::kV29 ||
-         v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48;
+         v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48 || v == NormFwd::kV58;
 }
 
-// v48: the default's rule for rows of one dtype (v57 changed only rows into another).
-bool norm_fwd_v48_or_later() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV48; }
+// v48: the default's rule for rows of one dtype (v57 and v58 change only rows into another).
+bool norm_fwd_v48_or_later() {
+  const NormFwd v = norm_fwd_version();
+  return v == NormFwd::kByDtype || v == NormFwd::kV48 || v == NormFwd::kV58;
+}
 
 // v45: the default's rule but for v48's pair rows (lean_pair_plan).
 bool norm_fwd_v45_or_later() { return norm_fwd_v48_or_later() || norm_fwd_version() == NormFwd::kV45; }
@@ -182,9 +186,9 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
 }
 
 // A y of type Ty != T (the ops' `dtype`: a bf16 x into f32, say; y's packs twice or half x's bytes) where the lean rows
-// don't take it (lean_mixed_rows): the register rows of norm_rows.cuh ("v3") where x and y are both 16-byte aligned (C > 0),
-// else the v1 row kernel, vectorized where every buffer is aligned and C a multiple of x's pack. One read of x and one
-// write of y either way.
+// don't take it (lean_mixed_rows): the register rows of norm_rows.cuh ("v3") where x and y are both 16-byte aligned
+// (C > 0), else the v1 row kernel, vectorized where every buffer is aligned and C a multiple of x's pack. One read of x
+// and one write of y either way.
 // launch(kernel, plan, args...): norm_fwd's launch of a register-row kernel in plan's geometry.
 template <typename T, typename Ty, bool kRms, typename Launch>
 ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, const T* xp, ParamView scale,
@@ -213,17 +217,26 @@ ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, con
 // 4096..12288, RMSNorm 4096 / 12288: y's f32 words double the bytes those plans were sized for). The rest stays on
 // norm_fwd_mixed. kLeanPair: the instances (pairs a model meets: a bf16 x with Flax's f32 parameters gives f32, an f32
 // residual stream normalized into a bf16 matmul); lean_mixed_rows: the rows.
+// v58, a candidate (JAX_MEMOPS_NORM_FWD=v58; to be measured against the default): bf16 x into f32 on the lean rows at
+// kMixedPacks packs per thread, team or block rows, RMSNorm too. Why: a bf16 pack makes 32 bytes of f32 y, so v3's and
+// the lean rows' 8 packs write 256 bytes a thread (85-94% of the copy on the H100), where the f32 rows at 99% write 64
+// at 4 packs of 4. Whether the bytes per thread are the cause is what v58 measures (v57's pair rows, 192-256 bytes a
+// thread under a register bound, lost 9-27%).
+constexpr int kMixedPacks = 4;
+
 template <typename T, typename Ty, bool kRms>
-inline constexpr bool kLeanPair = (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<Ty, float> && !kRms) ||
+inline constexpr bool kLeanPair = (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<Ty, float>) ||
                                   (std::is_same_v<T, float> && std::is_same_v<Ty, __nv_bfloat16>);
 
 template <typename T, bool kRms>
 bool lean_mixed_rows(int64_t cols, const RowsPlan& plan) {
-  if (norm_fwd_version() != NormFwd::kByDtype) return false;  // v48 and earlier: norm_fwd_mixed
+  const NormFwd v = norm_fwd_version();
+  if (v != NormFwd::kByDtype && v != NormFwd::kV58) return false;  // v48 and earlier: norm_fwd_mixed
   if constexpr (sizeof(T) == 4) {
     return cols % kVec<T> == 0 && lean_tuned_plan<T, kRms>(cols / kVec<T>).np >= 3;
   } else {
-    return plan.ok && !plan.block_rows;
+    if (v == NormFwd::kV58) return plan_norm_rows<T, kMixedPacks>(cols).ok;
+    return !kRms && plan.ok && !plan.block_rows;
   }
 }
 
@@ -232,7 +245,8 @@ bool lean_mixed_rows(int64_t cols, const RowsPlan& plan) {
 // (6 where v10's rule takes them, else 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28. Since
 // v29, where lean_tuned_plan gives packs, block rows at them: f32 rows too (only those), bf16 LayerNorm 4096. Since v44
 // with cached I/O, and f32 block rows with their parameters held where the plan says. Since v57 with y of type Ty
-// (f32 x into bf16, bf16 x into f32 on team rows: lean_mixed_rows), in the plan of x's dtype.
+// (f32 x into bf16, bf16 x into f32 on LayerNorm's team rows: lean_mixed_rows), in the plan of x's dtype; under v58
+// bf16 x into f32 at kMixedPacks.
 // launch_plan(kernel, plan, args...): norm_fwd's launch of a register-row kernel in plan's geometry.
 template <typename T, typename Ty, bool kRms, typename LaunchPlan>
 std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, const T* xp, ParamView scale,
@@ -244,7 +258,7 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
         (kRms || one_row(bias)) && vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data}))) {
     return std::nullopt;
   }
-  constexpr bool kTeamOnly = sizeof(T) == 2 && !std::is_same_v<T, Ty>;  // v57: a bf16 x's y of another dtype
+  constexpr bool kMixed16 = sizeof(T) == 2 && !std::is_same_v<T, Ty>;  // a bf16 x's y of another dtype (v57, v58)
   // The instance for the parameters present (kS: scale, kB: LayerNorm's bias) and how team rows read them (kSt:
   // staged in shared memory, v28; else loaded in pass 3, v23).
   const auto lean = [&](auto has_scale, auto has_bias, auto staged) -> ffi::Error {
@@ -256,7 +270,7 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
     // f(std::bool_constant<io>): io = the kernel's kCachedIo (v44's default), else the streaming pair.
     const auto cached = [&](auto f) { return lean_cached_io() ? f(std::true_type{}) : f(std::false_type{}); };
     // v48: bf16 rows of 512..1536 packs two per block, with cached I/O (lean_pair_plan), by default only.
-    if constexpr (sizeof(T) == 2 && !kTeamOnly) {
+    if constexpr (sizeof(T) == 2 && !kMixed16) {
       const LeanPairs pairs = lean_pair_plan<kRms>(s.cols / kVec<T>);
       if (pairs.np > 0 && norm_fwd_v48_or_later()) {
         const auto at = [&](auto np, auto regs) {
@@ -277,7 +291,7 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
         }
       }
     }
-    if constexpr (kLeanTuned<T, kRms> && !kTeamOnly) {
+    if constexpr (kLeanTuned<T, kRms> && !kMixed16) {
       if (tuned.np > 0) {
         return with_lean_packs<T, kRms>(tuned.np, [&](auto np) {
           constexpr int kNp = decltype(np)::value;
@@ -297,19 +311,32 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
       constexpr bool kSt = decltype(staged)::value;  // team rows only: block rows take one instance either way
       return cached([&](auto io) {
         constexpr bool kIo = decltype(io)::value;
+        if constexpr (kMixed16) {
+          if (norm_fwd_version() == NormFwd::kV58) {
+            const RowsPlan p = plan_norm_rows<T, kMixedPacks>(s.cols);
+            return p.block_rows
+                       ? go(norm_fwd_lean_kernel<T, kRms, true, kMixedPacks, kS, kB, true, false, kIo, 1, 0, Ty>, p)
+                       : go(norm_fwd_lean_kernel<T, kRms, false, kMixedPacks, kS, kB, kSt, false, kIo, 1, 0, Ty>, p);
+          }
+        }
+        // (lean_mixed_rows gives v57's bf16 rows into another dtype LayerNorm's team rows only.)
         if (plan.block_rows) {
-          if constexpr (kTeamOnly) {
-            return ffi::Error::Internal("lean block rows into another dtype");  // lean_mixed_rows excludes them
+          if constexpr (kMixed16) {
+            return ffi::Error::Internal("lean block rows into another dtype outside v58");
           } else {
             return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB, true, false, kIo, 1, 0, Ty>, plan);
           }
         }
-        if constexpr (!kRms) {
-          if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
-            return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6, kS, kB, kSt, false, kIo, 1, 0, Ty>, six);
+        if constexpr (kMixed16 && kRms) {
+          return ffi::Error::Internal("RMSNorm's lean rows into another dtype outside v58");
+        } else {
+          if constexpr (!kRms) {
+            if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
+              return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacksTeam6, kS, kB, kSt, false, kIo, 1, 0, Ty>, six);
+            }
           }
+          return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacks<T>, kS, kB, kSt, false, kIo, 1, 0, Ty>, plan);
         }
-        return go(norm_fwd_lean_kernel<T, kRms, false, kRowPacks<T>, kS, kB, kSt, false, kIo, 1, 0, Ty>, plan);
       });
     }
   };

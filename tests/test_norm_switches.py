@@ -110,8 +110,11 @@ def test_norm_forward_versions(gpu, version, grid):
 
 # y in another dtype than x (the ops' `dtype`), forward: "" the default (v57: the lean rows for f32 x into bf16 on
 # their tuned block rows of 3-4 packs, (8001, 768), (20, 1000), (1, 2048), (97, 4096) LayerNorm, (3, 8192), and bf16 x
-# into f32 on LayerNorm's team rows, (300, 32), (8001, 768), (20, 1000), (1, 2048); norm_fwd_mixed elsewhere) and v48
-# (norm_fwd_mixed for every row: v3's register rows where x and y are aligned, else the v1 row kernel, (3, 24584)).
+# into f32 on LayerNorm's team rows, (300, 32), (8001, 768), (20, 1000), (1, 2048); norm_fwd_mixed elsewhere), v48
+# (norm_fwd_mixed for every row: v3's register rows where x and y are aligned, else the v1 row kernel, (3, 24584)) and
+# the candidate v58 (bf16 x into f32 on the lean rows at 4 packs per thread, RMSNorm too: team rows up to C = 1024,
+# (300, 32), (8001, 768) and (20, 1000) slots left empty; block rows beyond, (1, 2048) of 64 threads, (97, 4096),
+# (3, 8192), (700, 12288) of 384; (3, 24584) beyond them, on v3's rows).
 _NORM_OUT_DTYPE_SCRIPT = _PRELUDE + r"""
 rng = np.random.default_rng(23)
 shapes = [(7, 3), (300, 32), (8001, 768), (20, 1000), (1, 2048), (97, 4096), (33, 4097), (3, 8192), (700, 12288),
@@ -137,7 +140,7 @@ print("OK")
 """
 
 
-@pytest.mark.parametrize("version", ["", "v48"])
+@pytest.mark.parametrize("version", ["", "v48", "v58"])
 def test_norm_forward_out_dtype_versions(gpu, version):
     mt.run_script(_NORM_OUT_DTYPE_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version}, compile_cache=True)
 
