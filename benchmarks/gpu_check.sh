@@ -13,7 +13,9 @@
 #   gpt       examples/gpt.py --compare (jm ops vs plain Flax, same init and data) into gpu-out/gpt
 #   multi     benchmarks/multi_gpu.py (row-sharded ops on every GPU vs one; needs 2 or more GPUs)
 #   attn      benchmarks/attention_ab.py (the Flax drop-in attention functions against Flax's own; Flax's version)
-#   layers    benchmarks/norm_layers_ab.py (the Flax drop-in norm layers against Flax's own, device timing)
+#   layers    benchmarks/norm_layers_ab.py (the Flax drop-in norm layers against Flax's own, device timing; on the
+#             H100 each case took 50-65 s, 4-6 programs compiled and timed, so its 24 default cases outlast a call:
+#             choose with LAYERS_ARGS, e.g. "--configs widening --cols 1024")
 # Environment: TESTS_K (pytest -k expression, e.g. gpu), PYTEST_N (pytest-xdist workers; they share the GPU,
 # so preallocation is turned off for the test stage), DURATIONS (how many of the slowest tests pytest lists;
 # default 40), BENCH_ARGS (extra bench options), GPT_STEPS, ATTN_ARGS (attention_ab.py options), LAYERS_ARGS
