@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The v58 device calls (RESULTS.md "v57"): v57's rule for the norms' forward into another dtype (run on a GPU only in
+# its first form) and the candidate v58 (JAX_MEMOPS_NORM_FWD=v58: bf16 x into f32 on the lean rows at 4 packs per
+# thread, RMSNorm too), checked and measured against the default and v48 (the rule before v57).
+#   build    this tree into site-packages (sm_90).
+#   test     the output dtype's GPU tests (test_norm_dtype; test_norm_forward_out_dtype_versions under "", v48 and v58)
+#            and the tests whose names carry no device, which on this machine run on the GPU (8 workers).
+#   san      compute-sanitizer memcheck, then racecheck, over the dtype ops (sanitize.py --only layer_norm_dtype
+#            rms_norm_dtype), under the default and under v58, one run at a time (on the H100, racecheck run beside
+#            other sanitizers died of the tool's own segmentation fault).
+#   ab       the forward of both norms into another dtype (bench --out-dtypes, device timing) under the default, v58
+#            and v48, each its own process, per round of ROUNDS (default "1 2"); the ms of each and the ratios to the
+#            default's (< 1: faster than the default), the same-dtype rows the A/A (the same kernels in all three).
+#   layers   norm_layers_ab.py's widening configuration at C = 1024 and 4096 (device timing), under the default and
+#            under v58.
+# Planned calls (each 10 minutes at most; a fresh machine installs first): `build test san`, then `build ab`, then
+# `build layers` (on the H100 each layers case took 50-65 s: 4 cases a process).
+set -uo pipefail
+source "$(dirname "$0")/ab_lib.sh"
+
+stage_test() {
+  ab_gpu_tests test 300 "(gpu and (dtype or out_dtype) and not slow) or (not gpu and not cpu and not slow)" 200
+  grep -E "^(FAILED|ERROR)" "$out/test.log" | head -20
+}
+
+stage_san() {
+  local v tool log
+  for v in default v58; do
+    for tool in memcheck racecheck; do
+      log="$out/$tool-$v.log"
+      JAX_MEMOPS_NORM_FWD=${v#default} XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
+        timeout 150 compute-sanitizer --tool $tool --kernel-name kns=_kernel --error-exitcode 3 \
+        python3 benchmarks/sanitize.py --only layer_norm_dtype rms_norm_dtype > "$log" 2>&1
+      echo "$tool $v: rc=$? $(grep -c '^\[' "$log") checks $(grep -E 'SUMMARY' "$log")"
+    done
+  done
+}
+
+stage_ab() {
+  local round v
+  for round in ${ROUNDS:-1 2}; do
+    for v in default v58 v48; do
+      JAX_MEMOPS_NORM_FWD=${v#default} timeout 150 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm \
+        --dtypes bfloat16 float32 --out-dtypes float32 bfloat16 --dirs fwd --parts sweep --timing device \
+        --out "$out/ab-r$round-$v" > "$out/ab-r$round-$v.log" 2>&1
+      echo "rc=$? ($v, round $round)"
+    done
+    bench_ratios "$out/ab-r$round-default" "$out/ab-r$round-v58" "$out/ab-r$round-v48" | tee "$out/ab-r$round.md"
+  done
+}
+
+# bench_ratios DIR...: the bench's results.md of each run, side by side: each row's ms and its ratio to the first's.
+bench_ratios() {
+  python3 - "$@" <<'PY'
+import os, sys
+def rows(folder):
+    out = {}
+    for line in open(os.path.join(folder, "results.md")):
+        f = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(f) > 4 and "x" in f[3] and f[3].replace("x", "").isdigit():
+            out[tuple(f[:4])] = float(f[4])  # (op, dir, dtype, shape) -> ours ms
+    return out
+runs = [(os.path.basename(p), rows(p)) for p in sys.argv[1:]]
+first = runs[0][1]
+print("| op | dir | dtype | shape | " + " | ".join(f"{n} ms" for n, _ in runs) + " | "
+      + " | ".join(f"{n} / {runs[0][0]}" for n, _ in runs[1:]) + " |")
+print("|---" * (4 + 2 * len(runs) - 1) + "|")
+for k, ms in first.items():
+    t = [r.get(k) for _, r in runs]
+    if None not in t:
+        print(f"| {' | '.join(k)} | " + " | ".join(f"{v:.4f}" for v in t) + " | "
+              + " | ".join(f"{v / ms:.3f}" for v in t[1:]) + " |")
+PY
+}
+
+stage_layers() {
+  local v
+  for v in default v58; do
+    JAX_MEMOPS_NORM_FWD=${v#default} timeout 280 python3 -P benchmarks/norm_layers_ab.py --timing device \
+      --configs widening --cols 1024 4096 > "$out/layers-$v.log" 2>&1
+    echo "rc=$? ($v)"
+    cat "$out/layers-$v.log"
+  done
+}
+
+ab_init "$@"
+ab_run v58
