@@ -505,6 +505,23 @@ def poison(device, shape) -> None:
 COMPILE_CACHE_ENV = "JAX_MEMOPS_TEST_COMPILE_CACHE"
 
 
+def nvcc_build(source: str, output: str, *flags: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """nvcc over a CUDA source of the tests or benchmarks against the package's headers (cpp/) and jaxlib's FFI
+    headers, C++17 (the test skips where nvcc is not on the PATH); `flags` choose what it makes (e.g. "-c", or the
+    targets). Returns the finished process (the caller checks its status and shows its output)."""
+    import shutil
+
+    import jax.ffi
+    import pytest
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("needs nvcc (the CUDA toolkit)")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([nvcc, "-std=c++17", "-O1", f"-I{jax.ffi.include_dir()}", f"-I{os.path.join(root, 'cpp')}",
+                           *flags, source, "-o", output], capture_output=True, text=True, timeout=timeout)
+
+
 def run_script(script: str, timeout: int = 900, *, env: dict, compile_cache: bool = False, **fmt) -> str:
     """Runs `script`, formatted with tests= (this folder) and **fmt, in a fresh interpreter under the
     environment variables `env` (the kernels read their A/B switches once per process) and without JAX's

@@ -9,10 +9,10 @@ defined there (a missing import) would pass every CPU run and fail first on the 
 from __future__ import annotations
 
 import pathlib
-import shutil
-import subprocess
 
 import pytest
+
+import memops_testing as mt
 
 pyflakes_api = pytest.importorskip("pyflakes.api", reason="pyflakes (README's test command installs it)")
 from pyflakes import messages  # noqa: E402
@@ -66,12 +66,5 @@ def test_the_check_sees_an_undefined_name():
 # found, so a header change that breaks them fails on CPU, not first on the device.
 @pytest.mark.parametrize("source", sorted(p.name for p in (ROOT / "benchmarks").glob("*.cu")))
 def test_standalone_cuda_benchmarks_compile(source, tmp_path):
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("no nvcc")
-    import jax.ffi
-
-    out = subprocess.run([nvcc, "-std=c++17", "-O1", "-arch=sm_90", f"-I{jax.ffi.include_dir()}", f"-I{ROOT / 'cpp'}",
-                          "-c", str(ROOT / "benchmarks" / source), "-o", str(tmp_path / "a.o")],
-                         capture_output=True, text=True, timeout=600)
+    out = mt.nvcc_build(str(ROOT / "benchmarks" / source), str(tmp_path / "a.o"), "-arch=sm_90", "-c", timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]

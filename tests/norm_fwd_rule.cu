@@ -1,0 +1,142 @@
+// The norms' forward rule for the lean rows (cpp/norm_fwd.cu: lean_mixed_rows, norm_fwd_lean_rows), run on the host
+// with a launch that records the kernel and its plan instead of launching it, under the version that
+// JAX_MEMOPS_NORM_FWD names (read once per process): nothing reaches the GPU, so it runs on any machine.
+//   sweep  every row length C = 1..24600, x and y of one dtype (bf16, f32) or of the pairs the lean rows take into
+//          another (bf16 into f32, f32 into bf16) and one they don't (bf16 into f16), LayerNorm with each set of
+//          parameters and RMSNorm with and without its scale: the selection never ends in an error, launches at most
+//          once, and under v48 and earlier takes no row into another dtype.
+//   picks  the kernels and plans the rules name for a few rows (v57's default, v58's candidate).
+// Built and run by tests/test_norm_fwd_rule.py; prints OK last.
+#include "norm_fwd.cu"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+namespace jm::cuda {
+namespace {
+
+int failures = 0;
+
+void fail(const char* what, int64_t cols, const std::string& detail = "") {
+  if (++failures <= 20) std::printf("FAIL %s, C = %lld %s\n", what, static_cast<long long>(cols), detail.c_str());
+}
+
+alignas(16) float pool[64];  // the buffers' address (16-byte aligned); never read or written
+
+struct Launch {
+  const void* kernel = nullptr;  // nullptr: the call falls through to the kernels after the lean rows
+  RowsPlan plan;
+};
+
+// What the forward's lean rows launch for x of T into y of Ty, as norm_fwd reaches them, with the parameters given.
+template <typename T, typename Ty, bool kRms>
+Launch pick(int64_t cols, bool scale, bool bias, const char* what) {
+  Launch out;
+  constexpr int64_t kRows = 7;
+  const RowsPlan plan = plan_norm_rows<T>(cols);
+  if constexpr (!std::is_same_v<T, Ty>) {
+    if constexpr (!kLeanPair<T, Ty, kRms>) {
+      return out;
+    } else if (!lean_mixed_rows<T, kRms>(cols, plan)) {
+      return out;
+    }
+  }
+  int launches = 0;
+  const auto record = [&](auto kernel, const RowsPlan& p, auto&&...) -> ffi::Error {
+    out.kernel = reinterpret_cast<const void*>(kernel);
+    out.plan = p;
+    ++launches;
+    return ffi::Error::Success();
+  };
+  const ParamView sv{scale ? pool : nullptr, kRows}, bv{bias ? pool : nullptr, kRows};
+  const auto done = norm_fwd_lean_rows<T, Ty, kRms>(RowShape{kRows, cols}, plan, reinterpret_cast<const T*>(pool), sv,
+                                                    bv, reinterpret_cast<Ty*>(pool), pool, pool, 1e-5f, record);
+  if (done && done->failure()) fail(what, cols, done->message());
+  if (done.has_value() != (launches == 1)) fail(what, cols, "launches: " + std::to_string(launches));
+  return out;
+}
+
+template <typename T, typename Ty>
+void sweep(const char* what) {
+  const bool before_v57 = norm_fwd_version() != NormFwd::kByDtype && norm_fwd_version() != NormFwd::kV58;
+  for (int64_t c = 1; c <= 24600; ++c) {
+    Launch l[6] = {pick<T, Ty, false>(c, true, true, what), pick<T, Ty, false>(c, true, false, what),
+                   pick<T, Ty, false>(c, false, true, what), pick<T, Ty, false>(c, false, false, what),
+                   pick<T, Ty, true>(c, true, false, what),  pick<T, Ty, true>(c, false, false, what)};
+    if constexpr (!std::is_same_v<T, Ty>) {
+      for (const Launch& one : l) {
+        if (before_v57 && one.kernel != nullptr) fail(what, c, "into another dtype before v57");
+      }
+    }
+  }
+}
+
+// The kernel `k` with its plan's threads per row `tpr` and rows per block, at C = cols.
+void expect(const char* what, int64_t cols, const Launch& got, const void* k, int tpr, int rows_per_block = -1) {
+  if (got.kernel != k) fail(what, cols, k == nullptr ? "launched, expected none" : "another kernel or none");
+  if (k != nullptr && got.kernel == k && got.plan.tpr != tpr) fail(what, cols, "tpr " + std::to_string(got.plan.tpr));
+  if (rows_per_block > 0 && got.plan.rows_per_block != rows_per_block) fail(what, cols, "rows per block");
+}
+
+template <typename K>
+const void* at(K kernel) {
+  return reinterpret_cast<const void*>(kernel);
+}
+
+using bf16 = __nv_bfloat16;
+
+void picks(const char* version) {
+  const bool v58 = std::strcmp(version, "v58") == 0;
+  if (std::strcmp(version, "") != 0 && !v58) return;
+  // x's dtype alone: bf16 LayerNorm 4096 on v48's pair rows (either version).
+  const Launch pair = pick<bf16, bf16, false>(4096, true, true, "bf16 LayerNorm 4096");
+  if (pair.kernel == nullptr || pair.plan.rows_per_block != 2) fail("bf16 LayerNorm on pair rows", 4096);
+  // f32 x into bf16: the tuned block rows of 3-4 packs (parameters held where lean_block_plan says), not 2.
+  expect("f32 into bf16 LayerNorm", 4096, pick<float, bf16, false>(4096, true, true, ""),
+         at(norm_fwd_lean_kernel<float, false, true, 4, true, true, true, false, true, 1, 0, bf16>), 256);
+  expect("f32 into bf16 LayerNorm", 2048, pick<float, bf16, false>(2048, true, true, ""),
+         at(norm_fwd_lean_kernel<float, false, true, 4, true, true, true, true, true, 1, 0, bf16>), 128);
+  expect("f32 into bf16 RMSNorm", 1024, pick<float, bf16, true>(1024, true, false, ""),
+         at(norm_fwd_lean_kernel<float, true, true, 4, true, false, true, true, true, 1, 0, bf16>), 64);
+  expect("f32 into bf16 RMSNorm (2 packs: v3)", 4096, pick<float, bf16, true>(4096, true, false, ""), nullptr, 0);
+  if (!v58) {  // v57: bf16 x into f32 on LayerNorm's team rows at v3's packs (6 where v10 takes them), else v3
+    expect("bf16 into f32 LayerNorm", 1024, pick<bf16, float, false>(1024, true, true, ""),
+           at(norm_fwd_lean_kernel<bf16, false, false, 8, true, true, true, false, true, 1, 0, float>), 16);
+    expect("bf16 into f32 LayerNorm", 768, pick<bf16, float, false>(768, true, true, ""),
+           at(norm_fwd_lean_kernel<bf16, false, false, 6, true, true, true, false, true, 1, 0, float>), 16);
+    expect("bf16 into f32 LayerNorm (block rows: v3)", 4096, pick<bf16, float, false>(4096, true, true, ""),
+           nullptr, 0);
+    expect("bf16 into f32 RMSNorm (v3)", 1024, pick<bf16, float, true>(1024, true, false, ""), nullptr, 0);
+  } else {  // v58: 4 packs per thread, team rows to C = 1024, block rows beyond, RMSNorm too
+    expect("v58 bf16 into f32 RMSNorm", 1024, pick<bf16, float, true>(1024, true, false, ""),
+           at(norm_fwd_lean_kernel<bf16, true, false, 4, true, false, true, false, true, 1, 0, float>), 32);
+    expect("v58 bf16 into f32 LayerNorm", 4096, pick<bf16, float, false>(4096, true, true, ""),
+           at(norm_fwd_lean_kernel<bf16, false, true, 4, true, true, true, false, true, 1, 0, float>), 128, 1);
+    expect("v58 bf16 into f32 LayerNorm (beyond 4 packs: v3)", 24584, pick<bf16, float, false>(24584, true, true, ""),
+           nullptr, 0);
+  }
+}
+
+}  // namespace
+}  // namespace jm::cuda
+
+int main() {
+  using namespace jm::cuda;
+  const char* env = std::getenv("JAX_MEMOPS_NORM_FWD");
+  const char* version = env != nullptr ? env : "";
+  sweep<bf16, bf16>("bf16");
+  sweep<float, float>("f32");
+  sweep<bf16, float>("bf16 into f32");
+  sweep<float, bf16>("f32 into bf16");
+  sweep<bf16, __half>("bf16 into f16");
+  picks(version);
+  if (failures > 0) {
+    std::printf("%d failures (JAX_MEMOPS_NORM_FWD=%s)\n", failures, version);
+    return 1;
+  }
+  std::printf("OK\n");
+  return 0;
+}
