@@ -166,8 +166,10 @@ __device__ __forceinline__ RowParamAccess row_param_access(const float* srow, co
 }
 
 // y of type Ty: T's by default; another where the op's `dtype` asks (norm_fwd.cu's norm_fwd_mixed: x and y then both
-// 16-byte aligned, so y's packs of V = kVec<T> elements are aligned wherever x's are).
-template <typename T, bool kRms, bool kBlockRow, typename Ty = T>
+// 16-byte aligned, so y's packs of V = kVec<T> elements are aligned wherever x's are). kCachedIo (the v59 candidate,
+// rows into another dtype): x read by __ldg and y written by plain stores, as the lean rows (v44) and v4's (v45) do,
+// instead of the streaming pair.
+template <typename T, bool kRms, bool kBlockRow, typename Ty = T, bool kCachedIo = false>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
                                   kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
     norm_fwd_rows_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, Ty* __restrict__ y,
@@ -189,7 +191,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const int i = tm.lane + k * tm.rt;
-      if (i < sp.body) raw[k] = load_stream<V>(xr + sp.head, i);
+      if (i < sp.body) raw[k] = kCachedIo ? load_nc<V>(xr + sp.head, i) : load_stream<V>(xr + sp.head, i);
     }
     // This thread's first edge, loaded with the body (no second round trip to memory for it).
     const float edge0 = tm.lane < sp.edges() ? to_float(xr[sp.edge_col(tm.lane, cols)]) : 0.0f;
@@ -250,7 +252,11 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
           Pack<Ty, V> out;
 #pragma unroll
           for (int j = 0; j < V; ++j) out.v[j] = from_float<Ty>(fmaf(v[j] - m1, rstd, shift) * s[j] + b[j]);
-          store_stream<V>(yr + sp.head, i, out);
+          if constexpr (kCachedIo) {
+            store_raw<V>(yr + sp.head, i, out);
+          } else {
+            store_stream<V>(yr + sp.head, i, out);
+          }
         }
       }
     });

@@ -5,7 +5,7 @@
 //          another (bf16 into f32, f32 into bf16) and one they don't (bf16 into f16), LayerNorm with each set of
 //          parameters and RMSNorm with and without its scale: the selection never ends in an error, launches at most
 //          once, and under v48 and earlier takes no row into another dtype.
-//   picks  the kernels and plans the rules name for a few rows (v57's default, v58's candidate).
+//   picks  the kernels and plans the rules name for a few rows (v57's default, the candidates v58 and v59).
 // Built and run by tests/test_norm_fwd_rule.py; prints OK last.
 #include "norm_fwd.cu"
 
@@ -61,7 +61,7 @@ Launch pick(int64_t cols, bool scale, bool bias, const char* what) {
 
 template <typename T, typename Ty>
 void sweep(const char* what) {
-  const bool before_v57 = norm_fwd_version() != NormFwd::kByDtype && norm_fwd_version() != NormFwd::kV58;
+  const bool before_v57 = norm_fwd_version() != NormFwd::kByDtype && !norm_fwd_v58_or_later();
   for (int64_t c = 1; c <= 24600; ++c) {
     Launch l[6] = {pick<T, Ty, false>(c, true, true, what), pick<T, Ty, false>(c, true, false, what),
                    pick<T, Ty, false>(c, false, true, what), pick<T, Ty, false>(c, false, false, what),
@@ -88,9 +88,33 @@ const void* at(K kernel) {
 
 using bf16 = __nv_bfloat16;
 
+// What norm_fwd_mixed launches for x of T into y of Ty at C = cols where v3's rows take it (aligned buffers).
+template <typename T, typename Ty, bool kRms>
+Launch pick_v3(int64_t cols, const char* what) {
+  Launch out;
+  const auto record = [&](auto kernel, const RowsPlan& p, auto&&...) -> ffi::Error {
+    out.kernel = reinterpret_cast<const void*>(kernel);
+    out.plan = p;
+    return ffi::Error::Success();
+  };
+  const ParamView sv{pool, 7};
+  const auto err = norm_fwd_mixed<T, Ty, kRms>(nullptr, what, RowShape{7, cols}, reinterpret_cast<const T*>(pool), sv,
+                                               ParamView{}, reinterpret_cast<Ty*>(pool), pool, pool, 1e-5f, record);
+  if (err.failure()) fail(what, cols, err.message());
+  return out;
+}
+
 void picks(const char* version) {
-  const bool v58 = std::strcmp(version, "v58") == 0;
+  const bool v58 = std::strcmp(version, "v58") == 0 || std::strcmp(version, "v59") == 0;
   if (std::strcmp(version, "") != 0 && !v58) return;
+  // v3's rows for the rows into another dtype the lean rows leave: streaming I/O, cached under v59.
+  const bool cached = std::strcmp(version, "v59") == 0;
+  expect("f32 into bf16 RMSNorm on v3's rows", 4096, pick_v3<float, bf16, true>(4096, "f32 into bf16 RMSNorm"),
+         cached ? at(norm_fwd_rows_kernel<float, true, true, bf16, true>)
+                : at(norm_fwd_rows_kernel<float, true, true, bf16, false>), 128);
+  expect("f16 into f32 LayerNorm on v3's rows", 1024, pick_v3<__half, float, false>(1024, "f16 into f32 LayerNorm"),
+         cached ? at(norm_fwd_rows_kernel<__half, false, false, float, true>)
+                : at(norm_fwd_rows_kernel<__half, false, false, float, false>), 16);
   // x's dtype alone: bf16 LayerNorm 4096 on v48's pair rows (either version).
   const Launch pair = pick<bf16, bf16, false>(4096, true, true, "bf16 LayerNorm 4096");
   if (pair.kernel == nullptr || pair.plan.rows_per_block != 2) fail("bf16 LayerNorm on pair rows", 4096);
@@ -110,7 +134,7 @@ void picks(const char* version) {
     expect("bf16 into f32 LayerNorm (block rows: v3)", 4096, pick<bf16, float, false>(4096, true, true, ""),
            nullptr, 0);
     expect("bf16 into f32 RMSNorm (v3)", 1024, pick<bf16, float, true>(1024, true, false, ""), nullptr, 0);
-  } else {  // v58: 4 packs per thread, team rows to C = 1024, block rows beyond, RMSNorm too
+  } else {  // v58, v59: 4 packs per thread, team rows to C = 1024, block rows beyond, RMSNorm too
     expect("v58 bf16 into f32 RMSNorm", 1024, pick<bf16, float, true>(1024, true, false, ""),
            at(norm_fwd_lean_kernel<bf16, true, false, 4, true, false, true, false, true, 1, 0, float>), 32);
     expect("v58 bf16 into f32 LayerNorm", 4096, pick<bf16, float, false>(4096, true, true, ""),

@@ -114,7 +114,9 @@ def test_norm_forward_versions(gpu, version, grid):
 # (norm_fwd_mixed for every row: v3's register rows where x and y are aligned, else the v1 row kernel, (3, 24584)) and
 # the candidate v58 (bf16 x into f32 on the lean rows at 4 packs per thread, RMSNorm too: team rows up to C = 1024,
 # (300, 32), (8001, 768) and (20, 1000) slots left empty; block rows beyond, (1, 2048) of 64 threads, (97, 4096),
-# (3, 8192), (700, 12288) of 384; (3, 24584) beyond them, on v3's rows).
+# (3, 8192), (700, 12288) of 384; (3, 24584) beyond them, on v3's rows), and v59 (v58, with v3's rows reading x by
+# __ldg and storing y plainly for the rows into another dtype left on them: f16 x, bf16 x into f16, f32 x into bf16
+# outside the tuned block rows, (7, 3) rows of scalar edges only).
 _NORM_OUT_DTYPE_SCRIPT = _PRELUDE + r"""
 rng = np.random.default_rng(23)
 shapes = [(7, 3), (300, 32), (8001, 768), (20, 1000), (1, 2048), (97, 4096), (33, 4097), (3, 8192), (700, 12288),
@@ -140,7 +142,7 @@ print("OK")
 """
 
 
-@pytest.mark.parametrize("version", ["", "v48", "v58"])
+@pytest.mark.parametrize("version", ["", "v48", "v58", "v59"])
 def test_norm_forward_out_dtype_versions(gpu, version):
     mt.run_script(_NORM_OUT_DTYPE_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version}, compile_cache=True)
 
