@@ -29,6 +29,19 @@ alignas(16) float pool[64];  // the buffers' address (16-byte aligned); never re
 struct Launch {
   const void* kernel = nullptr;  // nullptr: the call falls through to the kernels after the lean rows
   RowsPlan plan;
+  int launches = 0;
+};
+
+// norm_fwd's launch of a register-row kernel (kernel, plan, arguments...), recording instead of launching.
+struct Record {
+  Launch& out;
+  template <typename K, typename... Args>
+  ffi::Error operator()(K kernel, const RowsPlan& p, Args&&...) const {
+    out.kernel = reinterpret_cast<const void*>(kernel);
+    out.plan = p;
+    ++out.launches;
+    return ffi::Error::Success();
+  }
 };
 
 // What the forward's lean rows launch for x of T into y of Ty, as norm_fwd reaches them, with the parameters given.
@@ -44,18 +57,11 @@ Launch pick(int64_t cols, bool scale, bool bias, const char* what) {
       return out;
     }
   }
-  int launches = 0;
-  const auto record = [&](auto kernel, const RowsPlan& p, auto&&...) -> ffi::Error {
-    out.kernel = reinterpret_cast<const void*>(kernel);
-    out.plan = p;
-    ++launches;
-    return ffi::Error::Success();
-  };
   const ParamView sv{scale ? pool : nullptr, kRows}, bv{bias ? pool : nullptr, kRows};
   const auto done = norm_fwd_lean_rows<T, Ty, kRms>(RowShape{kRows, cols}, plan, reinterpret_cast<const T*>(pool), sv,
-                                                    bv, reinterpret_cast<Ty*>(pool), pool, pool, 1e-5f, record);
+                                                    bv, reinterpret_cast<Ty*>(pool), pool, pool, 1e-5f, Record{out});
   if (done && done->failure()) fail(what, cols, done->message());
-  if (done.has_value() != (launches == 1)) fail(what, cols, "launches: " + std::to_string(launches));
+  if (done.has_value() != (out.launches == 1)) fail(what, cols, "launches: " + std::to_string(out.launches));
   return out;
 }
 
@@ -92,15 +98,10 @@ using bf16 = __nv_bfloat16;
 template <typename T, typename Ty, bool kRms>
 Launch pick_v3(int64_t cols, const char* what) {
   Launch out;
-  const auto record = [&](auto kernel, const RowsPlan& p, auto&&...) -> ffi::Error {
-    out.kernel = reinterpret_cast<const void*>(kernel);
-    out.plan = p;
-    return ffi::Error::Success();
-  };
   const ParamView sv{pool, 7};
   const auto err = norm_fwd_mixed<T, Ty, kRms>(nullptr, what, RowShape{7, cols}, reinterpret_cast<const T*>(pool), sv,
-                                               ParamView{}, reinterpret_cast<Ty*>(pool), pool, pool, 1e-5f, record);
-  if (err.failure()) fail(what, cols, err.message());
+                                               ParamView{}, reinterpret_cast<Ty*>(pool), pool, pool, 1e-5f, Record{out});
+  if (err.failure() || out.launches != 1) fail(what, cols, err.message());
   return out;
 }
 
