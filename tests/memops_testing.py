@@ -500,11 +500,6 @@ def poison(device, shape) -> None:
     p.delete()
 
 
-# The environment variable naming the persistent compilation cache that run_script(compile_cache=True) shares among the
-# scripts of one test run (conftest.py sets it in the controlling process, which the xdist workers inherit).
-COMPILE_CACHE_ENV = "JAX_MEMOPS_TEST_COMPILE_CACHE"
-
-
 def nvcc_build(source: str, output: str, *flags: str, timeout: int = 900) -> subprocess.CompletedProcess:
     """nvcc over a CUDA source of the tests or benchmarks against the package's headers (cpp/) and jaxlib's FFI
     headers, C++17 (the test skips where nvcc is not on the PATH); `flags` choose what it makes (e.g. "-c", or the
@@ -520,6 +515,11 @@ def nvcc_build(source: str, output: str, *flags: str, timeout: int = 900) -> sub
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return subprocess.run([nvcc, "-std=c++17", "-O1", f"-I{jax.ffi.include_dir()}", f"-I{os.path.join(root, 'cpp')}",
                            *flags, source, "-o", output], capture_output=True, text=True, timeout=timeout)
+
+
+# The environment variable naming the persistent compilation cache that run_script(compile_cache=True) shares among the
+# scripts of one test run (conftest.py sets it in the controlling process, which the xdist workers inherit).
+COMPILE_CACHE_ENV = "JAX_MEMOPS_TEST_COMPILE_CACHE"
 
 
 def run_script(script: str, timeout: int = 900, *, env: dict, compile_cache: bool = False, **fmt) -> str:
