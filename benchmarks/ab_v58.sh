@@ -7,12 +7,12 @@
 #   test     the output dtype's GPU tests (test_norm_dtype; test_norm_forward_out_dtype_versions under "", v48, v58 and
 #            v59) and the tests whose names carry no device, which on this machine run on the GPU (8 workers).
 #   san      compute-sanitizer memcheck, then racecheck, over the dtype ops (sanitize.py --only layer_norm_dtype
-#            rms_norm_dtype), under the default, v58 and v59, one run at a time (on the H100, racecheck run beside
-#            other sanitizers died of the tool's own segmentation fault; alone, each took ~45 s).
+#            rms_norm_dtype), under the default, v58 and v59 (SAN_VERSIONS), one run at a time (on the H100,
+#            racecheck run beside other sanitizers died of the tool's own segmentation fault; alone, each took ~45 s).
 #   ab       the forward of both norms into another dtype (bench --out-dtypes, device timing) under the default, v58,
-#            v59 and v48, each its own process (~45 s), per round of ROUNDS (default "1 2"); the ms of each and the
-#            ratios to the default's (< 1: faster than the default), the same-dtype rows the A/A (the same kernels in
-#            all four).
+#            v59 and v48 (VERSIONS, the first the ratios' base), each its own process (~45 s), per round of ROUNDS
+#            (default "1 2"); the ms of each and the ratios to the default's (< 1: faster than the default), the
+#            same-dtype rows the A/A (the same kernels in all four).
 #   layers   norm_layers_ab.py's widening configuration at C = 1024 and 4096 (device timing), under the default and
 #            under v58 (on the H100 each case took 50-65 s: 4 cases a process).
 # Planned calls (10 minutes each at most): `build test`, `build san`, `build ab`, `build layers`; on a machine still
@@ -27,7 +27,7 @@ stage_test() {
 
 stage_san() {
   local v tool log
-  for v in default v58 v59; do
+  for v in ${SAN_VERSIONS:-default v58 v59}; do
     for tool in memcheck racecheck; do
       log="$out/$tool-$v.log"
       JAX_MEMOPS_NORM_FWD=${v#default} XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
@@ -41,14 +41,15 @@ stage_san() {
 stage_ab() {
   local round v
   for round in ${ROUNDS:-1 2}; do
-    for v in default v58 v59 v48; do
+    for v in ${VERSIONS:-default v58 v59 v48}; do
       JAX_MEMOPS_NORM_FWD=${v#default} timeout 150 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm \
         --dtypes bfloat16 float32 --out-dtypes float32 bfloat16 --dirs fwd --parts sweep --timing device \
         --out "$out/ab-r$round-$v" > "$out/ab-r$round-$v.log" 2>&1
       echo "rc=$? ($v, round $round)"
     done
-    bench_ratios "$out/ab-r$round-default" "$out/ab-r$round-v58" "$out/ab-r$round-v59" "$out/ab-r$round-v48" \
-      | tee "$out/ab-r$round.md"
+    local dirs=()
+    for v in ${VERSIONS:-default v58 v59 v48}; do dirs+=("$out/ab-r$round-$v"); done
+    bench_ratios "${dirs[@]}" | tee "$out/ab-r$round.md"
   done
 }
 
