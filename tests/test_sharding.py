@@ -471,7 +471,8 @@ def _disabled(op):
 
 def test_export_single_device(rng):
     x, s, b, dy = inputs(rng, F32)
-    exp = jax.export.export(fwd_bwd("layer_norm"), disabled_checks=_disabled("layer_norm"))(x, s, b, dy)
+    exp = jax.export.export(fwd_bwd("layer_norm"), platforms=("cpu",), disabled_checks=_disabled("layer_norm"))(
+        x, s, b, dy)
     assert "jax_memops_layer_norm_bwd" in exp.mlir_module()
     check_same(exp.call(x, s, b, dy), fwd_bwd("layer_norm")(x, s, b, dy), exact=True, dtype=F32)
 
@@ -491,14 +492,14 @@ def test_export_multi_device_keeps_plain_calls(rng):
     row, rep = NamedSharding(mesh, P("a", "b")), NamedSharding(mesh, P())
     fn = jax.jit(fwd_bwd("layer_norm").__wrapped__, in_shardings=(row, rep, rep, row))
     with pytest.warns(UserWarning, match="export a shard_map"):
-        exp = jax.export.export(fn, disabled_checks=_disabled("layer_norm"))(x, s, b, dy)
+        exp = jax.export.export(fn, platforms=("cpu",), disabled_checks=_disabled("layer_norm"))(x, s, b, dy)
     assert "CustomSPMDPartitioning" not in exp.mlir_module()
     ref = fwd_bwd("layer_norm")(x, s, b, dy)
     check_same(exp.call(jax.device_put(x, row), s, b, jax.device_put(dy, row)), ref, exact=True, dtype=F32)
 
     body = jax.shard_map(fwd_bwd("layer_norm").__wrapped__, mesh=mesh, in_specs=(P("a", "b"), P(), P(),
                          P("a", "b")), out_specs=(P("a", "b"), P("a", "b"), P(), P()))
-    exp = jax.export.export(jax.jit(body), disabled_checks=_disabled("layer_norm"))(x, s, b, dy)
+    exp = jax.export.export(jax.jit(body), platforms=("cpu",), disabled_checks=_disabled("layer_norm"))(x, s, b, dy)
     args = (jax.device_put(x, row), s, b, jax.device_put(dy, row))
     check_same(exp.call(*args), ref, exact=True, dtype=F32)
     found = collectives(jax.jit(exp.call).lower(*args).compile().as_text())
