@@ -2,21 +2,25 @@
 # The v58 device calls (RESULTS.md "v57"): v57's rule for the norms' forward into another dtype (run on a GPU only in
 # its first form) and the candidates v58 (JAX_MEMOPS_NORM_FWD=v58: bf16 x into f32 on the lean rows at 4 packs per
 # thread, RMSNorm too) and v59 (v58, and v3's rows with cached I/O for the rows into another dtype left on them),
-# checked and measured against the default and v48 (the rule before v57).
+# checked and measured against the default and v48 (the rule before v57). Run in the fourteenth session (an H200):
+# since then the default is v60 (v59, its bf16 rows into f32 on the lean rows to C = 12288), v57 the rule before it,
+# and v58 v60 with v3's rows streaming (v59 names nothing now), and the stages run those by default.
 #   build    this tree into site-packages (sm_90).
-#   test     the output dtype's GPU tests (test_norm_dtype; test_norm_forward_out_dtype_versions under "", v48, v58 and
-#            v59) and the tests whose names carry no device, which on this machine run on the GPU (8 workers).
+#   test     the output dtype's GPU tests (test_norm_dtype; test_norm_forward_out_dtype_versions under "", v48, v57 and
+#            v58) and the tests whose names carry no device, which on this machine run on the GPU (8 workers).
 #   san      compute-sanitizer memcheck, then racecheck, over the dtype ops (sanitize.py --only layer_norm_dtype
-#            rms_norm_dtype), under the default, v58 and v59 (SAN_VERSIONS), one run at a time (on the H100,
-#            racecheck run beside other sanitizers died of the tool's own segmentation fault; alone, each took ~45 s).
-#   ab       the forward of both norms into another dtype (bench --out-dtypes, device timing) under the default, v58,
-#            v59 and v48 (VERSIONS, the first the ratios' base), each its own process (~45 s), per round of ROUNDS
+#            rms_norm_dtype), under the default and v58 (SAN_VERSIONS), one run at a time (racecheck run beside other
+#            sanitizers died of the tool's own segmentation fault on the H100; alone, each took ~45 s; on the H200 a
+#            third of the runs still died so, at random).
+#   ab       the forward of both norms into another dtype (bench --out-dtypes, device timing) under the default, v57,
+#            v58 and v48 (VERSIONS, the first the ratios' base), each its own process (~35-45 s), per round of ROUNDS
 #            (default "1 2"); the ms of each and the ratios to the default's (< 1: faster than the default), the
-#            same-dtype rows the A/A (the same kernels in all four).
+#            same-dtype rows the A/A (the same kernels in all).
 #   layers   norm_layers_ab.py's widening configuration at C = 1024 and 4096 (device timing), under the default and
-#            under v58 (on the H100 each case took 50-65 s: 4 cases a process).
-# Planned calls (10 minutes each at most): `build test`, `build san`, `build ab`, `build layers`; on a machine still
-# warm from the call before, leave out `build` (the install stays in site-packages).
+#            under v57 (each case took 50-65 s on the H100, ~40 s on the H200: 4 cases a process).
+# Calls (10 minutes each at most): `build ab test`, then `ab san`, then `san layers` on the H200 (~100 s for the ab
+# stage's round, ~135 s for the tests, ~210 s for three versions' sanitizers); on a machine still warm from the call
+# before, leave out `build` (the install stays in site-packages).
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -27,7 +31,7 @@ stage_test() {
 
 stage_san() {
   local v tool log
-  for v in ${SAN_VERSIONS:-default v58 v59}; do
+  for v in ${SAN_VERSIONS:-default v58}; do
     for tool in memcheck racecheck; do
       log="$out/$tool-$v.log"
       JAX_MEMOPS_NORM_FWD=${v#default} XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
@@ -41,14 +45,14 @@ stage_san() {
 stage_ab() {
   local round v
   for round in ${ROUNDS:-1 2}; do
-    for v in ${VERSIONS:-default v58 v59 v48}; do
+    for v in ${VERSIONS:-default v57 v58 v48}; do
       JAX_MEMOPS_NORM_FWD=${v#default} timeout 150 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm \
         --dtypes bfloat16 float32 --out-dtypes float32 bfloat16 --dirs fwd --parts sweep --timing device \
         --out "$out/ab-r$round-$v" > "$out/ab-r$round-$v.log" 2>&1
       echo "rc=$? ($v, round $round)"
     done
     local dirs=()
-    for v in ${VERSIONS:-default v58 v59 v48}; do dirs+=("$out/ab-r$round-$v"); done
+    for v in ${VERSIONS:-default v57 v58 v48}; do dirs+=("$out/ab-r$round-$v"); done
     bench_ratios "${dirs[@]}" | tee "$out/ab-r$round.md"
   done
 }
@@ -79,7 +83,7 @@ PY
 
 stage_layers() {
   local v
-  for v in default v58; do
+  for v in default v57; do
     JAX_MEMOPS_NORM_FWD=${v#default} timeout 280 python3 -P benchmarks/norm_layers_ab.py --timing device \
       --configs widening --cols 1024 4096 > "$out/layers-$v.log" 2>&1
     echo "rc=$? ($v)"

@@ -3,7 +3,7 @@
 // in registers (norm_rows.cuh: team rows of 4-32 threads for C <= 1027 / 2055, else block rows of 64-768 threads; one
 // HBM read of x; norm_fwd_half.cuh's and norm_fwd_lean.cuh's variants by the rule below). Longer rows (or x and y at
 // different addresses modulo 16, or C == 0) take norm_fwd_kernel below. A y of another dtype than x (the ops' `dtype`)
-// takes the lean rows where they win (v57: lean_mixed_rows), else norm_fwd_mixed's two kernels. The backward:
+// takes the lean rows where they win (v57, v60: lean_mixed_rows), else norm_fwd_mixed's two kernels. The backward:
 // norm_bwd.cu.
 #include "cuda_common.cuh"
 #include "norm_fwd_half.cuh"
@@ -42,36 +42,37 @@ namespace {
 // streaming loads and stores before v44 (and their parameters loaded in pass 3), =v44 v4's streaming loads and stores
 // before v45 (norm_fwd_half.cuh's kCachedIo), and v44's lean block rows (v45 adds f32 C = 516..1024, lean_block_plan),
 // =v45 one row per block (v48 adds the pair rows), =v48 y of another dtype than x's on v3's rows (norm_fwd_mixed) alone
-// (v57 adds the lean rows where they win: lean_mixed_rows). =v58 a candidate, not yet measured: the default, but bf16
-// rows into f32 (LayerNorm and RMSNorm, team and block rows) on the lean rows at 4 packs per thread (kMixedPacks).
-// =v59 another: v58, and the rows into another dtype that stay on v3's rows with cached I/O (norm_fwd_mixed).
+// (v57 adds the lean rows where they win: lean_mixed_rows), =v57 the rule before v60 (bf16 rows into f32 on
+// LayerNorm's team rows alone, at v3's packs; v3's rows for the rest, streaming), =v58 the default but for v3's rows
+// into another dtype, which stream (v60 is the candidate v59 of the thirteenth session: v58 with them cached).
 // The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV58, kV59 };
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
                                       {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21},
                                        {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}, {"v29", NormFwd::kV29},
                                        {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45},
-                                       {"v48", NormFwd::kV48}, {"v58", NormFwd::kV58}, {"v59", NormFwd::kV59}},
+                                       {"v48", NormFwd::kV48}, {"v57", NormFwd::kV57}, {"v58", NormFwd::kV58}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// The rule by dtype: the default, v23, v28, v29, v44, v45, v48, v58 and v59 (which differ from it only in the lean
+// The rule by dtype: the default, v23, v28, v29, v44, v45, v48, v57 and v58 (which differ from it only in the lean
 // rows' parameter loads, packs, rows per block, cache hints and output dtypes, and v4's cache hints).
 bool norm_fwd_by_dtype() {
   const NormFwd v = norm_fwd_version();
   return v == NormFwd::kByDtype || v == NormFwd::kV23 || v == NormFwd::kV28 || v == NormFwd::kV29 ||
-         v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48 || v == NormFwd::kV58 || v == NormFwd::kV59;
+         v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48 || v == NormFwd::kV57 || v == NormFwd::kV58;
 }
 
-// The candidates v58 and v59 (bf16 rows into f32 at kMixedPacks).
-bool norm_fwd_v58_or_later() { return norm_fwd_version() == NormFwd::kV58 || norm_fwd_version() == NormFwd::kV59; }
+// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58.
+bool mixed_lean_packs() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV58; }
 
-// v48: the default's rule for rows of one dtype (v57, v58 and v59 change only rows into another).
+// v48: the default's rule for rows of one dtype (v57, v58 and v60 change only rows into another).
 bool norm_fwd_v48_or_later() {
-  return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV48 || norm_fwd_v58_or_later();
+  const NormFwd v = norm_fwd_version();
+  return v == NormFwd::kByDtype || v == NormFwd::kV48 || v == NormFwd::kV57 || v == NormFwd::kV58;
 }
 
 // v45: the default's rule but for v48's pair rows (lean_pair_plan).
@@ -203,7 +204,7 @@ ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, con
                     plan.tpr);
     };
     if constexpr (!std::is_same_v<T, Ty>) {  // (the instance of Ty = T never runs)
-      if (norm_fwd_version() == NormFwd::kV59) {  // the candidate: cached I/O
+      if (norm_fwd_version() == NormFwd::kByDtype) {  // v60: cached I/O
         return plan.block_rows ? run(norm_fwd_rows_kernel<T, kRms, true, Ty, true>)
                                : run(norm_fwd_rows_kernel<T, kRms, false, Ty, true>);
       }
@@ -226,14 +227,18 @@ ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, con
 // 4096..12288, RMSNorm 4096 / 12288: y's f32 words double the bytes those plans were sized for). The rest stays on
 // norm_fwd_mixed. kLeanPair: the instances (pairs a model meets: a bf16 x with Flax's f32 parameters gives f32, an f32
 // residual stream normalized into a bf16 matmul); lean_mixed_rows: the rows.
-// v58, a candidate (JAX_MEMOPS_NORM_FWD=v58; to be measured against the default): bf16 x into f32 on the lean rows at
-// kMixedPacks packs per thread, team or block rows, RMSNorm too. Why: a bf16 pack makes 32 bytes of f32 y, so v3's and
-// the lean rows' 8 packs write 256 bytes a thread (85-94% of the copy on the H100), where the f32 rows at 99% write 64
-// at 4 packs of 4. Whether the bytes per thread are the cause is what v58 measures (v57's pair rows, 192-256 bytes a
-// thread under a register bound, lost 9-27%). v59, the second candidate: v58, and the rows into another dtype that
-// stay on v3's rows (norm_fwd_mixed: f32 x into bf16 outside the tuned block rows, f16 pairs, bf16 beyond 4 packs)
-// with cached I/O, which gained 1-8% wherever the lean rows (v44) and v4's (v45) took it.
+// v60 (the default; the thirteenth session's candidates v58 and v59): bf16 x into f32 on the lean rows at kMixedPacks
+// packs per thread, team or block rows, RMSNorm too, and the rows into another dtype left on v3's rows (norm_fwd_mixed:
+// f32 x into bf16 outside the tuned block rows, f16 pairs, bf16 beyond 4 packs) with cached I/O. Why: a bf16 pack
+// makes 32 bytes of f32 y, so v3's and the lean rows' 8 packs write 256 bytes a thread, where the f32 rows at 99% of
+// the copy write 64 at 4 packs of 4; cached I/O gained 1-8% wherever the lean rows (v44) and v4's (v45) took it.
+// Measured on the H200 (2^26 elements, device timing, one process each, two rounds, same-dtype cells 0.997-1.003;
+// RESULTS.md "v60"): bf16 into f32 LayerNorm +5..11% at C = 768..12288, RMSNorm +6..8% at 768 / 1024 and -0.9..+0.5%
+// at 4096 / 12288 (the packs); f32 into bf16 on v3's rows +3.5..5.5% (LayerNorm 12288, RMSNorm 4096 / 12288; the
+// cached I/O), the rest unchanged. Not beyond C = 12288 (kMixedMaxBlock): at C = 16384 (512 threads of 4 packs) the
+// Flax layers' widening forward over two axes read -7..-8% against v57 (v3's 256 threads of 8, streaming).
 constexpr int kMixedPacks = 4;
+constexpr int kMixedMaxBlock = 384;
 
 template <typename T, typename Ty, bool kRms>
 inline constexpr bool kLeanPair = (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<Ty, float>) ||
@@ -242,12 +247,15 @@ inline constexpr bool kLeanPair = (std::is_same_v<T, __nv_bfloat16> && std::is_s
 template <typename T, bool kRms>
 bool lean_mixed_rows(int64_t cols, const RowsPlan& plan) {
   const NormFwd v = norm_fwd_version();
-  if (v != NormFwd::kByDtype && !norm_fwd_v58_or_later()) return false;  // v48 and earlier: norm_fwd_mixed
+  if (v != NormFwd::kByDtype && v != NormFwd::kV57 && v != NormFwd::kV58) return false;  // v48, earlier: norm_fwd_mixed
   if constexpr (sizeof(T) == 4) {
     return cols % kVec<T> == 0 && lean_tuned_plan<T, kRms>(cols / kVec<T>).np >= 3;
   } else {
-    if (norm_fwd_v58_or_later()) return plan_norm_rows<T, kMixedPacks>(cols).ok;
-    return !kRms && plan.ok && !plan.block_rows;
+    if (mixed_lean_packs()) {
+      const RowsPlan p = plan_norm_rows<T, kMixedPacks>(cols);
+      return p.ok && p.tpr <= kMixedMaxBlock;
+    }
+    return !kRms && plan.ok && !plan.block_rows;  // v57
   }
 }
 
@@ -256,8 +264,8 @@ bool lean_mixed_rows(int64_t cols, const RowsPlan& plan) {
 // (6 where v10's rule takes them, else 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28. Since
 // v29, where lean_tuned_plan gives packs, block rows at them: f32 rows too (only those), bf16 LayerNorm 4096. Since v44
 // with cached I/O, and f32 block rows with their parameters held where the plan says. Since v57 with y of type Ty
-// (f32 x into bf16, bf16 x into f32 on LayerNorm's team rows: lean_mixed_rows), in the plan of x's dtype; under v58
-// and v59 bf16 x into f32 at kMixedPacks.
+// (f32 x into bf16, bf16 x into f32 on LayerNorm's team rows: lean_mixed_rows), in the plan of x's dtype; since v60
+// bf16 x into f32 at kMixedPacks.
 // launch_plan(kernel, plan, args...): norm_fwd's launch of a register-row kernel in plan's geometry.
 template <typename T, typename Ty, bool kRms, typename LaunchPlan>
 std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, const T* xp, ParamView scale,
@@ -269,7 +277,7 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
         (kRms || one_row(bias)) && vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data}))) {
     return std::nullopt;
   }
-  constexpr bool kMixed16 = sizeof(T) == 2 && !std::is_same_v<T, Ty>;  // a bf16 x's y of another dtype (v57..v59)
+  constexpr bool kMixed16 = sizeof(T) == 2 && !std::is_same_v<T, Ty>;  // a bf16 x's y of another dtype (v57, v60)
   // The instance for the parameters present (kS: scale, kB: LayerNorm's bias) and how team rows read them (kSt:
   // staged in shared memory, v28; else loaded in pass 3, v23).
   const auto lean = [&](auto has_scale, auto has_bias, auto staged) -> ffi::Error {
@@ -323,7 +331,7 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
       return cached([&](auto io) {
         constexpr bool kIo = decltype(io)::value;
         if constexpr (kMixed16) {
-          if (norm_fwd_v58_or_later()) {
+          if (mixed_lean_packs()) {
             const RowsPlan p = plan_norm_rows<T, kMixedPacks>(s.cols);
             return p.block_rows
                        ? go(norm_fwd_lean_kernel<T, kRms, true, kMixedPacks, kS, kB, true, false, kIo, 1, 0, Ty>, p)
@@ -333,13 +341,13 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
         // (lean_mixed_rows gives v57's bf16 rows into another dtype LayerNorm's team rows only.)
         if (plan.block_rows) {
           if constexpr (kMixed16) {
-            return ffi::Error::Internal("lean block rows into another dtype outside v58 / v59");
+            return ffi::Error::Internal("v57's lean block rows into another dtype");
           } else {
             return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB, true, false, kIo, 1, 0, Ty>, plan);
           }
         }
         if constexpr (kMixed16 && kRms) {
-          return ffi::Error::Internal("RMSNorm's lean rows into another dtype outside v58 / v59");
+          return ffi::Error::Internal("v57's RMSNorm lean rows into another dtype");
         } else {
           if constexpr (!kRms) {
             if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {

@@ -5,7 +5,7 @@
 //          another (bf16 into f32, f32 into bf16) and one they don't (bf16 into f16), LayerNorm with each set of
 //          parameters and RMSNorm with and without its scale: the selection never ends in an error, launches at most
 //          once, and under v48 and earlier takes no row into another dtype.
-//   picks  the kernels and plans the rules name for a few rows (v57's default, the candidates v58 and v59).
+//   picks  the kernels and plans the rules name for a few rows (the default v60, v58 and v57, the rule before it).
 // Built and run by tests/test_norm_fwd_rule.py; prints OK last.
 #include "norm_fwd.cu"
 
@@ -67,7 +67,8 @@ Launch pick(int64_t cols, bool scale, bool bias, const char* what) {
 
 template <typename T, typename Ty>
 void sweep(const char* what) {
-  const bool before_v57 = norm_fwd_version() != NormFwd::kByDtype && !norm_fwd_v58_or_later();
+  const NormFwd v = norm_fwd_version();
+  const bool before_v57 = v != NormFwd::kByDtype && v != NormFwd::kV57 && v != NormFwd::kV58;
   for (int64_t c = 1; c <= 24600; ++c) {
     Launch l[6] = {pick<T, Ty, false>(c, true, true, what), pick<T, Ty, false>(c, true, false, what),
                    pick<T, Ty, false>(c, false, true, what), pick<T, Ty, false>(c, false, false, what),
@@ -106,10 +107,10 @@ Launch pick_v3(int64_t cols, const char* what) {
 }
 
 void picks(const char* version) {
-  const bool v58 = std::strcmp(version, "v58") == 0 || std::strcmp(version, "v59") == 0;
-  if (std::strcmp(version, "") != 0 && !v58) return;
-  // v3's rows for the rows into another dtype the lean rows leave: streaming I/O, cached under v59.
-  const bool cached = std::strcmp(version, "v59") == 0;
+  const bool v57 = std::strcmp(version, "v57") == 0;
+  if (std::strcmp(version, "") != 0 && std::strcmp(version, "v58") != 0 && !v57) return;
+  // v3's rows for the rows into another dtype the lean rows leave: cached I/O by default (v60), else streaming.
+  const bool cached = std::strcmp(version, "") == 0;
   expect("f32 into bf16 RMSNorm on v3's rows", 4096, pick_v3<float, bf16, true>(4096, "f32 into bf16 RMSNorm"),
          cached ? at(norm_fwd_rows_kernel<float, true, true, bf16, true>)
                 : at(norm_fwd_rows_kernel<float, true, true, bf16, false>), 128);
@@ -127,7 +128,7 @@ void picks(const char* version) {
   expect("f32 into bf16 RMSNorm", 1024, pick<float, bf16, true>(1024, true, false, ""),
          at(norm_fwd_lean_kernel<float, true, true, 4, true, false, true, true, true, 1, 0, bf16>), 64);
   expect("f32 into bf16 RMSNorm (2 packs: v3)", 4096, pick<float, bf16, true>(4096, true, false, ""), nullptr, 0);
-  if (!v58) {  // v57: bf16 x into f32 on LayerNorm's team rows at v3's packs (6 where v10 takes them), else v3
+  if (v57) {  // v57: bf16 x into f32 on LayerNorm's team rows at v3's packs (6 where v10 takes them), else v3
     expect("bf16 into f32 LayerNorm", 1024, pick<bf16, float, false>(1024, true, true, ""),
            at(norm_fwd_lean_kernel<bf16, false, false, 8, true, true, true, false, true, 1, 0, float>), 16);
     expect("bf16 into f32 LayerNorm", 768, pick<bf16, float, false>(768, true, true, ""),
@@ -135,12 +136,16 @@ void picks(const char* version) {
     expect("bf16 into f32 LayerNorm (block rows: v3)", 4096, pick<bf16, float, false>(4096, true, true, ""),
            nullptr, 0);
     expect("bf16 into f32 RMSNorm (v3)", 1024, pick<bf16, float, true>(1024, true, false, ""), nullptr, 0);
-  } else {  // v58, v59: 4 packs per thread, team rows to C = 1024, block rows beyond, RMSNorm too
-    expect("v58 bf16 into f32 RMSNorm", 1024, pick<bf16, float, true>(1024, true, false, ""),
+  } else {  // v60, v58: 4 packs per thread, team rows to C = 1024, block rows beyond, RMSNorm too
+    expect("bf16 into f32 RMSNorm", 1024, pick<bf16, float, true>(1024, true, false, ""),
            at(norm_fwd_lean_kernel<bf16, true, false, 4, true, false, true, false, true, 1, 0, float>), 32);
-    expect("v58 bf16 into f32 LayerNorm", 4096, pick<bf16, float, false>(4096, true, true, ""),
+    expect("bf16 into f32 LayerNorm", 4096, pick<bf16, float, false>(4096, true, true, ""),
            at(norm_fwd_lean_kernel<bf16, false, true, 4, true, true, true, false, true, 1, 0, float>), 128, 1);
-    expect("v58 bf16 into f32 LayerNorm (beyond 4 packs: v3)", 24584, pick<bf16, float, false>(24584, true, true, ""),
+    expect("bf16 into f32 RMSNorm", 12288, pick<bf16, float, true>(12288, true, false, ""),
+           at(norm_fwd_lean_kernel<bf16, true, true, 4, true, false, true, false, true, 1, 0, float>), 384, 1);
+    expect("bf16 into f32 LayerNorm (beyond 384 threads: v3)", 12296, pick<bf16, float, false>(12296, true, true, ""),
+           nullptr, 0);
+    expect("bf16 into f32 LayerNorm (beyond 384 threads: v3)", 16384, pick<bf16, float, false>(16384, true, true, ""),
            nullptr, 0);
   }
 }
