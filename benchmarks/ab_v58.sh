@@ -16,11 +16,14 @@
 #            v58 and v48 (VERSIONS, the first the ratios' base), each its own process (~35-45 s), per round of ROUNDS
 #            (default "1 2"); the ms of each and the ratios to the default's (< 1: faster than the default), the
 #            same-dtype rows the A/A (the same kernels in all).
-#   layers   norm_layers_ab.py's widening configuration at C = 1024 and 4096 (device timing), under the default and
-#            under v57 (each case took 50-65 s on the H100, ~40 s on the H200: 4 cases a process).
+#   layers   norm_layers_ab.py's widening configuration at C = 1024 and 4096 (LAYERS_COLS; device timing), under the
+#            default and v57 (LAYERS_VERSIONS; each case took 50-65 s on the H100, ~40 s on the H200: 4 cases per C).
+#   ncu      Nsight Compute over the bf16-into-f32 forwards at C = 1024 (LayerNorm, RMSNorm; the same-dtype RMSNorm
+#            beside them) and XLA's fused RMSNorm there (ab_lib.sh's ab_ncu_cases).
 # Calls (10 minutes each at most): `build ab test`, then `ab san`, then `san layers` on the H200 (~100 s for the ab
 # stage's round, ~135 s for the tests, ~210 s for three versions' sanitizers); on a machine still warm from the call
-# before, leave out `build` (the install stays in site-packages).
+# before, leave out `build` (the install stays in site-packages). After v60 (RESULTS.md "v60"): `build test ab` with
+# VERSIONS="default v57", then `ncu layers` with LAYERS_COLS=1024 LAYERS_VERSIONS=default.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -83,12 +86,20 @@ PY
 
 stage_layers() {
   local v
-  for v in default v57; do
+  for v in ${LAYERS_VERSIONS:-default v57}; do
     JAX_MEMOPS_NORM_FWD=${v#default} timeout 280 python3 -P benchmarks/norm_layers_ab.py --timing device \
-      --configs widening --cols 1024 4096 > "$out/layers-$v.log" 2>&1
+      --configs widening --cols ${LAYERS_COLS:-1024 4096} > "$out/layers-$v.log" 2>&1
     echo "rc=$? ($v)"
     cat "$out/layers-$v.log"
   done
+}
+
+# Where the widening RMSNorm forward's time goes (v60: 85-90% of the copy, LayerNorm's rows of the same plan 91-93%):
+# our bf16-into-f32 forwards at C = 1024 beside the same-dtype RMSNorm, then XLA's fused RMSNorm (~89%).
+stage_ncu() {
+  ab_ncu_cases ncu-ours "regex:norm_fwd" "layer_norm:fwd:bfloat16>float32:1024:ours" \
+    "rms_norm:fwd:bfloat16>float32:1024:ours" "rms_norm:fwd:bfloat16:1024:ours"
+  ab_ncu_cases ncu-xla "regex:." "rms_norm:fwd:bfloat16>float32:1024:xla"
 }
 
 ab_init "$@"

@@ -13,8 +13,9 @@ Run it with XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=plat
 preallocated pool, ncu saves and restores the whole pool (~100 GB on an H200) around every replay pass
 (measured: 5 kernels in 400 s, against 18 kernels in 18 s without the pool).
 
-A case is op:direction:dtype:C[:ours|xla] (both by default) at rows = --elements / C; `copy` adds the
-bench's copy (XOR over a uint32 buffer of 2^26 f32's bytes).
+A case is op:direction:dtype:C[:ours|xla] (both by default) at rows = --elements / C; dtype may be x's and y's
+(`bfloat16>float32`: the norms' `dtype=`, as `bench --out-dtypes`); `copy` adds the bench's copy (XOR over a uint32
+buffer of 2^26 f32's bytes).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _profiler(start: bool) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("cases", nargs="+", help="op:direction:dtype:C[:ours|xla], or copy")
+    p.add_argument("cases", nargs="+", help="op:direction:dtype[>out dtype]:C[:ours|xla], or copy")
     p.add_argument("--elements", type=int, default=bench.DEFAULT_ELEMENTS)
     args = p.parse_args()
     calls = []  # (label, zero-argument call)
@@ -47,9 +48,10 @@ def main() -> int:
             x = jnp.zeros((args.elements,), jnp.float32)
             calls.append(("copy f32", bench.copy_of(x)))
             continue
-        op, direction, dtype, cols, *which = spec.split(":")
+        op, direction, dtypes, cols, *which = spec.split(":")
+        dtype, _, out_dtype = dtypes.partition(">")
         cols = int(cols)
-        case = bench.Case(op, direction, dtype, (max(1, args.elements // cols), cols))
+        case = bench.Case(op, direction, dtype, (max(1, args.elements // cols), cols), out_dtype=out_dtype or None)
         key, sub = jax.random.split(key)
         ours, xla, fargs = bench.build(case, sub)
         for name, f in (("ours", ours), ("xla", xla)):
