@@ -46,16 +46,16 @@ stage_san() {
 }
 
 stage_ab() {
-  local round v
+  local round v dirs
   for round in ${ROUNDS:-1 2}; do
+    dirs=()
     for v in ${VERSIONS:-default v57 v58 v48}; do
       JAX_MEMOPS_NORM_FWD=${v#default} timeout 150 python3 -P -m jax_memops.cli bench --ops layer_norm rms_norm \
         --dtypes bfloat16 float32 --out-dtypes float32 bfloat16 --dirs fwd --parts sweep --timing device \
         --out "$out/ab-r$round-$v" > "$out/ab-r$round-$v.log" 2>&1
       echo "rc=$? ($v, round $round)"
+      dirs+=("$out/ab-r$round-$v")
     done
-    local dirs=()
-    for v in ${VERSIONS:-default v57 v58 v48}; do dirs+=("$out/ab-r$round-$v"); done
     bench_ratios "${dirs[@]}" | tee "$out/ab-r$round.md"
   done
 }
