@@ -11,7 +11,7 @@
 #   san      compute-sanitizer memcheck, then racecheck, over the dtype ops (sanitize.py --only layer_norm_dtype
 #            rms_norm_dtype), under the default and v58 (SAN_VERSIONS), one run at a time (racecheck run beside other
 #            sanitizers died of the tool's own segmentation fault on the H100; alone, each took ~45 s; on the H200 a
-#            third of the runs still died so, at random).
+#            third of the runs still died so, at random: ab_sanitize_resume goes on from the check it died in).
 #   ab       the forward of both norms into another dtype (bench --out-dtypes, device timing) under the default, v57,
 #            v58 and v48 (VERSIONS, the first the ratios' base), each its own process (~35-45 s), per round of ROUNDS
 #            (default "1 2"); the ms of each and the ratios to the default's (< 1: faster than the default), the
@@ -33,14 +33,11 @@ stage_test() {
 }
 
 stage_san() {
-  local v tool log
+  local v tool
   for v in ${SAN_VERSIONS:-default v58}; do
-    for tool in memcheck racecheck; do
-      log="$out/$tool-$v.log"
-      JAX_MEMOPS_NORM_FWD=${v#default} XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
-        timeout 150 compute-sanitizer --tool $tool --kernel-name kns=_kernel --error-exitcode 3 \
-        python3 benchmarks/sanitize.py --only layer_norm_dtype rms_norm_dtype > "$log" 2>&1
-      echo "$tool $v: rc=$? $(grep -c '^\[' "$log") checks $(grep -E 'SUMMARY' "$log")"
+    for tool in memcheck racecheck; do  # resumed where the tool itself crashed (ab_sanitize_resume)
+      JAX_MEMOPS_NORM_FWD=${v#default} ab_sanitize_resume $tool "$v" kns=_kernel 150 --only layer_norm_dtype \
+        rms_norm_dtype
     done
   done
 }
