@@ -4,7 +4,9 @@
 # thread, RMSNorm too) and v59 (v58, and v3's rows with cached I/O for the rows into another dtype left on them),
 # checked and measured against the default and v48 (the rule before v57). Run in the fourteenth session (an H200):
 # since then the default is v60 (v59, its bf16 rows into f32 on the lean rows to C = 12288), v57 the rule before it,
-# and v58 v60 with v3's rows streaming (v59 names nothing now), and the stages run those by default.
+# and v58 v60 with v3's rows streaming (v59 names nothing now), and the stages run those by default. Since the
+# fifteenth session (RESULTS.md "v61") the default is v61 (v3's rows cached only into a narrower dtype), v60 the rule
+# before it; `test` runs the version test under "", v48, v57, v58 and v60.
 #   build    this tree into site-packages (sm_90).
 #   test     the output dtype's GPU tests (test_norm_dtype; test_norm_forward_out_dtype_versions under "", v48, v57 and
 #            v58) and the tests whose names carry no device, which on this machine run on the GPU (8 workers).
@@ -97,6 +99,16 @@ stage_ncu() {
   ab_ncu_cases ncu-ours "regex:norm_fwd" "layer_norm:fwd:bfloat16>float32:1024:ours" \
     "rms_norm:fwd:bfloat16>float32:1024:ours" "rms_norm:fwd:bfloat16:1024:ours"
   ab_ncu_cases ncu-xla "regex:." "rms_norm:fwd:bfloat16>float32:1024:xla"
+}
+
+stage_mixed() {
+  local r
+  ab_nvcc_harness norm_mixed_ab.cu /tmp/norm_mixed_ab -Xptxas -v || return 1
+  for r in 1 2; do
+    timeout 120 /tmp/norm_mixed_ab > "$out/mixed_r$r.md" 2>&1
+    echo "rc=$? (round $r)"
+    cat "$out/mixed_r$r.md"
+  done
 }
 
 ab_init "$@"

@@ -44,36 +44,39 @@ namespace {
 // =v45 one row per block (v48 adds the pair rows), =v48 y of another dtype than x's on v3's rows (norm_fwd_mixed) alone
 // (v57 adds the lean rows where they win: lean_mixed_rows), =v57 the rule before v60 (bf16 rows into f32 on
 // LayerNorm's team rows alone, at v3's packs; v3's rows for the rest, streaming), =v58 the default but for v3's rows
-// into another dtype, which stream (v60 is the candidate v59 of the thirteenth session: v58 with them cached).
-// The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58 };
+// into another dtype, which all stream, =v60 the rule before v61 (those rows all with cached I/O; v60 is the candidate
+// v59 of the thirteenth session). The backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
                                       {{"v3", NormFwd::kV3}, {"v4", NormFwd::kV4}, {"v21", NormFwd::kV21},
                                        {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}, {"v29", NormFwd::kV29},
                                        {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45},
-                                       {"v48", NormFwd::kV48}, {"v57", NormFwd::kV57}, {"v58", NormFwd::kV58}},
+                                       {"v48", NormFwd::kV48}, {"v57", NormFwd::kV57}, {"v58", NormFwd::kV58},
+                                       {"v60", NormFwd::kV60}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// The rule by dtype: the default, v23, v28, v29, v44, v45, v48, v57 and v58 (which differ from it only in the lean
-// rows' parameter loads, packs, rows per block, cache hints and output dtypes, and v4's cache hints).
+// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60, the default).
+bool mixed_v57_or_later(NormFwd v) {
+  return v == NormFwd::kByDtype || v == NormFwd::kV57 || v == NormFwd::kV58 || v == NormFwd::kV60;
+}
+
+// The rule by dtype: the default, v23, v28, v29, v44, v45, v48, v57, v58 and v60 (which differ from it only in the
+// lean rows' parameter loads, packs, rows per block, cache hints and output dtypes, and v4's and v3's cache hints).
 bool norm_fwd_by_dtype() {
   const NormFwd v = norm_fwd_version();
   return v == NormFwd::kByDtype || v == NormFwd::kV23 || v == NormFwd::kV28 || v == NormFwd::kV29 ||
-         v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48 || v == NormFwd::kV57 || v == NormFwd::kV58;
+         v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48 || mixed_v57_or_later(v);
 }
 
-// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58.
-bool mixed_lean_packs() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV58; }
+// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58 and v60.
+bool mixed_lean_packs() { return mixed_v57_or_later(norm_fwd_version()) && norm_fwd_version() != NormFwd::kV57; }
 
-// v48: the default's rule for rows of one dtype (v57, v58 and v60 change only rows into another).
-bool norm_fwd_v48_or_later() {
-  const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kByDtype || v == NormFwd::kV48 || v == NormFwd::kV57 || v == NormFwd::kV58;
-}
+// v48: the default's rule for rows of one dtype (v57, v58, v60 and v61 change only rows into another).
+bool norm_fwd_v48_or_later() { return norm_fwd_version() == NormFwd::kV48 || mixed_v57_or_later(norm_fwd_version()); }
 
 // v45: the default's rule but for v48's pair rows (lean_pair_plan).
 bool norm_fwd_v45_or_later() { return norm_fwd_v48_or_later() || norm_fwd_version() == NormFwd::kV45; }
@@ -189,6 +192,18 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
 }
 
+// v61 (the default): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O, into a wider one (bf16
+// or f16 x into f32) or one of the same width streaming; v60: all with cached I/O; v58, v57 and earlier: all streaming.
+// Measured on the H200 (RESULTS.md "v60", "v61"; device timing, one process each, two rounds): cached I/O on f32 x
+// into bf16 +3.5..5.5% (LayerNorm 12288, RMSNorm 4096 / 12288), but on bf16 x into f32 at C = 16384 (beyond the lean
+// rows' cap) -10% (RMSNorm: 75% of the copy against 84%) and -2% (LayerNorm). f32 into f16 moves the same bytes as f32
+// into bf16 (not measured apart); the same-width pairs (bf16 into f16) keep the streaming of v57.
+template <typename T, typename Ty>
+bool v3_mixed_cached_io() {
+  const NormFwd v = norm_fwd_version();
+  return v == NormFwd::kV60 || (v == NormFwd::kByDtype && sizeof(Ty) < sizeof(T));
+}
+
 // A y of type Ty != T (the ops' `dtype`: a bf16 x into f32, say; y's packs twice or half x's bytes) where the lean rows
 // don't take it (lean_mixed_rows): the register rows of norm_rows.cuh ("v3") where x and y are both 16-byte aligned
 // (C > 0), else the v1 row kernel, vectorized where every buffer is aligned and C a multiple of x's pack. One read of x
@@ -204,7 +219,7 @@ ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, con
                     plan.tpr);
     };
     if constexpr (!std::is_same_v<T, Ty>) {  // (the instance of Ty = T never runs)
-      if (norm_fwd_version() == NormFwd::kByDtype) {  // v60: cached I/O
+      if (v3_mixed_cached_io<T, Ty>()) {
         return plan.block_rows ? run(norm_fwd_rows_kernel<T, kRms, true, Ty, true>)
                                : run(norm_fwd_rows_kernel<T, kRms, false, Ty, true>);
       }
@@ -227,9 +242,10 @@ ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, con
 // 4096..12288, RMSNorm 4096 / 12288: y's f32 words double the bytes those plans were sized for). The rest stays on
 // norm_fwd_mixed. kLeanPair: the instances (pairs a model meets: a bf16 x with Flax's f32 parameters gives f32, an f32
 // residual stream normalized into a bf16 matmul); lean_mixed_rows: the rows.
-// v60 (the default; the thirteenth session's candidates v58 and v59): bf16 x into f32 on the lean rows at kMixedPacks
-// packs per thread, team or block rows, RMSNorm too, and the rows into another dtype left on v3's rows (norm_fwd_mixed:
-// f32 x into bf16 outside the tuned block rows, f16 pairs, bf16 beyond 4 packs) with cached I/O. Why: a bf16 pack
+// v60 (the thirteenth session's candidates v58 and v59; the default's lean rows): bf16 x into f32 on the lean rows at
+// kMixedPacks packs per thread, team or block rows, RMSNorm too, and the rows into another dtype left on v3's rows
+// (norm_fwd_mixed: f32 x into bf16 outside the tuned block rows, f16 pairs, bf16 beyond 4 packs) with cached I/O
+// (since v61 only those into a narrower dtype: v3_mixed_cached_io). Why: a bf16 pack
 // makes 32 bytes of f32 y, so v3's and the lean rows' 8 packs write 256 bytes a thread, where the f32 rows at 99% of
 // the copy write 64 at 4 packs of 4; cached I/O gained 1-8% wherever the lean rows (v44) and v4's (v45) took it.
 // Measured on the H200 (2^26 elements, device timing, one process each, two rounds, same-dtype cells 0.997-1.003;
@@ -247,7 +263,7 @@ inline constexpr bool kLeanPair = (std::is_same_v<T, __nv_bfloat16> && std::is_s
 template <typename T, bool kRms>
 bool lean_mixed_rows(int64_t cols, const RowsPlan& plan) {
   const NormFwd v = norm_fwd_version();
-  if (v != NormFwd::kByDtype && v != NormFwd::kV57 && v != NormFwd::kV58) return false;  // v48, earlier: norm_fwd_mixed
+  if (!mixed_v57_or_later(v)) return false;  // v48, earlier: norm_fwd_mixed
   if constexpr (sizeof(T) == 4) {
     return cols % kVec<T> == 0 && lean_tuned_plan<T, kRms>(cols / kVec<T>).np >= 3;
   } else {

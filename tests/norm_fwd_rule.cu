@@ -5,7 +5,7 @@
 //          another (bf16 into f32, f32 into bf16) and one they don't (bf16 into f16), LayerNorm with each set of
 //          parameters and RMSNorm with and without its scale: the selection never ends in an error, launches at most
 //          once, and under v48 and earlier takes no row into another dtype.
-//   picks  the kernels and plans the rules name for a few rows (the default v60, v58 and v57, the rule before it).
+//   picks  the kernels and plans the rules name for a few rows (the default v61, v60 the rule before it, v58 and v57).
 // Built and run by tests/test_norm_fwd_rule.py; prints OK last.
 #include "norm_fwd.cu"
 
@@ -68,7 +68,7 @@ Launch pick(int64_t cols, bool scale, bool bias, const char* what) {
 template <typename T, typename Ty>
 void sweep(const char* what) {
   const NormFwd v = norm_fwd_version();
-  const bool before_v57 = v != NormFwd::kByDtype && v != NormFwd::kV57 && v != NormFwd::kV58;
+  const bool before_v57 = v != NormFwd::kByDtype && v != NormFwd::kV57 && v != NormFwd::kV58 && v != NormFwd::kV60;
   for (int64_t c = 1; c <= 24600; ++c) {
     Launch l[6] = {pick<T, Ty, false>(c, true, true, what), pick<T, Ty, false>(c, true, false, what),
                    pick<T, Ty, false>(c, false, true, what), pick<T, Ty, false>(c, false, false, what),
@@ -108,15 +108,25 @@ Launch pick_v3(int64_t cols, const char* what) {
 
 void picks(const char* version) {
   const bool v57 = std::strcmp(version, "v57") == 0;
-  if (std::strcmp(version, "") != 0 && std::strcmp(version, "v58") != 0 && !v57) return;
-  // v3's rows for the rows into another dtype the lean rows leave: cached I/O by default (v60), else streaming.
-  const bool cached = std::strcmp(version, "") == 0;
+  const bool v61 = std::strcmp(version, "") == 0, v60 = std::strcmp(version, "v60") == 0;
+  if (!v61 && !v60 && std::strcmp(version, "v58") != 0 && !v57) return;
+  // v3's rows for the rows into another dtype the lean rows leave: cached I/O into a narrower dtype by default (v61),
+  // into every dtype under v60, else streaming.
   expect("f32 into bf16 RMSNorm on v3's rows", 4096, pick_v3<float, bf16, true>(4096, "f32 into bf16 RMSNorm"),
-         cached ? at(norm_fwd_rows_kernel<float, true, true, bf16, true>)
-                : at(norm_fwd_rows_kernel<float, true, true, bf16, false>), 128);
+         v61 || v60 ? at(norm_fwd_rows_kernel<float, true, true, bf16, true>)
+                    : at(norm_fwd_rows_kernel<float, true, true, bf16, false>), 128);
+  expect("f32 into f16 LayerNorm on v3's rows", 1024, pick_v3<float, __half, false>(1024, "f32 into f16 LayerNorm"),
+         v61 || v60 ? at(norm_fwd_rows_kernel<float, false, false, __half, true>)
+                    : at(norm_fwd_rows_kernel<float, false, false, __half, false>), 32);
   expect("f16 into f32 LayerNorm on v3's rows", 1024, pick_v3<__half, float, false>(1024, "f16 into f32 LayerNorm"),
-         cached ? at(norm_fwd_rows_kernel<__half, false, false, float, true>)
-                : at(norm_fwd_rows_kernel<__half, false, false, float, false>), 16);
+         v60 ? at(norm_fwd_rows_kernel<__half, false, false, float, true>)
+             : at(norm_fwd_rows_kernel<__half, false, false, float, false>), 16);
+  expect("bf16 into f32 RMSNorm on v3's rows", 16384, pick_v3<bf16, float, true>(16384, "bf16 into f32 RMSNorm"),
+         v60 ? at(norm_fwd_rows_kernel<bf16, true, true, float, true>)
+             : at(norm_fwd_rows_kernel<bf16, true, true, float, false>), 256);
+  expect("bf16 into f16 LayerNorm on v3's rows", 4096, pick_v3<bf16, __half, false>(4096, "bf16 into f16 LayerNorm"),
+         v60 ? at(norm_fwd_rows_kernel<bf16, false, true, __half, true>)
+             : at(norm_fwd_rows_kernel<bf16, false, true, __half, false>), 64);
   // x's dtype alone: bf16 LayerNorm 4096 on v48's pair rows (either version).
   const Launch pair = pick<bf16, bf16, false>(4096, true, true, "bf16 LayerNorm 4096");
   if (pair.kernel == nullptr || pair.plan.rows_per_block != 2) fail("bf16 LayerNorm on pair rows", 4096);
@@ -136,7 +146,7 @@ void picks(const char* version) {
     expect("bf16 into f32 LayerNorm (block rows: v3)", 4096, pick<bf16, float, false>(4096, true, true, ""),
            nullptr, 0);
     expect("bf16 into f32 RMSNorm (v3)", 1024, pick<bf16, float, true>(1024, true, false, ""), nullptr, 0);
-  } else {  // v60, v58: 4 packs per thread, team rows to C = 1024, block rows beyond, RMSNorm too
+  } else {  // v61, v60, v58: 4 packs per thread, team rows to C = 1024, block rows beyond, RMSNorm too
     expect("bf16 into f32 RMSNorm", 1024, pick<bf16, float, true>(1024, true, false, ""),
            at(norm_fwd_lean_kernel<bf16, true, false, 4, true, false, true, false, true, 1, 0, float>), 32);
     expect("bf16 into f32 LayerNorm", 4096, pick<bf16, float, false>(4096, true, true, ""),
