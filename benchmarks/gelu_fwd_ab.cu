@@ -105,13 +105,7 @@ bool run(const char* title, int64_t cols) {
     CK(cudaMemset(y, 0xff, n * sizeof(T)));
   }
   fill<<<1024, 256>>>(x, n, 4242u);
-  std::vector<float> sh(cols), bh(cols);
-  for (int64_t c = 0; c < cols; ++c) {
-    sh[c] = 0.5f + static_cast<float>((c * 37) % 101) / 100.0f;
-    bh[c] = static_cast<float>((c * 53) % 41) / 40.0f - 0.5f;
-  }
-  CK(cudaMemcpy(s, sh.data(), cols * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(b, bh.data(), cols * 4, cudaMemcpyHostToDevice));
+  inproc::param_rows(s, b, cols);
   const int64_t bytes = n * int64_t{sizeof(T)};
   std::vector<inproc::Variant> vs;
   vs.push_back({"copy 1", [&] { inproc::copy<1, false>(x, ys[5], bytes); }, {}});

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace inproc {
@@ -45,6 +46,19 @@ __host__ __device__ inline uint32_t hash(uint32_t i, uint32_t seed) {
   h *= 2246822519u;
   h ^= h >> 13;
   return h;
+}
+
+// The harnesses' parameter rows of `cols` columns, copied to scale and bias on the device: a scale in [0.5, 1.5] and
+// a bias in [-0.5, 0.5], both varying by column. Returns them as the host holds them (for the references).
+inline std::pair<std::vector<float>, std::vector<float>> param_rows(float* scale, float* bias, int64_t cols) {
+  std::vector<float> sc(cols), bi(cols);
+  for (int64_t c = 0; c < cols; ++c) {
+    sc[c] = 0.5f + static_cast<float>((c * 37) % 101) / 100.0f;
+    bi[c] = static_cast<float>((c * 53) % 41) / 40.0f - 0.5f;
+  }
+  CK(cudaMemcpy(scale, sc.data(), cols * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(bias, bi.data(), cols * 4, cudaMemcpyHostToDevice));
+  return {sc, bi};
 }
 
 // How many of n elements differ (a NaN counts as different: outputs are poisoned with NaN before a run).

@@ -210,13 +210,7 @@ struct Case {
     CK(cudaMalloc(&b.bias, cols * 4));
     fill_x<<<1024, 256>>>(b.x, n, cols, 777u + cols);
     CK(cudaGetLastError());
-    std::vector<float> sc(cols), bi(cols);
-    for (int c = 0; c < cols; ++c) {
-      sc[c] = 0.5f + static_cast<float>((c * 37) % 101) / 100.0f;
-      bi[c] = static_cast<float>((c * 53) % 41) / 40.0f - 0.5f;
-    }
-    CK(cudaMemcpy(b.scale, sc.data(), cols * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(b.bias, bi.data(), cols * 4, cudaMemcpyHostToDevice));
+    inproc::param_rows(b.scale, b.bias, cols);
     for (Out<T>& o : outs) {
       CK(cudaMalloc(&o.y, n * sizeof(T)));
       CK(cudaMalloc(&o.mean, b.rows * 4));

@@ -190,13 +190,7 @@ bool run_width(int cols) {
   CK(cudaMemset(src, 0x3c, n * 3));
   fill_x<<<1024, 256>>>(x, n, cols);
   CK(cudaGetLastError());
-  std::vector<float> sc(cols), bi(cols);
-  for (int c = 0; c < cols; ++c) {
-    sc[c] = 0.5f + static_cast<float>((c * 37) % 101) / 100.0f;
-    bi[c] = static_cast<float>((c * 53) % 41) / 40.0f - 0.5f;
-  }
-  CK(cudaMemcpy(scale, sc.data(), cols * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(bias, bi.data(), cols * 4, cudaMemcpyHostToDevice));
+  const auto [sc, bi] = inproc::param_rows(scale, bias, cols);
 
   // The variants of each op: v60 (twice: the A/A pair), then v60's kernel at fewer CTAs per SM.
   struct Norm {
