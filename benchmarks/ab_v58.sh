@@ -6,10 +6,12 @@
 # since then the default is v60 (v59, its bf16 rows into f32 on the lean rows to C = 12288), v57 the rule before it,
 # and v58 v60 with v3's rows streaming (v59 names nothing now), and the stages run those by default. Since the
 # fifteenth session (RESULTS.md "v61") the default is v61 (v3's rows cached only into a narrower dtype), v60 the rule
-# before it; `test` runs the version test under "", v48, v57, v58 and v60.
+# before it, v62 the candidate of whole-sector stores (norm_fwd_lean.cuh's kSectors); `test` runs the version test
+# under "", v48, v57, v58, v60 and v62, `mixed` times v62's kernels beside v60's, and `VERSIONS="default v62" ab`
+# and `LAYERS_VERSIONS="default v62" layers` measure it in the bench and the Flax layers.
 #   build    this tree into site-packages (sm_90).
-#   test     the output dtype's GPU tests (test_norm_dtype; test_norm_forward_out_dtype_versions under "", v48, v57 and
-#            v58) and the tests whose names carry no device, which on this machine run on the GPU (8 workers).
+#   test     the output dtype's GPU tests (test_norm_dtype; test_norm_forward_out_dtype_versions under the versions
+#            the test names) and the tests whose names carry no device, which on this machine run on the GPU (8 workers).
 #   san      compute-sanitizer memcheck, then racecheck, over the dtype ops (sanitize.py --only layer_norm_dtype
 #            rms_norm_dtype), under the default and v58 (SAN_VERSIONS), one run at a time (racecheck run beside other
 #            sanitizers died of the tool's own segmentation fault on the H100; alone, each took ~45 s; on the H200 a
@@ -22,6 +24,9 @@
 #            default and v57 (LAYERS_VERSIONS; each case took 50-65 s on the H100, ~40 s on the H200: 4 cases per C).
 #   ncu      Nsight Compute over the bf16-into-f32 forwards at C = 1024 (LayerNorm, RMSNorm; the same-dtype RMSNorm
 #            beside them) and XLA's fused RMSNorm there (ab_lib.sh's ab_ncu_cases).
+#   mixed    benchmarks/norm_mixed_ab.cu (in one process): v60's bf16-into-f32 rows of both norms at fewer CTAs per SM
+#            (RMSNorm's 48 registers hold 5 CTAs of 256 threads where LayerNorm's 56 hold 4) and v62's (whole-sector
+#            stores), the widening alone (half-sector and whole-sector stores) and the copy, two rounds (~30 s each).
 # Calls (10 minutes each at most): `build ab test`, then `ab san`, then `san layers` on the H200 (~100 s for the ab
 # stage's round, ~135 s for the tests, ~210 s for three versions' sanitizers); on a machine still warm from the call
 # before, leave out `build` (the install stays in site-packages). After v60 (RESULTS.md "v60"): `build test ab` with

@@ -3,8 +3,10 @@
 // H200). One lead, from ptxas: RMSNorm's team-row instance takes 48 registers, LayerNorm's 56-64, so 5 CTAs of 256
 // threads sit on an SM against 4 — more f32 stores in flight at once. Each variant here is v60's kernel and plan; the
 // "at n" variants add dynamic shared memory the kernel never touches, only so that n CTAs fit on an SM (occupancy
-// alone changes). Beside them: the widening itself (bf16 read, f32 written, no arithmetic: the ceiling of this
-// mix of reads and writes), as the kernels store y and in whole sectors, and the 1-pack copy of the same bytes.
+// alone changes; measured in the fifteenth session: not the cause). "v62": the candidate's kernel in the same plan, y
+// stored in whole 32-byte sectors (norm_fwd_lean.cuh's kSectors; added after that session's run). Beside them: the
+// widening itself (bf16 read, f32 written, no arithmetic: the ceiling of this mix of reads and writes), as the
+// kernels store y and in whole sectors, and the 1-pack copy of the same bytes.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/norm_mixed_ab.cu \
@@ -75,25 +77,29 @@ struct Out {
 };
 
 // v60's instance for bf16 x into f32 y at kPacks packs (norm_fwd.cu's norm_fwd_lean_rows: scale and, for
-// LayerNorm, bias; team rows stage them; cached I/O).
-template <bool kRms, bool kBlock>
+// LayerNorm, bias; team rows stage them; cached I/O); kSectors: the candidate v62's (y stored in whole sectors).
+template <bool kRms, bool kBlock, bool kSectors = false>
 constexpr auto kKernel = jm::cuda::norm_fwd_lean_kernel<bf16, kRms, kBlock, kPacks, true, !kRms, true, false, true, 1,
-                                                        0, float>;
+                                                        0, float, kSectors>;
+using Kernel = void (*)(const bf16*, const float*, const float*, float*, float*, float*, int64_t, int, float, float,
+                        int);
 
 struct Launch {
   RowsPlan plan;
-  const void* kernel;
+  Kernel kernel;
   int smem = 0;     // dynamic shared memory (unused by the kernel): caps the CTAs per SM
   int per_sm = 0;   // CTAs per SM at that smem (the occupancy query)
   int regs = 0;
 };
 
+// v60's kernel (v62's where `sectors`) in v60's plan, with the least smem that leaves at most want_per_sm CTAs on an
+// SM (0: none added).
 template <bool kRms>
-Launch plan_for(int cols, int want_per_sm) {
+Launch plan_for(int cols, int want_per_sm, bool sectors = false) {
   Launch l;
   l.plan = plan_norm_rows<bf16, kPacks>(cols);
-  const auto set = [&](auto kernel) {
-    l.kernel = reinterpret_cast<const void*>(kernel);
+  const auto set = [&](Kernel kernel) {
+    l.kernel = kernel;
     cudaFuncAttributes a;
     CK(cudaFuncGetAttributes(&a, kernel));
     l.regs = a.numRegs;
@@ -106,24 +112,17 @@ Launch plan_for(int cols, int want_per_sm) {
     }
   };
   if (l.plan.block_rows) {
-    set(kKernel<kRms, true>);
+    set(sectors ? kKernel<kRms, true, true> : kKernel<kRms, true>);
   } else {
-    set(kKernel<kRms, false>);
+    set(sectors ? kKernel<kRms, false, true> : kKernel<kRms, false>);
   }
   return l;
 }
 
-template <bool kRms>
 void run(const Launch& l, const bf16* x, const float* scale, const float* bias, const Out& o, int64_t rows, int cols) {
   const unsigned grid = static_cast<unsigned>((rows + l.plan.rows_per_block - 1) / l.plan.rows_per_block);
-  const float inv = 1.0f / static_cast<float>(cols);
-  if (l.plan.block_rows) {
-    kKernel<kRms, true><<<grid, l.plan.block, l.smem>>>(x, scale, bias, o.y, o.mean, o.rstd, rows, cols, inv, kEps,
-                                                        l.plan.tpr);
-  } else {
-    kKernel<kRms, false><<<grid, l.plan.block, l.smem>>>(x, scale, bias, o.y, o.mean, o.rstd, rows, cols, inv, kEps,
-                                                         l.plan.tpr);
-  }
+  l.kernel<<<grid, l.plan.block, l.smem>>>(x, scale, bias, o.y, o.mean, o.rstd, rows, cols,
+                                           1.0f / static_cast<float>(cols), kEps, l.plan.tpr);
 }
 
 // y of sampled rows against float64 (relative to the row's largest |y|), the statistics against ref's.
@@ -205,6 +204,8 @@ bool run_width(int cols) {
     const char* op = rms ? "RMSNorm" : "LayerNorm";
     norms.push_back({rms, op, base, {}});
     norms.push_back({rms, op, base, {}});
+    norms.push_back({rms, rms ? "RMSNorm v62" : "LayerNorm v62", rms ? plan_for<true>(cols, 0, true)
+                                                                     : plan_for<false>(cols, 0, true), {}});
     // Occupancy caps in threads per SM: 1024 and 768 (LayerNorm's team rows hold 4 CTAs of 256 by registers).
     int last = base.per_sm;
     for (const int threads : {1024, 768}) {
@@ -241,13 +242,7 @@ bool run_width(int cols) {
                   }, {}});
   }
   for (const Norm& v : norms) {
-    vs.push_back({v.name, [&, p = &v] {
-                    if (p->rms) {
-                      run<true>(p->l, x, scale, nullptr, p->o, rows, cols);
-                    } else {
-                      run<false>(p->l, x, scale, bias, p->o, rows, cols);
-                    }
-                  }, {}});
+    vs.push_back({v.name, [&, p = &v] { run(p->l, x, scale, p->rms ? nullptr : bias, p->o, rows, cols); }, {}});
   }
   CK(cudaDeviceSynchronize());
   inproc::time_rotated(vs, inproc::kWarmup, inproc::kSamples);

@@ -45,8 +45,9 @@ namespace {
 // (v57 adds the lean rows where they win: lean_mixed_rows), =v57 the rule before v60 (bf16 rows into f32 on
 // LayerNorm's team rows alone, at v3's packs; v3's rows for the rest, streaming), =v58 the default but for v3's rows
 // into another dtype, which all stream, =v60 the rule before v61 (those rows all with cached I/O; v60 is the candidate
-// v59 of the thirteenth session). The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60 };
+// v59 of the thirteenth session), =v62 the candidate of the fifteenth session (v61, the bf16 lean rows into f32 storing
+// whole sectors: norm_fwd_lean.cuh's kSectors). The backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV62 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
@@ -54,14 +55,15 @@ NormFwd norm_fwd_version() {
                                        {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}, {"v29", NormFwd::kV29},
                                        {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45},
                                        {"v48", NormFwd::kV48}, {"v57", NormFwd::kV57}, {"v58", NormFwd::kV58},
-                                       {"v60", NormFwd::kV60}},
+                                       {"v60", NormFwd::kV60}, {"v62", NormFwd::kV62}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60, the default).
+// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60, v62, the default).
 bool mixed_v57_or_later(NormFwd v) {
-  return v == NormFwd::kByDtype || v == NormFwd::kV57 || v == NormFwd::kV58 || v == NormFwd::kV60;
+  return v == NormFwd::kByDtype || v == NormFwd::kV57 || v == NormFwd::kV58 || v == NormFwd::kV60 ||
+         v == NormFwd::kV62;
 }
 
 // The rule by dtype: the default, v23, v28, v29, v44, v45, v48, v57, v58 and v60 (which differ from it only in the
@@ -72,10 +74,10 @@ bool norm_fwd_by_dtype() {
          v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48 || mixed_v57_or_later(v);
 }
 
-// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58 and v60.
+// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58, v60 and v62.
 bool mixed_lean_packs() { return mixed_v57_or_later(norm_fwd_version()) && norm_fwd_version() != NormFwd::kV57; }
 
-// v48: the default's rule for rows of one dtype (v57, v58, v60 and v61 change only rows into another).
+// v48: the default's rule for rows of one dtype (v57, v58, v60, v61 and v62 change only rows into another).
 bool norm_fwd_v48_or_later() { return norm_fwd_version() == NormFwd::kV48 || mixed_v57_or_later(norm_fwd_version()); }
 
 // v45: the default's rule but for v48's pair rows (lean_pair_plan).
@@ -201,7 +203,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
 template <typename T, typename Ty>
 bool v3_mixed_cached_io() {
   const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kV60 || (v == NormFwd::kByDtype && sizeof(Ty) < sizeof(T));
+  return v == NormFwd::kV60 || ((v == NormFwd::kByDtype || v == NormFwd::kV62) && sizeof(Ty) < sizeof(T));
 }
 
 // A y of type Ty != T (the ops' `dtype`: a bf16 x into f32, say; y's packs twice or half x's bytes) where the lean rows
@@ -349,9 +351,17 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
         if constexpr (kMixed16) {
           if (mixed_lean_packs()) {
             const RowsPlan p = plan_norm_rows<T, kMixedPacks>(s.cols);
-            return p.block_rows
-                       ? go(norm_fwd_lean_kernel<T, kRms, true, kMixedPacks, kS, kB, true, false, kIo, 1, 0, Ty>, p)
-                       : go(norm_fwd_lean_kernel<T, kRms, false, kMixedPacks, kS, kB, kSt, false, kIo, 1, 0, Ty>, p);
+            const auto at = [&](auto sectors) {  // v62: y's stores in whole sectors (the kernel's kSectors)
+              constexpr bool kSec = decltype(sectors)::value;
+              constexpr int kP = kMixedPacks;
+              return p.block_rows
+                         ? go(norm_fwd_lean_kernel<T, kRms, true, kP, kS, kB, true, false, kIo, 1, 0, Ty, kSec>, p)
+                         : go(norm_fwd_lean_kernel<T, kRms, false, kP, kS, kB, kSt, false, kIo, 1, 0, Ty, kSec>, p);
+            };
+            if constexpr (std::is_same_v<Ty, float>) {
+              if (norm_fwd_version() == NormFwd::kV62) return at(std::true_type{});
+            }
+            return at(std::false_type{});
           }
         }
         // (lean_mixed_rows gives v57's bf16 rows into another dtype LayerNorm's team rows only.)

@@ -89,11 +89,75 @@ constexpr int lean_bound_threads(int regs) {
   return regs == 0 ? kMaxRowBlock : 65536 / (regs * lean_bound_blocks(regs)) / 32 * 32;  // whole warps
 }
 
+// kSectors's pass 3 (norm_fwd_lean_kernel): row `yr`'s packs i = lane + k * rt of a 16-bit x (words w) into f32,
+// each pack's two halves stored by lane pairs so that each store instruction writes whole 32-byte sectors. Every lane
+// of the warp takes part in the shuffles (a team's lanes share their row's bounds; a lane past the row's packs makes
+// values it never stores); the even lane holds pack i, the odd one pack i + 1.
+template <typename T, bool kRms, bool kScale, bool kHasBias, bool kStage, bool kCachedIo, int NP, typename Staged>
+__device__ __forceinline__ void sector_stores(const uint4 (&w)[NP], bool valid, float* yr, const float* scale,
+                                              const float* bias, const Staged& staged, int lane, int rt, int packs,
+                                              bool full, float m1, float rstd, float shift) {
+  const auto put = [&](int64_t at, const Pack<float, 4>& p) {
+    if constexpr (kCachedIo) {
+      store_raw(yr, at, p);
+    } else {
+      store_stream(yr, at, p);
+    }
+  };
+  const int odd = lane & 1;
+#pragma unroll
+  for (int k = 0; k < NP; ++k) {
+    const int i = lane + k * rt;
+    const bool in = full || i < packs;
+    Pack<float, 4> half[2];  // y's columns 8i .. 8i + 3 and 8i + 4 .. 8i + 7
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      float sc[4] = {}, b[4] = {}, v[4];
+      const auto param4 = [&](int p, const float* prow, float(&dst)[4]) {
+        if constexpr (kStage) {
+          const float4 f = staged[p][q][i];
+          dst[0] = f.x, dst[1] = f.y, dst[2] = f.z, dst[3] = f.w;
+        } else {
+          load_param_cols<4, ParamLoad::kDense>(prow, i * 8 + 4 * q, true, 0.0f, dst);
+        }
+      };
+      if (in) {
+        if constexpr (kScale) param4(0, scale, sc);
+        if constexpr (kHasBias) param4(kScale, bias, b);
+      }
+      quad_fresh<T>(w[k], q, v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // as the kernel's quarter stores: one rounding with both parameters
+        const float t = kRms ? v[j] * rstd : fmaf(v[j] - m1, rstd, shift);
+        float u = t;
+        if constexpr (kScale && kHasBias) {
+          u = fmaf(t, sc[j], b[j]);
+        } else {
+          if constexpr (kScale) u = t * sc[j];
+          if constexpr (kHasBias) u = u + b[j];
+        }
+        half[q].v[j] = u;
+      }
+    }
+    Pack<float, 4> got;  // the even lane's high half, or the odd lane's low half
+#pragma unroll
+    for (int j = 0; j < 4; ++j) got.v[j] = __shfl_xor_sync(~0u, odd ? half[0].v[j] : half[1].v[j], 1);
+    // First instruction: the even lane's sector; second: the odd lane's.
+    const int first = odd ? i - 1 : i, second = odd ? i : i + 1;
+    if (valid && (full || first < packs)) put(int64_t{first} * 2 + odd, odd ? got : half[0]);
+    if (valid && (full || second < packs)) put(int64_t{second} * 2 + odd, odd ? half[1] : got);
+  }
+}
+
 // Ty (v57): y's type, where it differs from x's (the ops' `dtype`; norm_fwd.cu's lean_mixed_rows says which rows take
 // f32 x into bf16 and bf16 x into f32 here). A bf16 x's pack makes 8 floats of y, two 16-byte words: each quarter is
 // stored as soon as it is made, so pass 3 holds 4 floats of y per row at a time, not 8.
+// kSectors (the candidate v62: bf16 x into f32, one row per block, parameters not held): a pack's 8 floats of y are
+// one 32-byte sector, and its two 16-byte stores each fill half of it, so a warp's store instruction writes half of 32
+// sectors (Nsight Compute: L2 at 91-94% of its peak in these rows, RESULTS.md "v61"). Here lane pairs (adjacent packs)
+// swap halves, one shuffle per float, and each store instruction writes 16 whole sectors (sector_stores below).
 template <typename T, bool kRms, bool kBlockRow, int NP, bool kScale = true, bool kBias = !kRms, bool kStaged = true,
-          bool kHold = false, bool kCachedIo = false, int R = 1, int kRegs = 0, typename Ty = T>
+          bool kHold = false, bool kCachedIo = false, int R = 1, int kRegs = 0, typename Ty = T, bool kSectors = false>
 __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamBlock,
                                   kBlockRow ? lean_bound_blocks(kRegs) : kMaxRowBlock / kTeamBlock)
     norm_fwd_lean_kernel(const T* __restrict__ x, const float* __restrict__ scale, const float* __restrict__ bias,
@@ -108,6 +172,7 @@ __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamB
   constexpr bool kStage = kStaged && !kBlockRow && kParams > 0;
   constexpr int Q = V / 4;  // float4 per pack and parameter
   constexpr bool kQuarterStores = sizeof(Ty) * 4 == 16 && Q > 1;  // y's 4 columns fill a 16-byte word
+  static_assert(!kSectors || (kQuarterStores && Q == 2 && R == 1 && !kHold), "whole sectors: bf16 x into f32");
   __shared__ float4 staged[kStage ? kParams : 1][Q][kStage ? NP * 32 : 1];  // [parameter][quarter of a pack][pack]
   constexpr bool kHeld = kHold && kBlockRow && kParams > 0;
   const RowTeam<kBlockRow> tm(tpr);
@@ -223,69 +288,76 @@ __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamB
     float shift[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) shift[r] = -dmean[r] * rstd[r];
+    if constexpr (kSectors) {
+      const int64_t yrow = valid[0] ? row[0] : 0;  // (a row past the last stores nothing)
+      sector_stores<T, kRms, kScale, kHasBias, kStage, kCachedIo, NP>(w[0], valid[0], y + yrow * cols, scale, bias,
+                                                                      staged, tm.lane, tm.rt, packs, full, m1[0],
+                                                                      rstd[0], shift[0]);
+    } else {
 #pragma unroll
-    for (int k = 0; k < NP; ++k) {
-      const int i = tm.lane + k * tm.rt;
-      bool any = false;
+      for (int k = 0; k < NP; ++k) {
+        const int i = tm.lane + k * tm.rt;
+        bool any = false;
 #pragma unroll
-      for (int r = 0; r < R; ++r) any = any || valid[r];
-      if (any && (full || i < packs)) {
-        // y's pack (or quarter) `p` at index `at` of row r's packs (of quarters).
-        const auto put = [&](int r, int64_t at, const auto& p) {
-          if constexpr (kCachedIo) {
-            store_raw(y + row[r] * cols, at, p);
-          } else {
-            store_stream(y + row[r] * cols, at, p);
-          }
-        };
-        Pack<Ty, kQuarterStores ? 1 : V> out[R];
-#pragma unroll
-        for (int q = 0; q < V / 4; ++q) {
-          float sc[4] = {}, b[4] = {};
-          // Columns i * V + 4q .. + 3 of parameter p (0: scale, kScale: bias), whose row is prow.
-          const auto param4 = [&](int p, const float* prow, float(&dst)[4]) {
-            if constexpr (kHeld) {
-              const float4 f = held[p][k * Q + q];
-              dst[0] = f.x, dst[1] = f.y, dst[2] = f.z, dst[3] = f.w;
-            } else if constexpr (kStage) {
-              const float4 f = staged[p][q][i];
-              dst[0] = f.x, dst[1] = f.y, dst[2] = f.z, dst[3] = f.w;
+        for (int r = 0; r < R; ++r) any = any || valid[r];
+        if (any && (full || i < packs)) {
+          // y's pack (or quarter) `p` at index `at` of row r's packs (of quarters).
+          const auto put = [&](int r, int64_t at, const auto& p) {
+            if constexpr (kCachedIo) {
+              store_raw(y + row[r] * cols, at, p);
             } else {
-              load_param_cols<4, ParamLoad::kDense>(prow, i * V + 4 * q, true, 0.0f, dst);
+              store_stream(y + row[r] * cols, at, p);
             }
           };
-          if constexpr (kScale) param4(0, scale, sc);
-          if constexpr (kHasBias) param4(kScale, bias, b);
+          Pack<Ty, kQuarterStores ? 1 : V> out[R];
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
-            float v[4];
-            quad_fresh<T>(w[r][k], q, v);
-            Pack<Ty, 4> quad;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const float t = kRms ? v[j] * rstd[r] : fmaf(v[j] - m1[r], rstd[r], shift[r]);
-              float u = t;  // the affine step as the parameters present ask: one rounding with both
-              if constexpr (kScale && kHasBias) {
-                u = fmaf(t, sc[j], b[j]);
+          for (int q = 0; q < V / 4; ++q) {
+            float sc[4] = {}, b[4] = {};
+            // Columns i * V + 4q .. + 3 of parameter p (0: scale, kScale: bias), whose row is prow.
+            const auto param4 = [&](int p, const float* prow, float(&dst)[4]) {
+              if constexpr (kHeld) {
+                const float4 f = held[p][k * Q + q];
+                dst[0] = f.x, dst[1] = f.y, dst[2] = f.z, dst[3] = f.w;
+              } else if constexpr (kStage) {
+                const float4 f = staged[p][q][i];
+                dst[0] = f.x, dst[1] = f.y, dst[2] = f.z, dst[3] = f.w;
               } else {
-                if constexpr (kScale) u = t * sc[j];
-                if constexpr (kHasBias) u = u + b[j];
+                load_param_cols<4, ParamLoad::kDense>(prow, i * V + 4 * q, true, 0.0f, dst);
+              }
+            };
+            if constexpr (kScale) param4(0, scale, sc);
+            if constexpr (kHasBias) param4(kScale, bias, b);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+              float v[4];
+              quad_fresh<T>(w[r][k], q, v);
+              Pack<Ty, 4> quad;
+#pragma unroll
+              for (int j = 0; j < 4; ++j) {
+                const float t = kRms ? v[j] * rstd[r] : fmaf(v[j] - m1[r], rstd[r], shift[r]);
+                float u = t;  // the affine step as the parameters present ask: one rounding with both
+                if constexpr (kScale && kHasBias) {
+                  u = fmaf(t, sc[j], b[j]);
+                } else {
+                  if constexpr (kScale) u = t * sc[j];
+                  if constexpr (kHasBias) u = u + b[j];
+                }
+                if constexpr (kQuarterStores) {
+                  quad.v[j] = from_float<Ty>(u);
+                } else {
+                  out[r].v[4 * q + j] = from_float<Ty>(u);
+                }
               }
               if constexpr (kQuarterStores) {
-                quad.v[j] = from_float<Ty>(u);
-              } else {
-                out[r].v[4 * q + j] = from_float<Ty>(u);
+                if (valid[r]) put(r, int64_t{i} * Q + q, quad);
               }
             }
-            if constexpr (kQuarterStores) {
-              if (valid[r]) put(r, int64_t{i} * Q + q, quad);
-            }
           }
-        }
-        if constexpr (!kQuarterStores) {
+          if constexpr (!kQuarterStores) {
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
-            if (valid[r]) put(r, i, out[r]);
+            for (int r = 0; r < R; ++r) {
+              if (valid[r]) put(r, i, out[r]);
+            }
           }
         }
       }

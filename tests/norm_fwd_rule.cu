@@ -5,7 +5,8 @@
 //          another (bf16 into f32, f32 into bf16) and one they don't (bf16 into f16), LayerNorm with each set of
 //          parameters and RMSNorm with and without its scale: the selection never ends in an error, launches at most
 //          once, and under v48 and earlier takes no row into another dtype.
-//   picks  the kernels and plans the rules name for a few rows (the default v61, v60 the rule before it, v58 and v57).
+//   picks  the kernels and plans the rules name for a few rows (the default v61, the candidate v62, v60 the rule before
+//          v61, v58 and v57).
 // Built and run by tests/test_norm_fwd_rule.py; prints OK last.
 #include "norm_fwd.cu"
 
@@ -68,7 +69,7 @@ Launch pick(int64_t cols, bool scale, bool bias, const char* what) {
 template <typename T, typename Ty>
 void sweep(const char* what) {
   const NormFwd v = norm_fwd_version();
-  const bool before_v57 = v != NormFwd::kByDtype && v != NormFwd::kV57 && v != NormFwd::kV58 && v != NormFwd::kV60;
+  const bool before_v57 = !mixed_v57_or_later(v);
   for (int64_t c = 1; c <= 24600; ++c) {
     Launch l[6] = {pick<T, Ty, false>(c, true, true, what), pick<T, Ty, false>(c, true, false, what),
                    pick<T, Ty, false>(c, false, true, what), pick<T, Ty, false>(c, false, false, what),
@@ -108,7 +109,8 @@ Launch pick_v3(int64_t cols, const char* what) {
 
 void picks(const char* version) {
   const bool v57 = std::strcmp(version, "v57") == 0;
-  const bool v61 = std::strcmp(version, "") == 0, v60 = std::strcmp(version, "v60") == 0;
+  const bool v62 = std::strcmp(version, "v62") == 0;
+  const bool v61 = std::strcmp(version, "") == 0 || v62, v60 = std::strcmp(version, "v60") == 0;
   if (!v61 && !v60 && std::strcmp(version, "v58") != 0 && !v57) return;
   // v3's rows for the rows into another dtype the lean rows leave: cached I/O into a narrower dtype by default (v61),
   // into every dtype under v60, else streaming.
@@ -146,13 +148,17 @@ void picks(const char* version) {
     expect("bf16 into f32 LayerNorm (block rows: v3)", 4096, pick<bf16, float, false>(4096, true, true, ""),
            nullptr, 0);
     expect("bf16 into f32 RMSNorm (v3)", 1024, pick<bf16, float, true>(1024, true, false, ""), nullptr, 0);
-  } else {  // v61, v60, v58: 4 packs per thread, team rows to C = 1024, block rows beyond, RMSNorm too
+  } else {  // v62, v61, v60, v58: 4 packs per thread, team rows to C = 1024, block rows beyond, RMSNorm too (v62: y's
+            // stores in whole sectors)
     expect("bf16 into f32 RMSNorm", 1024, pick<bf16, float, true>(1024, true, false, ""),
-           at(norm_fwd_lean_kernel<bf16, true, false, 4, true, false, true, false, true, 1, 0, float>), 32);
+           v62 ? at(norm_fwd_lean_kernel<bf16, true, false, 4, true, false, true, false, true, 1, 0, float, true>)
+               : at(norm_fwd_lean_kernel<bf16, true, false, 4, true, false, true, false, true, 1, 0, float>), 32);
     expect("bf16 into f32 LayerNorm", 4096, pick<bf16, float, false>(4096, true, true, ""),
-           at(norm_fwd_lean_kernel<bf16, false, true, 4, true, true, true, false, true, 1, 0, float>), 128, 1);
+           v62 ? at(norm_fwd_lean_kernel<bf16, false, true, 4, true, true, true, false, true, 1, 0, float, true>)
+               : at(norm_fwd_lean_kernel<bf16, false, true, 4, true, true, true, false, true, 1, 0, float>), 128, 1);
     expect("bf16 into f32 RMSNorm", 12288, pick<bf16, float, true>(12288, true, false, ""),
-           at(norm_fwd_lean_kernel<bf16, true, true, 4, true, false, true, false, true, 1, 0, float>), 384, 1);
+           v62 ? at(norm_fwd_lean_kernel<bf16, true, true, 4, true, false, true, false, true, 1, 0, float, true>)
+               : at(norm_fwd_lean_kernel<bf16, true, true, 4, true, false, true, false, true, 1, 0, float>), 384, 1);
     expect("bf16 into f32 LayerNorm (beyond 384 threads: v3)", 12296, pick<bf16, float, false>(12296, true, true, ""),
            nullptr, 0);
     expect("bf16 into f32 LayerNorm (beyond 384 threads: v3)", 16384, pick<bf16, float, false>(16384, true, true, ""),

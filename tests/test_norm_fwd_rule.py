@@ -27,7 +27,7 @@ def rule_check(tmp_path_factory):
     return exe
 
 
-@pytest.mark.parametrize("version", ["", "v48", "v57", "v58", "v60", "v45", "v44", "v29", "v23", "v21", "v4", "v3"])
+@pytest.mark.parametrize("version", ["", "v48", "v57", "v58", "v60", "v62", "v45", "v44", "v29", "v23", "v21", "v4", "v3"])
 def test_norm_fwd_rule(rule_check, version):
     run = subprocess.run([str(rule_check)], env={**os.environ, "JAX_MEMOPS_NORM_FWD": version}, capture_output=True,
                          text=True, timeout=300)

@@ -114,9 +114,11 @@ def test_norm_forward_versions(gpu, version, grid):
 # left empty; block rows beyond, (1, 2048) of 64 threads, (97, 4096), (3, 8192), (700, 12288) of 384; the rest on v3's
 # rows: f32 x into bf16 outside the tuned block rows and f32 x into f16 reading x by __ldg and storing y plainly, f16 x,
 # bf16 x into f16 and bf16 beyond 384 threads (5, 16384), (3, 24584) streaming; (7, 3) rows of scalar edges only), v60
-# (the same but v3's rows all cached), v58 (the same but v3's rows all streaming), v57 (the
-# rule before v60: bf16 x into f32 on LayerNorm's team rows alone, at v3's packs, (300, 32), (8001, 768), (20, 1000),
-# (1, 2048); v3's rows streaming elsewhere) and v48 (norm_fwd_mixed for every row: v3's register rows where x and y are
+# (the same but v3's rows all cached), v62 (the candidate: the bf16 lean rows into f32 storing y in whole 32-byte
+# sectors, lane pairs swapping halves; (300, 32), (8001, 768), (20, 1000): an odd lane past the row stores its even
+# partner's high half), v58 (the same but v3's rows all streaming), v57 (the rule before v60: bf16 x into f32 on
+# LayerNorm's team rows alone, at v3's packs, (300, 32), (8001, 768), (20, 1000), (1, 2048); v3's rows streaming
+# elsewhere) and v48 (norm_fwd_mixed for every row: v3's register rows where x and y are
 # aligned, else the v1 row kernel).
 _NORM_OUT_DTYPE_SCRIPT = _PRELUDE + r"""
 rng = np.random.default_rng(23)
@@ -144,7 +146,7 @@ print("OK")
 """
 
 
-@pytest.mark.parametrize("version", ["", "v48", "v57", "v58", "v60"])
+@pytest.mark.parametrize("version", ["", "v48", "v57", "v58", "v60", "v62"])
 def test_norm_forward_out_dtype_versions(gpu, version):
     mt.run_script(_NORM_OUT_DTYPE_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version}, compile_cache=True)
 
