@@ -89,6 +89,21 @@ constexpr int lean_bound_threads(int regs) {
   return regs == 0 ? kMaxRowBlock : 65536 / (regs * lean_bound_blocks(regs)) / 32 * 32;  // whole warps
 }
 
+// Pass 3's value of one element (norm_fwd_lean_kernel): x's float v normalized (LayerNorm: (v - m1) * rstd + shift;
+// RMSNorm: v * rstd), then the affine step as the parameters present ask (one rounding with both).
+template <bool kRms, bool kScale, bool kHasBias>
+__device__ __forceinline__ float lean_y(float v, float m1, float rstd, float shift, float sc, float b) {
+  const float t = kRms ? v * rstd : fmaf(v - m1, rstd, shift);
+  if constexpr (kScale && kHasBias) {
+    return fmaf(t, sc, b);
+  } else {
+    float u = t;
+    if constexpr (kScale) u = t * sc;
+    if constexpr (kHasBias) u = u + b;
+    return u;
+  }
+}
+
 // kSectors's pass 3 (norm_fwd_lean_kernel): row `yr`'s packs i = lane + k * rt of a 16-bit x (words w) into f32,
 // each pack's two halves stored by lane pairs so that each store instruction writes whole 32-byte sectors. Every lane
 // of the warp takes part in the shuffles (a team's lanes share their row's bounds; a lane past the row's packs makes
@@ -127,17 +142,7 @@ __device__ __forceinline__ void sector_stores(const uint4 (&w)[NP], bool valid, 
       }
       quad_fresh<T>(w[k], q, v);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {  // as the kernel's quarter stores: one rounding with both parameters
-        const float t = kRms ? v[j] * rstd : fmaf(v[j] - m1, rstd, shift);
-        float u = t;
-        if constexpr (kScale && kHasBias) {
-          u = fmaf(t, sc[j], b[j]);
-        } else {
-          if constexpr (kScale) u = t * sc[j];
-          if constexpr (kHasBias) u = u + b[j];
-        }
-        half[q].v[j] = u;
-      }
+      for (int j = 0; j < 4; ++j) half[q].v[j] = lean_y<kRms, kScale, kHasBias>(v[j], m1, rstd, shift, sc[j], b[j]);
     }
     Pack<float, 4> got;  // the even lane's high half, or the odd lane's low half
 #pragma unroll
@@ -334,14 +339,7 @@ __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamB
               Pack<Ty, 4> quad;
 #pragma unroll
               for (int j = 0; j < 4; ++j) {
-                const float t = kRms ? v[j] * rstd[r] : fmaf(v[j] - m1[r], rstd[r], shift[r]);
-                float u = t;  // the affine step as the parameters present ask: one rounding with both
-                if constexpr (kScale && kHasBias) {
-                  u = fmaf(t, sc[j], b[j]);
-                } else {
-                  if constexpr (kScale) u = t * sc[j];
-                  if constexpr (kHasBias) u = u + b[j];
-                }
+                const float u = lean_y<kRms, kScale, kHasBias>(v[j], m1[r], rstd[r], shift[r], sc[j], b[j]);
                 if constexpr (kQuarterStores) {
                   quad.v[j] = from_float<Ty>(u);
                 } else {
