@@ -167,8 +167,8 @@ __device__ __forceinline__ RowParamAccess row_param_access(const float* srow, co
 
 // y of type Ty: T's by default; another where the op's `dtype` asks (norm_fwd.cu's norm_fwd_mixed: x and y then both
 // 16-byte aligned, so y's packs of V = kVec<T> elements are aligned wherever x's are). kCachedIo (v60's rows into
-// another dtype): x read by __ldg and y written by plain stores, as the lean rows (v44) and v4's (v45) do, instead of
-// the streaming pair.
+// another dtype; since v61 only into a narrower one: norm_fwd.cu's v3_mixed_cached_io): x read by __ldg and y written
+// by plain stores, as the lean rows (v44) and v4's (v45) do, instead of the streaming pair.
 template <typename T, bool kRms, bool kBlockRow, typename Ty = T, bool kCachedIo = false>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
                                   kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
