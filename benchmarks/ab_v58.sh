@@ -6,9 +6,11 @@
 # since then the default is v60 (v59, its bf16 rows into f32 on the lean rows to C = 12288), v57 the rule before it,
 # and v58 v60 with v3's rows streaming (v59 names nothing now), and the stages run those by default. Since the
 # fifteenth session (RESULTS.md "v61") the default is v61 (v3's rows cached only into a narrower dtype), v60 the rule
-# before it, v62 the candidate of whole-sector stores (norm_fwd_lean.cuh's kSectors); `test` runs the version test
-# under "", v48, v57, v58, v60 and v62, `mixed` times v62's kernels beside v60's, and `VERSIONS="default v62" ab`
-# and `LAYERS_VERSIONS="default v62" layers` measure it in the bench and the Flax layers.
+# before it, v62 the candidate of whole-sector stores (norm_fwd_lean.cuh's kSectors); `test` ran the version test
+# under "", v48, v57, v58, v60 and v62, `mixed` timed v62's kernels beside v60's, and `VERSIONS="default v62" ab`
+# and `LAYERS_VERSIONS="default v62" layers` measured it in the bench and the Flax layers (the sixteenth session, an
+# H100: RESULTS.md "v62"). Since then v62 is the default and v61 the rule before it: `test` runs the version test under
+# "", v48, v57, v58, v60 and v61, and `VERSIONS="default v61"` / `LAYERS_VERSIONS="default v61"` repeat that A/B.
 #   build    this tree into site-packages (sm_90).
 #   test     the output dtype's GPU tests (test_norm_dtype; test_norm_forward_out_dtype_versions under the versions
 #            the test names) and the tests whose names carry no device, which on this machine run on the GPU (8 workers).
@@ -21,7 +23,8 @@
 #            (default "1 2"); the ms of each and the ratios to the default's (< 1: faster than the default), the
 #            same-dtype rows the A/A (the same kernels in all).
 #   layers   norm_layers_ab.py's widening configuration at C = 1024 and 4096 (LAYERS_COLS; device timing), under the
-#            default and v57 (LAYERS_VERSIONS; each case took 50-65 s on the H100, ~40 s on the H200: 4 cases per C).
+#            default and v57 (LAYERS_VERSIONS; each case took 50-65 s on the H100, ~40 s on the H200: 4 cases per C;
+#            in the sixteenth session an H100 took 280 s for 3: T_LAYERS, the seconds per version, 280 unless given).
 #   ncu      Nsight Compute over the bf16-into-f32 forwards at C = 1024 (LayerNorm, RMSNorm; the same-dtype RMSNorm
 #            beside them) and XLA's fused RMSNorm there (ab_lib.sh's ab_ncu_cases).
 #   mixed    benchmarks/norm_mixed_ab.cu (in one process): v60's bf16-into-f32 rows of both norms at fewer CTAs per SM
@@ -36,7 +39,9 @@ source "$(dirname "$0")/ab_lib.sh"
 
 stage_test() {
   ab_gpu_tests test 300 "(gpu and (dtype or out_dtype) and not slow) or (not gpu and not cpu and not slow)" 200
+  local rc=$?  # the stage's status is pytest's (a grep that finds no failure would make it 1)
   grep -E "^(FAILED|ERROR)" "$out/test.log" | head -20
+  return $rc
 }
 
 stage_san() {
@@ -91,7 +96,7 @@ PY
 stage_layers() {
   local v
   for v in ${LAYERS_VERSIONS:-default v57}; do
-    JAX_MEMOPS_NORM_FWD=${v#default} timeout 280 python3 -P benchmarks/norm_layers_ab.py --timing device \
+    JAX_MEMOPS_NORM_FWD=${v#default} timeout ${T_LAYERS:-280} python3 -P benchmarks/norm_layers_ab.py --timing device \
       --configs widening --cols ${LAYERS_COLS:-1024 4096} > "$out/layers-$v.log" 2>&1
     echo "rc=$? ($v)"
     cat "$out/layers-$v.log"

@@ -4,7 +4,8 @@
 // threads sit on an SM against 4 — more f32 stores in flight at once. Each variant here is v60's kernel and plan; the
 // "at n" variants add dynamic shared memory the kernel never touches, only so that n CTAs fit on an SM (occupancy
 // alone changes; measured in the fifteenth session: not the cause). "v62": the candidate's kernel in the same plan, y
-// stored in whole 32-byte sectors (norm_fwd_lean.cuh's kSectors; added after that session's run). Beside them: the
+// stored in whole 32-byte sectors (norm_fwd_lean.cuh's kSectors; added after that session's run, measured in the
+// sixteenth on an H100: +1.5..7%, the default since; RESULTS.md "v62"). Beside them: the
 // widening itself (bf16 read, f32 written, no arithmetic: the ceiling of this mix of reads and writes), as the
 // kernels store y and in whole sectors, and the 1-pack copy of the same bytes.
 //

@@ -45,9 +45,10 @@ namespace {
 // (v57 adds the lean rows where they win: lean_mixed_rows), =v57 the rule before v60 (bf16 rows into f32 on
 // LayerNorm's team rows alone, at v3's packs; v3's rows for the rest, streaming), =v58 the default but for v3's rows
 // into another dtype, which all stream, =v60 the rule before v61 (those rows all with cached I/O; v60 is the candidate
-// v59 of the thirteenth session), =v62 the candidate of the fifteenth session (v61, the bf16 lean rows into f32 storing
-// whole sectors: norm_fwd_lean.cuh's kSectors). The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV62 };
+// v59 of the thirteenth session), =v61 the rule before v62 (the default: the 16-bit lean rows into f32 store y in
+// whole sectors, norm_fwd_lean.cuh's kSectors; the candidate of the fifteenth session, adopted in the sixteenth). The
+// backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV61 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
@@ -55,15 +56,15 @@ NormFwd norm_fwd_version() {
                                        {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}, {"v29", NormFwd::kV29},
                                        {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45},
                                        {"v48", NormFwd::kV48}, {"v57", NormFwd::kV57}, {"v58", NormFwd::kV58},
-                                       {"v60", NormFwd::kV60}, {"v62", NormFwd::kV62}},
+                                       {"v60", NormFwd::kV60}, {"v61", NormFwd::kV61}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60, v62, the default).
+// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60, v61, the default).
 bool mixed_v57_or_later(NormFwd v) {
   return v == NormFwd::kByDtype || v == NormFwd::kV57 || v == NormFwd::kV58 || v == NormFwd::kV60 ||
-         v == NormFwd::kV62;
+         v == NormFwd::kV61;
 }
 
 // The rule by dtype: the default, v23, v28, v29, v44, v45, v48, v57, v58 and v60 (which differ from it only in the
@@ -74,7 +75,7 @@ bool norm_fwd_by_dtype() {
          v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48 || mixed_v57_or_later(v);
 }
 
-// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58, v60 and v62.
+// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58, v60 and v61.
 bool mixed_lean_packs() { return mixed_v57_or_later(norm_fwd_version()) && norm_fwd_version() != NormFwd::kV57; }
 
 // v48: the default's rule for rows of one dtype (v57, v58, v60, v61 and v62 change only rows into another).
@@ -194,8 +195,9 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
 }
 
-// v61 (the default): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O, into a wider one (bf16
-// or f16 x into f32) or one of the same width streaming; v60: all with cached I/O; v58, v57 and earlier: all streaming.
+// v61 and the default (v62): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O, into a wider
+// one (bf16 or f16 x into f32) or one of the same width streaming; v60: all with cached I/O; v58, v57 and earlier: all
+// streaming.
 // Measured on the H200 (RESULTS.md "v60", "v61"; device timing, one process each, two rounds): cached I/O on f32 x
 // into bf16 +3.5..5.5% (LayerNorm 12288, RMSNorm 4096 / 12288), but on bf16 x into f32 at C = 16384 (beyond the lean
 // rows' cap) -10% (RMSNorm: 75% of the copy against 84%) and -2% (LayerNorm). f32 into f16 moves the same bytes as f32
@@ -203,7 +205,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
 template <typename T, typename Ty>
 bool v3_mixed_cached_io() {
   const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kV60 || ((v == NormFwd::kByDtype || v == NormFwd::kV62) && sizeof(Ty) < sizeof(T));
+  return v == NormFwd::kV60 || ((v == NormFwd::kByDtype || v == NormFwd::kV61) && sizeof(Ty) < sizeof(T));
 }
 
 // A y of type Ty != T (the ops' `dtype`: a bf16 x into f32, say; y's packs twice or half x's bytes) where the lean rows
@@ -255,6 +257,12 @@ ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, con
 // at 4096 / 12288 (the packs); f32 into bf16 on v3's rows +3.5..5.5% (LayerNorm 12288, RMSNorm 4096 / 12288; the
 // cached I/O), the rest unchanged. Not beyond C = 12288 (kMixedMaxBlock): at C = 16384 (512 threads of 4 packs) the
 // Flax layers' widening forward over two axes read -7..-8% against v57 (v3's 256 threads of 8, streaming).
+// v62 (the default; =v61 the rule before): those 16-bit lean rows into f32 store y in whole 32-byte sectors
+// (norm_fwd_lean.cuh's kSectors): Nsight Compute put L2 at 91-94% of its peak there, each store instruction filling
+// half of every sector it touched. Measured on an H100 (RESULTS.md "v62"; 2^26 elements, device timing, one process
+// each, two rounds, same-dtype cells 0.998-1.001): bf16 into f32 LayerNorm +2..4% at C = 768..12288, RMSNorm +4..9%,
+// despite 80 registers (3 CTAs of 256 where 56 and 48 held 4 and 5); in one process (norm_mixed_ab.cu) the same
+// kernels +1.5..5.5% (LayerNorm) and +4..7% (RMSNorm), the bare widening 95% -> 98-99% of the copy.
 constexpr int kMixedPacks = 4;
 constexpr int kMixedMaxBlock = 384;
 
@@ -351,7 +359,7 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
         if constexpr (kMixed16) {
           if (mixed_lean_packs()) {
             const RowsPlan p = plan_norm_rows<T, kMixedPacks>(s.cols);
-            const auto at = [&](auto sectors) {  // v62: y's stores in whole sectors (the kernel's kSectors)
+            const auto at = [&](auto sectors) {  // the default (v62): y's stores in whole sectors (kSectors)
               constexpr bool kSec = decltype(sectors)::value;
               constexpr int kP = kMixedPacks;
               return p.block_rows
@@ -359,7 +367,7 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
                          : go(norm_fwd_lean_kernel<T, kRms, false, kP, kS, kB, kSt, false, kIo, 1, 0, Ty, kSec>, p);
             };
             if constexpr (std::is_same_v<Ty, float>) {
-              if (norm_fwd_version() == NormFwd::kV62) return at(std::true_type{});
+              if (norm_fwd_version() == NormFwd::kByDtype) return at(std::true_type{});
             }
             return at(std::false_type{});
           }

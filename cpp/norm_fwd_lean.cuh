@@ -157,7 +157,7 @@ __device__ __forceinline__ void sector_stores(const uint4 (&w)[NP], bool valid, 
 // Ty (v57): y's type, where it differs from x's (the ops' `dtype`; norm_fwd.cu's lean_mixed_rows says which rows take
 // f32 x into bf16 and bf16 x into f32 here). A bf16 x's pack makes 8 floats of y, two 16-byte words: each quarter is
 // stored as soon as it is made, so pass 3 holds 4 floats of y per row at a time, not 8.
-// kSectors (the candidate v62: bf16 x into f32, one row per block, parameters not held): a pack's 8 floats of y are
+// kSectors (v62, the default since the sixteenth session: 16-bit x into f32, R = 1, parameters not held): a pack's 8 floats of y are
 // one 32-byte sector, and its two 16-byte stores each fill half of it, so a warp's store instruction writes half of 32
 // sectors (Nsight Compute: L2 at 91-94% of its peak in these rows, RESULTS.md "v61"). Here lane pairs (adjacent packs)
 // swap halves, one shuffle per float, and each store instruction writes 16 whole sectors (sector_stores below).

@@ -5,8 +5,8 @@
 //          another (bf16 into f32, f32 into bf16) and one they don't (bf16 into f16), LayerNorm with each set of
 //          parameters and RMSNorm with and without its scale: the selection never ends in an error, launches at most
 //          once, and under v48 and earlier takes no row into another dtype.
-//   picks  the kernels and plans the rules name for a few rows (the default v61, the candidate v62, v60 the rule before
-//          v61, v58 and v57).
+//   picks  the kernels and plans the rules name for a few rows (the default v62, v61 the rule before it, v60 the rule
+//          before v61, v58 and v57).
 // Built and run by tests/test_norm_fwd_rule.py; prints OK last.
 #include "norm_fwd.cu"
 
@@ -109,11 +109,11 @@ Launch pick_v3(int64_t cols, const char* what) {
 
 void picks(const char* version) {
   const bool v57 = std::strcmp(version, "v57") == 0;
-  const bool v62 = std::strcmp(version, "v62") == 0;
-  const bool v61 = std::strcmp(version, "") == 0 || v62, v60 = std::strcmp(version, "v60") == 0;
+  const bool v62 = std::strcmp(version, "") == 0;  // the default
+  const bool v61 = std::strcmp(version, "v61") == 0 || v62, v60 = std::strcmp(version, "v60") == 0;
   if (!v61 && !v60 && std::strcmp(version, "v58") != 0 && !v57) return;
-  // v3's rows for the rows into another dtype the lean rows leave: cached I/O into a narrower dtype by default (v61),
-  // into every dtype under v60, else streaming.
+  // v3's rows for the rows into another dtype the lean rows leave: cached I/O into a narrower dtype by default and
+  // under v61, into every dtype under v60, else streaming.
   expect("f32 into bf16 RMSNorm on v3's rows", 4096, pick_v3<float, bf16, true>(4096, "f32 into bf16 RMSNorm"),
          v61 || v60 ? at(norm_fwd_rows_kernel<float, true, true, bf16, true>)
                     : at(norm_fwd_rows_kernel<float, true, true, bf16, false>), 128);
