@@ -171,6 +171,21 @@ __device__ __forceinline__ void store_stream(T* base, int64_t pack, const Pack<T
   }
 }
 
+// Whole-sector stores of a 16-bit x's pack into f32 (8 floats of y, one 32-byte sector): where each lane stores its
+// pack's y as two 16-byte words, each store instruction of a warp half-fills 32 sectors (RESULTS.md "v61", "v62").
+// Lane pairs (lane ^ 1) holding adjacent packs of x, the even lane pack i and the odd one pack i + 1, swap half a pack
+// instead (two shuffles of one word each): each lane then holds its half of both packs, the even lane their columns
+// 0..3, the odd one 4..7, and storing the first pack's halves, then the second's, writes whole sectors. `own`: this
+// lane's pack of x; `mask`: the lanes that execute the shuffles (the pair at least, `odd` their parity); halves[h]:
+// the two words of x in this lane's half of the pair's pack h (0: the even lane's, 1: the odd one's).
+__device__ __forceinline__ void sector_halves(const uint4& own, int odd, unsigned mask, uint2 (&halves)[2]) {
+  const uint2 lo = make_uint2(own.x, own.y), hi = make_uint2(own.z, own.w);
+  const uint2 send = odd ? lo : hi;  // the even lane gives its high half, the odd one its low half
+  const uint2 got = make_uint2(__shfl_xor_sync(mask, send.x, 1), __shfl_xor_sync(mask, send.y, 1));
+  halves[0] = odd ? got : lo;
+  halves[1] = odd ? hi : got;
+}
+
 // Packs each thread loads before using any, K arrays at a time: memory-bound loops need several loads
 // in flight, which the compiler won't arrange across the branches of a loop body on its own. About kRegs
 // registers of loaded data per thread (default 8 per array; a 2-byte element still takes one), at most

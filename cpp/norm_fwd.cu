@@ -46,9 +46,11 @@ namespace {
 // LayerNorm's team rows alone, at v3's packs; v3's rows for the rest, streaming), =v58 the default but for v3's rows
 // into another dtype, which all stream, =v60 the rule before v61 (those rows all with cached I/O; v60 is the candidate
 // v59 of the thirteenth session), =v61 the rule before v62 (the default: the 16-bit lean rows into f32 store y in
-// whole sectors, norm_fwd_lean.cuh's kSectors; the candidate of the fifteenth session, adopted in the sixteenth). The
-// backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV61 };
+// whole sectors, norm_fwd_lean.cuh's kSectors; the candidate of the fifteenth session, adopted in the sixteenth), =v63
+// a candidate of the sixteenth session (v62, and v3's rows from 16-bit x into f32 storing whole sectors too:
+// norm_rows.cuh's kSectors), =v64 the other (v63, and the lean rows' whole sectors from halves of x swapped between
+// lanes rather than halves of y: norm_fwd_lean.cuh's kWords). The backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV61, kV63, kV64 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
@@ -56,16 +58,24 @@ NormFwd norm_fwd_version() {
                                        {"v23", NormFwd::kV23}, {"v28", NormFwd::kV28}, {"v29", NormFwd::kV29},
                                        {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45},
                                        {"v48", NormFwd::kV48}, {"v57", NormFwd::kV57}, {"v58", NormFwd::kV58},
-                                       {"v60", NormFwd::kV60}, {"v61", NormFwd::kV61}},
+                                       {"v60", NormFwd::kV60}, {"v61", NormFwd::kV61},
+                                       {"v63", NormFwd::kV63}, {"v64", NormFwd::kV64}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60, v61, the default).
+// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60, v61, the default,
+// v63, v64).
 bool mixed_v57_or_later(NormFwd v) {
   return v == NormFwd::kByDtype || v == NormFwd::kV57 || v == NormFwd::kV58 || v == NormFwd::kV60 ||
-         v == NormFwd::kV61;
+         v == NormFwd::kV61 || v == NormFwd::kV63 || v == NormFwd::kV64;
 }
+
+// v62: the 16-bit lean rows into f32 store y in whole sectors, by default and under v63 (v64: by its own swap).
+bool lean_sector_stores() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV63; }
+
+// v63: v3's rows from 16-bit x into f32 store y in whole sectors, under v63 and v64.
+bool rows_sector_stores() { return norm_fwd_version() == NormFwd::kV63 || norm_fwd_version() == NormFwd::kV64; }
 
 // The rule by dtype: the default, v23, v28, v29, v44, v45, v48, v57, v58 and v60 (which differ from it only in the
 // lean rows' parameter loads, packs, rows per block, cache hints and output dtypes, and v4's and v3's cache hints).
@@ -75,10 +85,10 @@ bool norm_fwd_by_dtype() {
          v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48 || mixed_v57_or_later(v);
 }
 
-// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58, v60 and v61.
+// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58, v60, v61, v63 and v64.
 bool mixed_lean_packs() { return mixed_v57_or_later(norm_fwd_version()) && norm_fwd_version() != NormFwd::kV57; }
 
-// v48: the default's rule for rows of one dtype (v57, v58, v60, v61 and v62 change only rows into another).
+// v48: the default's rule for rows of one dtype (v57, v58, v60..v64 change only rows into another).
 bool norm_fwd_v48_or_later() { return norm_fwd_version() == NormFwd::kV48 || mixed_v57_or_later(norm_fwd_version()); }
 
 // v45: the default's rule but for v48's pair rows (lean_pair_plan).
@@ -195,9 +205,9 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
 }
 
-// v61 and the default (v62): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O, into a wider
-// one (bf16 or f16 x into f32) or one of the same width streaming; v60: all with cached I/O; v58, v57 and earlier: all
-// streaming.
+// v61, the default (v62), v63 and v64: v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O, into a
+// wider one (bf16 or f16 x into f32) or one of the same width streaming; v60: all with cached I/O; v58, v57 and
+// earlier: all streaming.
 // Measured on the H200 (RESULTS.md "v60", "v61"; device timing, one process each, two rounds): cached I/O on f32 x
 // into bf16 +3.5..5.5% (LayerNorm 12288, RMSNorm 4096 / 12288), but on bf16 x into f32 at C = 16384 (beyond the lean
 // rows' cap) -10% (RMSNorm: 75% of the copy against 84%) and -2% (LayerNorm). f32 into f16 moves the same bytes as f32
@@ -205,13 +215,17 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
 template <typename T, typename Ty>
 bool v3_mixed_cached_io() {
   const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kV60 || ((v == NormFwd::kByDtype || v == NormFwd::kV61) && sizeof(Ty) < sizeof(T));
+  return v == NormFwd::kV60 ||
+         ((v == NormFwd::kByDtype || v == NormFwd::kV61 || v == NormFwd::kV63 || v == NormFwd::kV64) &&
+          sizeof(Ty) < sizeof(T));
 }
 
 // A y of type Ty != T (the ops' `dtype`: a bf16 x into f32, say; y's packs twice or half x's bytes) where the lean rows
 // don't take it (lean_mixed_rows): the register rows of norm_rows.cuh ("v3") where x and y are both 16-byte aligned
 // (C > 0), else the v1 row kernel, vectorized where every buffer is aligned and C a multiple of x's pack. One read of x
-// and one write of y either way.
+// and one write of y either way. The candidate v63: v3's rows from 16-bit x into f32 (f16 x at every C, bf16 beyond
+// the lean rows' C = 12288) store y in whole sectors, as v62 made the lean rows do (+2..9% there on an H100); measured
+// there, RMSNorm's bf16 rows of 16384 streaming read 84% of the copy on the H200 (RESULTS.md "v61").
 // launch(kernel, plan, args...): norm_fwd's launch of a register-row kernel in plan's geometry.
 template <typename T, typename Ty, bool kRms, typename Launch>
 ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, const T* xp, ParamView scale,
@@ -226,6 +240,12 @@ ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, con
       if (v3_mixed_cached_io<T, Ty>()) {
         return plan.block_rows ? run(norm_fwd_rows_kernel<T, kRms, true, Ty, true>)
                                : run(norm_fwd_rows_kernel<T, kRms, false, Ty, true>);
+      }
+      if constexpr (sizeof(T) == 2 && std::is_same_v<Ty, float>) {  // v63: y's stores in whole sectors
+        if (rows_sector_stores()) {
+          return plan.block_rows ? run(norm_fwd_rows_kernel<T, kRms, true, Ty, false, true>)
+                                 : run(norm_fwd_rows_kernel<T, kRms, false, Ty, false, true>);
+        }
       }
     }
     return plan.block_rows ? run(norm_fwd_rows_kernel<T, kRms, true, Ty>)
@@ -359,17 +379,20 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
         if constexpr (kMixed16) {
           if (mixed_lean_packs()) {
             const RowsPlan p = plan_norm_rows<T, kMixedPacks>(s.cols);
-            const auto at = [&](auto sectors) {  // the default (v62): y's stores in whole sectors (kSectors)
-              constexpr bool kSec = decltype(sectors)::value;
+            // The default (v62): y's stores in whole sectors (kSectors); v64: x's halves swapped for them (kWords).
+            const auto at = [&](auto sectors, auto words) {
+              constexpr bool kSec = decltype(sectors)::value, kW = decltype(words)::value;
               constexpr int kP = kMixedPacks;
               return p.block_rows
-                         ? go(norm_fwd_lean_kernel<T, kRms, true, kP, kS, kB, true, false, kIo, 1, 0, Ty, kSec>, p)
-                         : go(norm_fwd_lean_kernel<T, kRms, false, kP, kS, kB, kSt, false, kIo, 1, 0, Ty, kSec>, p);
+                         ? go(norm_fwd_lean_kernel<T, kRms, true, kP, kS, kB, true, false, kIo, 1, 0, Ty, kSec, kW>, p)
+                         : go(norm_fwd_lean_kernel<T, kRms, false, kP, kS, kB, kSt, false, kIo, 1, 0, Ty, kSec, kW>,
+                              p);
             };
             if constexpr (std::is_same_v<Ty, float>) {
-              if (norm_fwd_version() == NormFwd::kByDtype) return at(std::true_type{});
+              if (norm_fwd_version() == NormFwd::kV64) return at(std::true_type{}, std::true_type{});
+              if (lean_sector_stores()) return at(std::true_type{}, std::false_type{});
             }
-            return at(std::false_type{});
+            return at(std::false_type{}, std::false_type{});
           }
         }
         // (lean_mixed_rows gives v57's bf16 rows into another dtype LayerNorm's team rows only.)

@@ -168,8 +168,10 @@ __device__ __forceinline__ RowParamAccess row_param_access(const float* srow, co
 // y of type Ty: T's by default; another where the op's `dtype` asks (norm_fwd.cu's norm_fwd_mixed: x and y then both
 // 16-byte aligned, so y's packs of V = kVec<T> elements are aligned wherever x's are). kCachedIo (v60's rows into
 // another dtype; since v61 only into a narrower one: norm_fwd.cu's v3_mixed_cached_io): x read by __ldg and y written
-// by plain stores, as the lean rows (v44) and v4's (v45) do, instead of the streaming pair.
-template <typename T, bool kRms, bool kBlockRow, typename Ty = T, bool kCachedIo = false>
+// by plain stores, as the lean rows (v44) and v4's (v45) do, instead of the streaming pair. kSectors (the candidate
+// v63: 16-bit x into f32): y stored in whole 32-byte sectors, lane pairs exchanging half of x's pack (sector_halves;
+// a team has at least kMinTeam lanes, so a pair's lanes share their row and hold adjacent packs).
+template <typename T, bool kRms, bool kBlockRow, typename Ty = T, bool kCachedIo = false, bool kSectors = false>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
                                   kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)
     norm_fwd_rows_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, Ty* __restrict__ y,
@@ -177,6 +179,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
                          float epsilon, int tpr) {
   constexpr int V = kVec<T>;
   constexpr int N = kRowPacks<T>;
+  static_assert(!kSectors || (V == 8 && std::is_same_v<Ty, float>), "whole sectors: 16-bit x into f32");
   const RowTeam<kBlockRow> tm(tpr);
   const float fcols = static_cast<float>(cols);
   int parity = 0;
@@ -244,7 +247,32 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const int i = tm.lane + k * tm.rt;
-        if (i < sp.body) {
+        if constexpr (kSectors) {
+          const int odd = tm.lane & 1;
+          uint4 own;
+          memcpy(&own, &raw[k], sizeof(own));  // (a lane past the row's packs sends words its partner never stores)
+          uint2 halves[2];
+          sector_halves(own, odd, 3u << (threadIdx.x & 30), halves);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // the pair's packs p, each stored whole by one instruction
+            const int p = (odd ? i - 1 : i) + h, col = p * V + 4 * odd;
+            if (p < sp.body) {
+              float v[4], s[4], b[4] = {};
+              unpack_word_fresh<T>(halves[h].x, v[0], v[1]);
+              unpack_word_fresh<T>(halves[h].y, v[2], v[3]);
+              load_param_cols<4, kPlan>(srow, sp.head + col, pa.vec, 1.0f, s);
+              if (!(kDense && kRms)) load_param_cols<4, kPlan>(brow, sp.head + col, pa.vec, 0.0f, b);
+              Pack<float, 4> out;
+#pragma unroll
+              for (int j = 0; j < 4; ++j) out.v[j] = fmaf(v[j] - m1, rstd, shift) * s[j] + b[j];
+              if constexpr (kCachedIo) {
+                store_raw(yr + sp.head, int64_t{p} * 2 + odd, out);
+              } else {
+                store_stream(yr + sp.head, int64_t{p} * 2 + odd, out);
+              }
+            }
+          }
+        } else if (i < sp.body) {
           float v[V], s[V], b[V] = {};
           unpack_fresh(raw[k], v);
           load_param_cols<V, kPlan>(srow, sp.head + i * V, pa.vec, 1.0f, s);
