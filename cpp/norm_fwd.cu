@@ -224,8 +224,8 @@ bool v3_mixed_cached_io() {
 // don't take it (lean_mixed_rows): the register rows of norm_rows.cuh ("v3") where x and y are both 16-byte aligned
 // (C > 0), else the v1 row kernel, vectorized where every buffer is aligned and C a multiple of x's pack. One read of x
 // and one write of y either way. The candidate v63: v3's rows from 16-bit x into f32 (f16 x at every C, bf16 beyond
-// the lean rows' C = 12288) store y in whole sectors, as v62 made the lean rows do (+2..9% there on an H100); measured
-// there, RMSNorm's bf16 rows of 16384 streaming read 84% of the copy on the H200 (RESULTS.md "v61").
+// the lean rows' C = 12288) store y in whole sectors, as v62 made the lean rows do (+2..9% there on an H100); here
+// RMSNorm's bf16 rows of 16384, streaming, read 84% of the copy on the H200 (RESULTS.md "v61").
 // launch(kernel, plan, args...): norm_fwd's launch of a register-row kernel in plan's geometry.
 template <typename T, typename Ty, bool kRms, typename Launch>
 ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, const T* xp, ParamView scale,
