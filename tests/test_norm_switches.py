@@ -115,14 +115,14 @@ def test_norm_forward_versions(gpu, version, grid):
 # even partner's high half; block rows beyond, (1, 2048) of 64 threads, (97, 4096), (3, 8192), (700, 12288) of 384;
 # the rest on v3's rows: f32 x into bf16 outside the tuned block rows and f32 x into f16 reading x by __ldg and storing
 # y plainly, f16 x, bf16 x into f16 and bf16 beyond 384 threads (5, 16384), (3, 24584) streaming; (7, 3) rows of scalar
-# edges only), v63 (the candidate: v62, and v3's rows from f16 or bf16 x into f32 storing whole sectors too, lane
-# pairs exchanging half of x's pack: (20, 1000), (3, 24584) and some of (33, 4097)'s rows, which start at every
-# alignment, end in a pair with one pack), v64 (v63, the lean rows' whole sectors made from halves of x swapped between
-# lanes), v61 (the rule before v62: each store of the bf16 lean rows into f32 fills
-# half of its sectors), v60 (v61 but v3's rows all cached), v58 (v61 but v3's rows all streaming), v57 (the rule
-# before v60: bf16 x into f32 on LayerNorm's team rows alone, at v3's packs, (300, 32), (8001, 768), (20, 1000),
-# (1, 2048); v3's rows streaming elsewhere) and v48 (norm_fwd_mixed for every row: v3's register rows where x and y
-# are aligned, else the v1 row kernel).
+# edges only), v63 (a candidate: v62, and v3's rows from f16 or bf16 x into f32 storing whole sectors too, lane pairs
+# exchanging half of x's pack: (20, 1000), (3, 24584) and some of (33, 4097)'s rows, which start at every alignment,
+# end in a pair with one pack), v64 (the other: v63, the lean rows' whole sectors made from halves of x swapped between
+# lanes), v61 (the rule before v62: each store of the bf16 lean rows into f32 fills half of its sectors), v60 (v61 but
+# v3's rows all cached), v58 (v61 but v3's rows all streaming), v57 (the rule before v60: bf16 x into f32 on
+# LayerNorm's team rows alone, at v3's packs, (300, 32), (8001, 768), (20, 1000), (1, 2048); v3's rows streaming
+# elsewhere) and v48 (norm_fwd_mixed for every row: v3's register rows where x and y are aligned, else the v1 row
+# kernel).
 _NORM_OUT_DTYPE_SCRIPT = _PRELUDE + r"""
 rng = np.random.default_rng(23)
 shapes = [(7, 3), (300, 32), (8001, 768), (20, 1000), (1, 2048), (97, 4096), (33, 4097), (3, 8192), (700, 12288),
