@@ -12,11 +12,15 @@
 # H100: RESULTS.md "v62"). Since then v62 is the default and v61 the rule before it: `test` runs the version test under
 # "", v63, v64, v48, v57, v58, v60 and v61, and `VERSIONS="default v61"` / `LAYERS_VERSIONS="default v61"` repeat
 # that A/B; v63 and v64 are that session's candidates (v63: v3's rows from 16-bit x into f32 in whole sectors too; v64:
-# v63 with the lean rows' sectors made by swapping halves of x, not of y): `wide` measures both, `SAN_VERSIONS="v63
-# v64" san` sanitizes their kernels.
+# v63 with the lean rows' sectors made by swapping halves of x, not of y): `wide` measured both, `SAN_VERSIONS="v63"
+# san` sanitized v63's kernels (the seventeenth session, an H200: RESULTS.md "v63"). Since then the default is v65 (v62
+# but for LayerNorm's lean rows of 3 packs a thread or 384 threads, and v3's rows from 16-bit x into f32 in whole
+# sectors, RMSNorm's at every C, LayerNorm's to C = 12288), v62 the rule before it; v64 is gone (1-2% slower than v63):
+# `WIDE_VERSIONS="default v62" WIDE_COLS="..." wide` measures v65.
 #   build    this tree into site-packages (sm_90).
 #   test     the output dtype's GPU tests (test_norm_dtype; test_norm_forward_out_dtype_versions under the versions
-#            the test names) and the tests whose names carry no device, which on this machine run on the GPU (8 workers).
+#            the test names) and the tests whose names carry no device, which on this machine run on the GPU (8 workers;
+#            TEST_K: another pytest -k expression).
 #   san      compute-sanitizer memcheck, then racecheck, over the dtype ops (sanitize.py --only layer_norm_dtype
 #            rms_norm_dtype), under the default and v58 (SAN_VERSIONS), one run at a time (racecheck run beside other
 #            sanitizers died of the tool's own segmentation fault on the H100; alone, each took ~45 s; on the H200 a
@@ -25,9 +29,8 @@
 #            v58 and v48 (VERSIONS, the first the ratios' base), each its own process (~35-45 s), per round of ROUNDS
 #            (default "1 2"); the ms of each and the ratios to the default's (< 1: faster than the default), the
 #            same-dtype rows the A/A (the same kernels in all).
-#   wide     the same for the candidates v63 (v3's rows from 16-bit x into f32 in whole sectors) and v64 (v63, the
-#            lean rows' sectors from halves of x): bf16 and f16 x into f32 at C = 1024, 4096 (bf16: the lean rows),
-#            16384 and 24576 under the default, v63 and v64 (WIDE_VERSIONS).
+#   wide     the same for the rows from 16-bit x into f32: bf16 and f16 x at C = 1024, 4096 (bf16: the lean rows),
+#            16384 and 24576 (WIDE_COLS) under the default, v63 and v62 (WIDE_VERSIONS).
 #   layers   norm_layers_ab.py's widening configuration at C = 1024 and 4096 (LAYERS_COLS; device timing), under the
 #            default and v57 (LAYERS_VERSIONS; each case took 50-65 s on the H100, ~40 s on the H200: 4 cases per C;
 #            in the sixteenth session an H100 took 280 s for 3: T_LAYERS, the seconds per version, 280 unless given).
@@ -35,8 +38,7 @@
 #            beside them) and XLA's fused RMSNorm there (ab_lib.sh's ab_ncu_cases).
 #   mixed    benchmarks/norm_mixed_ab.cu (in one process): v60's bf16-into-f32 rows of both norms at fewer CTAs per SM
 #            (RMSNorm's 48 registers hold 5 CTAs of 256 threads where LayerNorm's 56 hold 4), v62's (whole-sector
-#            stores) and v64's (the same sectors from halves of x swapped), the widening alone (half-sector and
-#            whole-sector stores) and the copy, two rounds (~30 s each).
+#            stores), the widening alone (half-sector and whole-sector stores) and the copy, two rounds (~15 s each).
 # Calls (10 minutes each at most): `build ab test`, then `ab san`, then `san layers` on the H200 (~100 s for the ab
 # stage's round, ~135 s for the tests, ~210 s for three versions' sanitizers); on a machine still warm from the call
 # before, leave out `build` (the install stays in site-packages). After v60 (RESULTS.md "v60"): `build test ab` with
@@ -45,7 +47,8 @@ set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
 stage_test() {
-  ab_gpu_tests test 300 "(gpu and (dtype or out_dtype) and not slow) or (not gpu and not cpu and not slow)" 200
+  local k="(gpu and (dtype or out_dtype) and not slow) or (not gpu and not cpu and not slow)"
+  ab_gpu_tests test 300 "${TEST_K:-$k}" 200
   local rc=$?  # the stage's status is pytest's (a grep that finds no failure would make it 1)
   grep -E "^(FAILED|ERROR)" "$out/test.log" | head -20
   return $rc
@@ -65,12 +68,13 @@ stage_ab() {
   bench_rounds ab "${VERSIONS:-default v57 v58 v48}" --dtypes bfloat16 float32 --out-dtypes float32 bfloat16
 }
 
-# v63 (a candidate of the sixteenth session): v3's rows from 16-bit x into f32 with whole-sector stores. f16 x takes
-# v3's rows at every C, bf16 x beyond the lean rows' C = 12288; v64 / v63 at bf16 1024 / 4096 (the lean rows) is
-# v64's own change; the same-dtype rows are the A/A.
+# v63 (a candidate of the sixteenth session; by default since v65 RMSNorm's at every C, LayerNorm's to 12288): v3's
+# rows from 16-bit x into f32 with whole-sector stores. f16 x takes v3's rows at every C, bf16 x beyond the lean rows'
+# C = 12288; v62 / default at bf16 768 / 12288 LayerNorm is v65's change to the lean rows; the same-dtype rows are the
+# A/A.
 stage_wide() {
-  bench_rounds wide "${WIDE_VERSIONS:-default v63 v64}" --dtypes bfloat16 float16 --out-dtypes float32 \
-    --cols 1024 4096 16384 24576
+  bench_rounds wide "${WIDE_VERSIONS:-default v63 v62}" --dtypes bfloat16 float16 --out-dtypes float32 \
+    --cols ${WIDE_COLS:-1024 4096 16384 24576}
 }
 
 # bench_rounds NAME VERSIONS BENCH-ARGS...: the norms' forward in the bench (device timing) under each version (the

@@ -5,9 +5,9 @@
 // "at n" variants add dynamic shared memory the kernel never touches, only so that n CTAs fit on an SM (occupancy
 // alone changes; measured in the fifteenth session: not the cause). "v62": the candidate's kernel in the same plan, y
 // stored in whole 32-byte sectors (norm_fwd_lean.cuh's kSectors; added after that session's run, measured in the
-// sixteenth on an H100: +1.5..7%, the default since; RESULTS.md "v62"). "v64": the sixteenth session's candidate, the
-// same sectors made by swapping halves of x between lanes rather than halves of y (kWords). Beside them: the
-// widening itself (bf16 read, f32 written, no arithmetic: the ceiling of this mix of reads and writes), as the
+// sixteenth on an H100: +1.5..7%, the default since; RESULTS.md "v62"; in the seventeenth on the H200 beside the
+// candidate v64, the same sectors made by swapping halves of x: RESULTS.md "v63"). Beside them: the widening itself
+// (bf16 read, f32 written, no arithmetic: the ceiling of this mix of reads and writes), as the
 // kernels store y and in whole sectors, and the 1-pack copy of the same bytes.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
@@ -79,10 +79,10 @@ struct Out {
 };
 
 // v60's instance for bf16 x into f32 y at kPacks packs (norm_fwd.cu's norm_fwd_lean_rows: scale and, for
-// LayerNorm, bias; team rows stage them; cached I/O); kSectors: v62's (y stored in whole sectors); kWords: v64's.
-template <bool kRms, bool kBlock, bool kSectors = false, bool kWords = false>
+// LayerNorm, bias; team rows stage them; cached I/O); kSectors: v62's (y stored in whole sectors).
+template <bool kRms, bool kBlock, bool kSectors = false>
 constexpr auto kKernel = jm::cuda::norm_fwd_lean_kernel<bf16, kRms, kBlock, kPacks, true, !kRms, true, false, true, 1,
-                                                        0, float, kSectors, kWords>;
+                                                        0, float, kSectors>;
 using Kernel = void (*)(const bf16*, const float*, const float*, float*, float*, float*, int64_t, int, float, float,
                         int);
 
@@ -94,10 +94,10 @@ struct Launch {
   int regs = 0;
 };
 
-// v60's kernel (`sectors` 1: v62's, 2: v64's) in v60's plan, with the least smem that leaves at most want_per_sm CTAs
-// on an SM (0: none added).
+// v60's kernel (`sectors`: v62's) in v60's plan, with the least smem that leaves at most want_per_sm CTAs on an SM
+// (0: none added).
 template <bool kRms>
-Launch plan_for(int cols, int want_per_sm, int sectors = 0) {
+Launch plan_for(int cols, int want_per_sm, bool sectors = false) {
   Launch l;
   l.plan = plan_norm_rows<bf16, kPacks>(cols);
   const auto set = [&](Kernel kernel) {
@@ -115,7 +115,7 @@ Launch plan_for(int cols, int want_per_sm, int sectors = 0) {
   };
   const auto pick = [&](auto block) {
     constexpr bool kB = decltype(block)::value;
-    set(sectors == 2 ? kKernel<kRms, kB, true, true> : sectors == 1 ? kKernel<kRms, kB, true> : kKernel<kRms, kB>);
+    set(sectors ? kKernel<kRms, kB, true> : kKernel<kRms, kB>);
   };
   if (l.plan.block_rows) {
     pick(std::true_type{});
@@ -210,11 +210,8 @@ bool run_width(int cols) {
     const char* op = rms ? "RMSNorm" : "LayerNorm";
     norms.push_back({rms, op, base, {}});
     norms.push_back({rms, op, base, {}});
-    for (const int sectors : {1, 2}) {
-      const char* name = sectors == 1 ? (rms ? "RMSNorm v62" : "LayerNorm v62")
-                                      : (rms ? "RMSNorm v64" : "LayerNorm v64");
-      norms.push_back({rms, name, rms ? plan_for<true>(cols, 0, sectors) : plan_for<false>(cols, 0, sectors), {}});
-    }
+    norms.push_back({rms, rms ? "RMSNorm v62" : "LayerNorm v62",
+                     rms ? plan_for<true>(cols, 0, true) : plan_for<false>(cols, 0, true), {}});
     // Occupancy caps in threads per SM: 1024 and 768 (LayerNorm's team rows hold 4 CTAs of 256 by registers).
     int last = base.per_sm;
     for (const int threads : {1024, 768}) {

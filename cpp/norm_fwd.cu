@@ -45,12 +45,13 @@ namespace {
 // (v57 adds the lean rows where they win: lean_mixed_rows), =v57 the rule before v60 (bf16 rows into f32 on
 // LayerNorm's team rows alone, at v3's packs; v3's rows for the rest, streaming), =v58 the default but for v3's rows
 // into another dtype, which all stream, =v60 the rule before v61 (those rows all with cached I/O; v60 is the candidate
-// v59 of the thirteenth session), =v61 the rule before v62 (the default: the 16-bit lean rows into f32 store y in
-// whole sectors, norm_fwd_lean.cuh's kSectors; the candidate of the fifteenth session, adopted in the sixteenth), =v63
-// a candidate of the sixteenth session (v62, and v3's rows from 16-bit x into f32 storing whole sectors too:
-// norm_rows.cuh's kSectors), =v64 the other (v63, and the lean rows' whole sectors from halves of x swapped between
-// lanes rather than halves of y: norm_fwd_lean.cuh's kWords). The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV61, kV63, kV64 };
+// v59 of the thirteenth session), =v61 the rule before v62 (the 16-bit lean rows into f32 store y in whole sectors,
+// norm_fwd_lean.cuh's kSectors; the candidate of the fifteenth session, adopted in the sixteenth), =v62 the rule
+// before v65 (the default: v62 but for LayerNorm's rows of fewer than 4 packs a thread or blocks over 256 threads,
+// and v3's rows from 16-bit x into f32 in whole sectors too, RMSNorm's at every C, LayerNorm's to C = 12288:
+// lean_sector_stores, rows_sector_stores), =v63 the sixteenth session's candidate (v62, and v3's rows from 16-bit x
+// into f32 in whole sectors at every C: norm_rows.cuh's kSectors). The backward is the same in all.
+enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV61, kV62, kV63 };
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
@@ -59,23 +60,27 @@ NormFwd norm_fwd_version() {
                                        {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45},
                                        {"v48", NormFwd::kV48}, {"v57", NormFwd::kV57}, {"v58", NormFwd::kV58},
                                        {"v60", NormFwd::kV60}, {"v61", NormFwd::kV61},
-                                       {"v63", NormFwd::kV63}, {"v64", NormFwd::kV64}},
+                                       {"v62", NormFwd::kV62}, {"v63", NormFwd::kV63}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60, v61, the default,
-// v63, v64).
+// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60..v63, the default).
 bool mixed_v57_or_later(NormFwd v) {
   return v == NormFwd::kByDtype || v == NormFwd::kV57 || v == NormFwd::kV58 || v == NormFwd::kV60 ||
-         v == NormFwd::kV61 || v == NormFwd::kV63 || v == NormFwd::kV64;
+         v == NormFwd::kV61 || v == NormFwd::kV62 || v == NormFwd::kV63;
 }
 
-// v62: the 16-bit lean rows into f32 store y in whole sectors, by default and under v63 (v64: by its own swap).
-bool lean_sector_stores() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV63; }
-
-// v63: v3's rows from 16-bit x into f32 store y in whole sectors, under v63 and v64.
-bool rows_sector_stores() { return norm_fwd_version() == NormFwd::kV63 || norm_fwd_version() == NormFwd::kV64; }
+// v63 and the default (v65): v3's rows from 16-bit x into f32 store y in whole sectors (norm_rows.cuh's kSectors),
+// under v63 at every C; by default RMSNorm's at every C, LayerNorm's to C = 12288 (f16 x: bf16 rows that short take
+// the lean rows). Measured on the H200 (RESULTS.md "v63"; 2^26 elements, device timing, one process each, two
+// rounds, same-dtype cells 0.996-1.003): f16 into f32 LayerNorm +5..7% at C = 1024 / 4096 but -1.1% at 16384,
+// -0.5..+0.7% at 24576; RMSNorm +9..16% (f16, 1024..24576) and +11..18% (bf16, 16384 / 24576).
+template <bool kRms>
+bool rows_sector_stores(int64_t cols) {
+  const NormFwd v = norm_fwd_version();
+  return v == NormFwd::kV63 || (v == NormFwd::kByDtype && (kRms || cols <= 12288));
+}
 
 // The rule by dtype: the default, v23, v28, v29, v44, v45, v48, v57, v58 and v60 (which differ from it only in the
 // lean rows' parameter loads, packs, rows per block, cache hints and output dtypes, and v4's and v3's cache hints).
@@ -85,10 +90,10 @@ bool norm_fwd_by_dtype() {
          v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48 || mixed_v57_or_later(v);
 }
 
-// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58, v60, v61, v63 and v64.
+// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58 and v60..v63.
 bool mixed_lean_packs() { return mixed_v57_or_later(norm_fwd_version()) && norm_fwd_version() != NormFwd::kV57; }
 
-// v48: the default's rule for rows of one dtype (v57, v58, v60..v64 change only rows into another).
+// v48: the default's rule for rows of one dtype (v57, v58, v60..v63 change only rows into another).
 bool norm_fwd_v48_or_later() { return norm_fwd_version() == NormFwd::kV48 || mixed_v57_or_later(norm_fwd_version()); }
 
 // v45: the default's rule but for v48's pair rows (lean_pair_plan).
@@ -205,7 +210,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
 }
 
-// v61, the default (v62), v63 and v64: v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O, into a
+// v61, v62, v63 and the default (v65): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O, into a
 // wider one (bf16 or f16 x into f32) or one of the same width streaming; v60: all with cached I/O; v58, v57 and
 // earlier: all streaming.
 // Measured on the H200 (RESULTS.md "v60", "v61"; device timing, one process each, two rounds): cached I/O on f32 x
@@ -216,16 +221,16 @@ template <typename T, typename Ty>
 bool v3_mixed_cached_io() {
   const NormFwd v = norm_fwd_version();
   return v == NormFwd::kV60 ||
-         ((v == NormFwd::kByDtype || v == NormFwd::kV61 || v == NormFwd::kV63 || v == NormFwd::kV64) &&
+         ((v == NormFwd::kByDtype || v == NormFwd::kV61 || v == NormFwd::kV62 || v == NormFwd::kV63) &&
           sizeof(Ty) < sizeof(T));
 }
 
 // A y of type Ty != T (the ops' `dtype`: a bf16 x into f32, say; y's packs twice or half x's bytes) where the lean rows
 // don't take it (lean_mixed_rows): the register rows of norm_rows.cuh ("v3") where x and y are both 16-byte aligned
 // (C > 0), else the v1 row kernel, vectorized where every buffer is aligned and C a multiple of x's pack. One read of x
-// and one write of y either way. The candidate v63: v3's rows from 16-bit x into f32 (f16 x at every C, bf16 beyond
-// the lean rows' C = 12288) store y in whole sectors, as v62 made the lean rows do (+2..9% there on an H100); here
-// RMSNorm's bf16 rows of 16384, streaming, read 84% of the copy on the H200 (RESULTS.md "v61").
+// and one write of y either way. v3's rows from 16-bit x into f32 (f16 x at every C, bf16 beyond the lean rows' C =
+// 12288) store y in whole sectors where rows_sector_stores says, as v62 made the lean rows do: streaming, RMSNorm's
+// bf16 rows of 16384 read 84% of the copy on the H200 (RESULTS.md "v61"), 94% so (RESULTS.md "v63").
 // launch(kernel, plan, args...): norm_fwd's launch of a register-row kernel in plan's geometry.
 template <typename T, typename Ty, bool kRms, typename Launch>
 ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, const T* xp, ParamView scale,
@@ -241,8 +246,8 @@ ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, con
         return plan.block_rows ? run(norm_fwd_rows_kernel<T, kRms, true, Ty, true>)
                                : run(norm_fwd_rows_kernel<T, kRms, false, Ty, true>);
       }
-      if constexpr (sizeof(T) == 2 && std::is_same_v<Ty, float>) {  // v63: y's stores in whole sectors
-        if (rows_sector_stores()) {
+      if constexpr (sizeof(T) == 2 && std::is_same_v<Ty, float>) {  // y's stores in whole sectors
+        if (rows_sector_stores<kRms>(s.cols)) {
           return plan.block_rows ? run(norm_fwd_rows_kernel<T, kRms, true, Ty, false, true>)
                                  : run(norm_fwd_rows_kernel<T, kRms, false, Ty, false, true>);
         }
@@ -277,14 +282,28 @@ ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, con
 // at 4096 / 12288 (the packs); f32 into bf16 on v3's rows +3.5..5.5% (LayerNorm 12288, RMSNorm 4096 / 12288; the
 // cached I/O), the rest unchanged. Not beyond C = 12288 (kMixedMaxBlock): at C = 16384 (512 threads of 4 packs) the
 // Flax layers' widening forward over two axes read -7..-8% against v57 (v3's 256 threads of 8, streaming).
-// v62 (the default; =v61 the rule before): those 16-bit lean rows into f32 store y in whole 32-byte sectors
+// v62 (=v61 the rule before it): those 16-bit lean rows into f32 store y in whole 32-byte sectors
 // (norm_fwd_lean.cuh's kSectors): Nsight Compute put L2 at 91-94% of its peak there, each store instruction filling
 // half of every sector it touched. Measured on an H100 (RESULTS.md "v62"; 2^26 elements, device timing, one process
 // each, two rounds, same-dtype cells 0.998-1.001): bf16 into f32 LayerNorm +2..4% at C = 768..12288, RMSNorm +4..9%,
 // despite 80 registers (3 CTAs of 256 where 56 and 48 held 4 and 5); in one process (norm_mixed_ab.cu) the same
 // kernels +1.5..5.5% (LayerNorm) and +4..7% (RMSNorm), the bare widening 95% -> 98-99% of the copy.
+// v65 (the default; =v62 the rule before): LayerNorm's only where each thread holds kMixedPacks packs and a block
+// has at most kTeamBlock threads (C = 1024, 2048, 4096, 8192; not 768 or 12288). Measured on the H200 (RESULTS.md
+// "v63"; 2^26 elements, device timing, one process each, two rounds): v62 ran LayerNorm at 0.91x of v61 at C = 768
+// (3 packs a thread; in one process 86% of the copy against 93%: 3 CTAs of 256 at 80 registers where 4 at 56 keep a
+// third more bytes in flight) and 0.985x at 12288 (2 CTAs of 384 threads), +3..5.5% at 1024..4096, +1.2% at 8192;
+// RMSNorm (48 registers, 5 CTAs of 256 at 89% of the copy before) +6% at 768, +12..15% at 1024..12288.
 constexpr int kMixedPacks = 4;
 constexpr int kMixedMaxBlock = 384;
+
+// Whether the 16-bit lean rows into f32 in plan p (x's rows of `packs` packs) store y in whole sectors (kSectors).
+template <bool kRms>
+bool lean_sector_stores(const RowsPlan& p, int64_t packs) {
+  const NormFwd v = norm_fwd_version();
+  const bool pays = kRms || (packs > int64_t{p.tpr} * (kMixedPacks - 1) && p.block <= kTeamBlock);
+  return v == NormFwd::kV62 || v == NormFwd::kV63 || (v == NormFwd::kByDtype && pays);
+}
 
 template <typename T, typename Ty, bool kRms>
 inline constexpr bool kLeanPair = (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<Ty, float>) ||
@@ -379,20 +398,18 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
         if constexpr (kMixed16) {
           if (mixed_lean_packs()) {
             const RowsPlan p = plan_norm_rows<T, kMixedPacks>(s.cols);
-            // The default (v62): y's stores in whole sectors (kSectors); v64: x's halves swapped for them (kWords).
-            const auto at = [&](auto sectors, auto words) {
-              constexpr bool kSec = decltype(sectors)::value, kW = decltype(words)::value;
+            // y's stores in whole sectors (kSectors) where lean_sector_stores says.
+            const auto at = [&](auto sectors) {
+              constexpr bool kSec = decltype(sectors)::value;
               constexpr int kP = kMixedPacks;
               return p.block_rows
-                         ? go(norm_fwd_lean_kernel<T, kRms, true, kP, kS, kB, true, false, kIo, 1, 0, Ty, kSec, kW>, p)
-                         : go(norm_fwd_lean_kernel<T, kRms, false, kP, kS, kB, kSt, false, kIo, 1, 0, Ty, kSec, kW>,
-                              p);
+                         ? go(norm_fwd_lean_kernel<T, kRms, true, kP, kS, kB, true, false, kIo, 1, 0, Ty, kSec>, p)
+                         : go(norm_fwd_lean_kernel<T, kRms, false, kP, kS, kB, kSt, false, kIo, 1, 0, Ty, kSec>, p);
             };
             if constexpr (std::is_same_v<Ty, float>) {
-              if (norm_fwd_version() == NormFwd::kV64) return at(std::true_type{}, std::true_type{});
-              if (lean_sector_stores()) return at(std::true_type{}, std::false_type{});
+              if (lean_sector_stores<kRms>(p, s.cols / kVec<T>)) return at(std::true_type{});
             }
-            return at(std::false_type{}, std::false_type{});
+            return at(std::false_type{});
           }
         }
         // (lean_mixed_rows gives v57's bf16 rows into another dtype LayerNorm's team rows only.)

@@ -107,12 +107,11 @@ __device__ __forceinline__ float lean_y(float v, float m1, float rstd, float shi
 // kSectors's pass 3 (norm_fwd_lean_kernel): row `yr`'s packs i = lane + k * rt of a 16-bit x (words w) into f32,
 // each pack's two halves stored by lane pairs so that each store instruction writes whole 32-byte sectors. Every lane
 // of the warp takes part in the shuffles (a team's lanes share their row's bounds; a lane past the row's packs makes
-// values it never stores); the even lane holds pack i, the odd one pack i + 1. v62 (the default) swaps halves of y,
-// one shuffle per float, 8 floats of y held at a time; kWords (the candidate v64) swaps halves of x instead
-// (cuda_pack.cuh's sector_halves: two shuffles of a word), each lane then making its half of both packs, 4 floats at a
-// time as the quarter stores do (v62's 80 registers against their 48-56 cost it CTAs per SM).
-template <typename T, bool kRms, bool kScale, bool kHasBias, bool kStage, bool kCachedIo, int NP, bool kWords,
-          typename Staged>
+// values it never stores); the even lane holds pack i, the odd one pack i + 1. Lanes swap halves of y, one shuffle per
+// float, 8 floats of y held at a time. (Swapping halves of x instead, as v3's rows do, each lane then making 4 floats
+// at a time, was the candidate v64: 72 registers against 80 for RMSNorm, yet 1-2% slower on the H200, RESULTS.md
+// "v63".)
+template <typename T, bool kRms, bool kScale, bool kHasBias, bool kStage, bool kCachedIo, int NP, typename Staged>
 __device__ __forceinline__ void sector_stores(const uint4 (&w)[NP], bool valid, float* yr, const float* scale,
                                               const float* bias, const Staged& staged, int lane, int rt, int packs,
                                               bool full, float m1, float rstd, float shift) {
@@ -127,37 +126,6 @@ __device__ __forceinline__ void sector_stores(const uint4 (&w)[NP], bool valid, 
 #pragma unroll
   for (int k = 0; k < NP; ++k) {
     const int i = lane + k * rt;
-    if constexpr (kWords) {
-      uint2 halves[2];
-      sector_halves(w[k], odd, ~0u, halves);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // the pair's packs p, each stored whole by one instruction
-        const int p = (odd ? i - 1 : i) + h;
-        const bool in = full || p < packs;
-        float sc[4] = {}, b[4] = {}, v[4];
-        // Columns 8p + 4 * odd .. + 3 of parameter `which` (0: scale, kScale: bias), whose row is prow. (v62's twin
-        // below stays as measured: one helper for both changed the PTX of 28 of its instances.)
-        const auto param4 = [&](int which, const float* prow, float(&dst)[4]) {
-          if constexpr (kStage) {
-            const float4 f = staged[which][odd][p];
-            dst[0] = f.x, dst[1] = f.y, dst[2] = f.z, dst[3] = f.w;
-          } else {
-            load_param_cols<4, ParamLoad::kDense>(prow, p * 8 + 4 * odd, true, 0.0f, dst);
-          }
-        };
-        if (in) {
-          if constexpr (kScale) param4(0, scale, sc);
-          if constexpr (kHasBias) param4(kScale, bias, b);
-        }
-        unpack_word_fresh<T>(halves[h].x, v[0], v[1]);
-        unpack_word_fresh<T>(halves[h].y, v[2], v[3]);
-        Pack<float, 4> out;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) out.v[j] = lean_y<kRms, kScale, kHasBias>(v[j], m1, rstd, shift, sc[j], b[j]);
-        if (valid && in) put(int64_t{p} * 2 + odd, out);
-      }
-      continue;
-    }
     const bool in = full || i < packs;
     Pack<float, 4> half[2];  // y's columns 8i .. 8i + 3 and 8i + 4 .. 8i + 7
 #pragma unroll
@@ -192,14 +160,13 @@ __device__ __forceinline__ void sector_stores(const uint4 (&w)[NP], bool valid, 
 // Ty (v57): y's type, where it differs from x's (the ops' `dtype`; norm_fwd.cu's lean_mixed_rows says which rows take
 // f32 x into bf16 and bf16 x into f32 here). A bf16 x's pack makes 8 floats of y, two 16-byte words: each quarter is
 // stored as soon as it is made, so pass 3 holds 4 floats of y per row at a time, not 8.
-// kSectors (v62, the default since the sixteenth session: 16-bit x into f32, R = 1, parameters not held): a pack's 8
-// floats of y are one 32-byte sector, and its two 16-byte stores each fill half of it, so a warp's store instruction
-// writes half of 32 sectors (Nsight Compute: L2 at 91-94% of its peak in these rows, RESULTS.md "v61"). Here lane pairs
-// (adjacent packs) swap halves, one shuffle per float, and each store instruction writes 16 whole sectors
-// (sector_stores below).
+// kSectors (v62; by default where norm_fwd.cu's lean_sector_stores says: 16-bit x into f32, R = 1, parameters not
+// held): a pack's 8 floats of y are one 32-byte sector, and its two 16-byte stores each fill half of it, so a warp's
+// store instruction writes half of 32 sectors (Nsight Compute: L2 at 91-94% of its peak in these rows, RESULTS.md
+// "v61"). Here lane pairs (adjacent packs) swap halves, one shuffle per float, and each store instruction writes 16
+// whole sectors (sector_stores below).
 template <typename T, bool kRms, bool kBlockRow, int NP, bool kScale = true, bool kBias = !kRms, bool kStaged = true,
-          bool kHold = false, bool kCachedIo = false, int R = 1, int kRegs = 0, typename Ty = T, bool kSectors = false,
-          bool kWords = false>
+          bool kHold = false, bool kCachedIo = false, int R = 1, int kRegs = 0, typename Ty = T, bool kSectors = false>
 __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamBlock,
                                   kBlockRow ? lean_bound_blocks(kRegs) : kMaxRowBlock / kTeamBlock)
     norm_fwd_lean_kernel(const T* __restrict__ x, const float* __restrict__ scale, const float* __restrict__ bias,
@@ -215,7 +182,6 @@ __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamB
   constexpr int Q = V / 4;  // float4 per pack and parameter
   constexpr bool kQuarterStores = sizeof(Ty) * 4 == 16 && Q > 1;  // y's 4 columns fill a 16-byte word
   static_assert(!kSectors || (kQuarterStores && Q == 2 && R == 1 && !kHold), "whole sectors: bf16 x into f32");
-  static_assert(!kWords || kSectors, "x's halves swapped: whole sectors only");
   __shared__ float4 staged[kStage ? kParams : 1][Q][kStage ? NP * 32 : 1];  // [parameter][quarter of a pack][pack]
   constexpr bool kHeld = kHold && kBlockRow && kParams > 0;
   const RowTeam<kBlockRow> tm(tpr);
@@ -333,9 +299,9 @@ __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamB
     for (int r = 0; r < R; ++r) shift[r] = -dmean[r] * rstd[r];
     if constexpr (kSectors) {
       const int64_t yrow = valid[0] ? row[0] : 0;  // (a row past the last stores nothing)
-      sector_stores<T, kRms, kScale, kHasBias, kStage, kCachedIo, NP, kWords>(w[0], valid[0], y + yrow * cols, scale,
-                                                                              bias, staged, tm.lane, tm.rt, packs,
-                                                                              full, m1[0], rstd[0], shift[0]);
+      sector_stores<T, kRms, kScale, kHasBias, kStage, kCachedIo, NP>(w[0], valid[0], y + yrow * cols, scale, bias,
+                                                                      staged, tm.lane, tm.rt, packs, full, m1[0],
+                                                                      rstd[0], shift[0]);
     } else {
 #pragma unroll
       for (int k = 0; k < NP; ++k) {

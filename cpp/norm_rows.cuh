@@ -168,9 +168,10 @@ __device__ __forceinline__ RowParamAccess row_param_access(const float* srow, co
 // y of type Ty: T's by default; another where the op's `dtype` asks (norm_fwd.cu's norm_fwd_mixed: x and y then both
 // 16-byte aligned, so y's packs of V = kVec<T> elements are aligned wherever x's are). kCachedIo (v60's rows into
 // another dtype; since v61 only into a narrower one: norm_fwd.cu's v3_mixed_cached_io): x read by __ldg and y written
-// by plain stores, as the lean rows (v44) and v4's (v45) do, instead of the streaming pair. kSectors (the candidate
-// v63: 16-bit x into f32): y stored in whole 32-byte sectors, lane pairs exchanging half of x's pack (sector_halves;
-// a team has at least kMinTeam lanes, so a pair's lanes share their row and hold adjacent packs).
+// by plain stores, as the lean rows (v44) and v4's (v45) do, instead of the streaming pair. kSectors (v63; by
+// default where norm_fwd.cu's rows_sector_stores says: 16-bit x into f32): y stored in whole 32-byte sectors, lane
+// pairs exchanging half of x's pack (sector_halves; a team has at least kMinTeam lanes, so a pair's lanes share their
+// row and hold adjacent packs).
 template <typename T, bool kRms, bool kBlockRow, typename Ty = T, bool kCachedIo = false, bool kSectors = false>
 __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
                                   kBlockRow ? 1 : kMaxRowBlock / kTeamBlock)

@@ -5,8 +5,8 @@
 //          another (bf16 into f32, f32 into bf16) and one they don't (bf16 into f16), LayerNorm with each set of
 //          parameters and RMSNorm with and without its scale: the selection never ends in an error, launches at most
 //          once, and under v48 and earlier takes no row into another dtype.
-//   picks  the kernels and plans the rules name for a few rows (the default v62, the candidates v63 and v64, v61 the
-//          rule before v62, v60 the rule before v61, v58 and v57).
+//   picks  the kernels and plans the rules name for a few rows (the default v65, v62 the rule before it, the candidate
+//          v63, v61 the rule before v62, v60 the rule before v61, v58 and v57).
 // Built and run by tests/test_norm_fwd_rule.py; prints OK last.
 #include "norm_fwd.cu"
 
@@ -97,15 +97,14 @@ const void* at(K kernel) {
 using bf16 = __nv_bfloat16;
 
 // The lean kernel's bf16 rows into f32 at 4 packs per thread with cached I/O and a scale (LayerNorm: a bias too,
-// staged), as v62 (the default; v63 too: kSectors, the 13th argument), v64 (kSectors and kWords, the 14th) or v61,
-// v60 and v58 (neither) pick it.
+// staged), in whole sectors (kSectors, the 13th argument: v62, v63 and the default where lean_sector_stores says) or
+// not (v61, v60, v58).
 template <bool kRms, bool kBlockRow>
-const void* mixed_lean(bool v62, bool v64) {
+const void* mixed_lean(bool sectors) {
   constexpr bool kBias = !kRms;
   constexpr int P = 4;
-  if (v64) return at(norm_fwd_lean_kernel<bf16, kRms, kBlockRow, P, true, kBias, true, false, true, 1, 0, float, 1, 1>);
-  if (v62) return at(norm_fwd_lean_kernel<bf16, kRms, kBlockRow, P, true, kBias, true, false, true, 1, 0, float, 1>);
-  return at(norm_fwd_lean_kernel<bf16, kRms, kBlockRow, P, true, kBias, true, false, true, 1, 0, float>);
+  return sectors ? at(norm_fwd_lean_kernel<bf16, kRms, kBlockRow, P, true, kBias, true, false, true, 1, 0, float, 1>)
+                 : at(norm_fwd_lean_kernel<bf16, kRms, kBlockRow, P, true, kBias, true, false, true, 1, 0, float>);
 }
 
 // What norm_fwd_mixed launches for x of T into y of Ty at C = cols where v3's rows take it (aligned buffers).
@@ -121,9 +120,9 @@ Launch pick_v3(int64_t cols, const char* what) {
 
 void picks(const char* version) {
   const bool v57 = std::strcmp(version, "v57") == 0;
-  const bool v64 = std::strcmp(version, "v64") == 0;  // v63, the lean rows' sectors from halves of x swapped
-  const bool v63 = std::strcmp(version, "v63") == 0 || v64;  // v62, v3's rows into f32 in whole sectors too
-  const bool v62 = std::strcmp(version, "") == 0 || v63;  // the default
+  const bool v65 = std::strcmp(version, "") == 0;  // the default
+  const bool v63 = std::strcmp(version, "v63") == 0;  // v62, and v3's rows from 16-bit x into f32 in whole sectors
+  const bool v62 = std::strcmp(version, "v62") == 0 || v63 || v65;  // (v65: not at every C, see below)
   const bool v61 = std::strcmp(version, "v61") == 0 || v62, v60 = std::strcmp(version, "v60") == 0;
   if (!v61 && !v60 && std::strcmp(version, "v58") != 0 && !v57) return;
   // v3's rows for the rows into another dtype the lean rows leave: cached I/O into a narrower dtype by default and
@@ -134,15 +133,19 @@ void picks(const char* version) {
   expect("f32 into f16 LayerNorm on v3's rows", 1024, pick_v3<float, __half, false>(1024, "f32 into f16 LayerNorm"),
          v61 || v60 ? at(norm_fwd_rows_kernel<float, false, false, __half, true>)
                     : at(norm_fwd_rows_kernel<float, false, false, __half, false>), 32);
-  // (v63: v3's rows from 16-bit x into f32 store whole sectors.)
+  // (v63, and the default but LayerNorm beyond C = 12288: v3's rows from 16-bit x into f32 store whole sectors.)
   expect("f16 into f32 LayerNorm on v3's rows", 1024, pick_v3<__half, float, false>(1024, "f16 into f32 LayerNorm"),
-         v60   ? at(norm_fwd_rows_kernel<__half, false, false, float, true>)
-         : v63 ? at(norm_fwd_rows_kernel<__half, false, false, float, false, true>)
-               : at(norm_fwd_rows_kernel<__half, false, false, float, false>), 16);
+         v60           ? at(norm_fwd_rows_kernel<__half, false, false, float, true>)
+         : v63 || v65 ? at(norm_fwd_rows_kernel<__half, false, false, float, false, true>)
+                       : at(norm_fwd_rows_kernel<__half, false, false, float, false>), 16);
+  expect("f16 into f32 LayerNorm on v3's rows", 16384, pick_v3<__half, float, false>(16384, "f16 into f32 LayerNorm"),
+         v60   ? at(norm_fwd_rows_kernel<__half, false, true, float, true>)
+         : v63 ? at(norm_fwd_rows_kernel<__half, false, true, float, false, true>)
+               : at(norm_fwd_rows_kernel<__half, false, true, float, false>), 256);
   expect("bf16 into f32 RMSNorm on v3's rows", 16384, pick_v3<bf16, float, true>(16384, "bf16 into f32 RMSNorm"),
-         v60   ? at(norm_fwd_rows_kernel<bf16, true, true, float, true>)
-         : v63 ? at(norm_fwd_rows_kernel<bf16, true, true, float, false, true>)
-               : at(norm_fwd_rows_kernel<bf16, true, true, float, false>), 256);
+         v60           ? at(norm_fwd_rows_kernel<bf16, true, true, float, true>)
+         : v63 || v65 ? at(norm_fwd_rows_kernel<bf16, true, true, float, false, true>)
+                       : at(norm_fwd_rows_kernel<bf16, true, true, float, false>), 256);
   expect("bf16 into f16 LayerNorm on v3's rows", 4096, pick_v3<bf16, __half, false>(4096, "bf16 into f16 LayerNorm"),
          v60 ? at(norm_fwd_rows_kernel<bf16, false, true, __half, true>)
              : at(norm_fwd_rows_kernel<bf16, false, true, __half, false>), 64);
@@ -165,14 +168,20 @@ void picks(const char* version) {
     expect("bf16 into f32 LayerNorm (block rows: v3)", 4096, pick<bf16, float, false>(4096, true, true, ""),
            nullptr, 0);
     expect("bf16 into f32 RMSNorm (v3)", 1024, pick<bf16, float, true>(1024, true, false, ""), nullptr, 0);
-  } else {  // v62, v61, v60, v58: 4 packs per thread, team rows to C = 1024, block rows beyond, RMSNorm too (v62: y's
-            // stores in whole sectors; v64: from halves of x swapped)
+  } else {  // v65, v63, v62, v61, v60, v58: 4 packs per thread, team rows to C = 1024, block rows beyond, RMSNorm too
+            // (v62, v63: y's stores in whole sectors; v65: LayerNorm's only at 4 packs a thread and <= 256 threads)
     expect("bf16 into f32 RMSNorm", 1024, pick<bf16, float, true>(1024, true, false, ""),
-           mixed_lean<true, false>(v62, v64), 32);
+           mixed_lean<true, false>(v62), 32);
+    expect("bf16 into f32 LayerNorm", 1024, pick<bf16, float, false>(1024, true, true, ""),
+           mixed_lean<false, false>(v62), 32);
+    expect("bf16 into f32 LayerNorm (3 packs a thread)", 768, pick<bf16, float, false>(768, true, true, ""),
+           mixed_lean<false, false>(v62 && !v65), 32);
     expect("bf16 into f32 LayerNorm", 4096, pick<bf16, float, false>(4096, true, true, ""),
-           mixed_lean<false, true>(v62, v64), 128, 1);
+           mixed_lean<false, true>(v62), 128, 1);
+    expect("bf16 into f32 LayerNorm (384 threads)", 12288, pick<bf16, float, false>(12288, true, true, ""),
+           mixed_lean<false, true>(v62 && !v65), 384, 1);
     expect("bf16 into f32 RMSNorm", 12288, pick<bf16, float, true>(12288, true, false, ""),
-           mixed_lean<true, true>(v62, v64), 384, 1);
+           mixed_lean<true, true>(v62), 384, 1);
     expect("bf16 into f32 LayerNorm (beyond 384 threads: v3)", 12296, pick<bf16, float, false>(12296, true, true, ""),
            nullptr, 0);
     expect("bf16 into f32 LayerNorm (beyond 384 threads: v3)", 16384, pick<bf16, float, false>(16384, true, true, ""),
