@@ -135,17 +135,17 @@ void picks(const char* version) {
                     : at(norm_fwd_rows_kernel<float, false, false, __half, false>), 32);
   // (v63, and the default but LayerNorm beyond C = 12288: v3's rows from 16-bit x into f32 store whole sectors.)
   expect("f16 into f32 LayerNorm on v3's rows", 1024, pick_v3<__half, float, false>(1024, "f16 into f32 LayerNorm"),
-         v60           ? at(norm_fwd_rows_kernel<__half, false, false, float, true>)
+         v60          ? at(norm_fwd_rows_kernel<__half, false, false, float, true>)
          : v63 || v65 ? at(norm_fwd_rows_kernel<__half, false, false, float, false, true>)
-                       : at(norm_fwd_rows_kernel<__half, false, false, float, false>), 16);
+                      : at(norm_fwd_rows_kernel<__half, false, false, float, false>), 16);
   expect("f16 into f32 LayerNorm on v3's rows", 16384, pick_v3<__half, float, false>(16384, "f16 into f32 LayerNorm"),
          v60   ? at(norm_fwd_rows_kernel<__half, false, true, float, true>)
          : v63 ? at(norm_fwd_rows_kernel<__half, false, true, float, false, true>)
                : at(norm_fwd_rows_kernel<__half, false, true, float, false>), 256);
   expect("bf16 into f32 RMSNorm on v3's rows", 16384, pick_v3<bf16, float, true>(16384, "bf16 into f32 RMSNorm"),
-         v60           ? at(norm_fwd_rows_kernel<bf16, true, true, float, true>)
+         v60          ? at(norm_fwd_rows_kernel<bf16, true, true, float, true>)
          : v63 || v65 ? at(norm_fwd_rows_kernel<bf16, true, true, float, false, true>)
-                       : at(norm_fwd_rows_kernel<bf16, true, true, float, false>), 256);
+                      : at(norm_fwd_rows_kernel<bf16, true, true, float, false>), 256);
   expect("bf16 into f16 LayerNorm on v3's rows", 4096, pick_v3<bf16, __half, false>(4096, "bf16 into f16 LayerNorm"),
          v60 ? at(norm_fwd_rows_kernel<bf16, false, true, __half, true>)
              : at(norm_fwd_rows_kernel<bf16, false, true, __half, false>), 64);
