@@ -33,7 +33,7 @@ anything else: to the smallest k that merges by messages), JAX_MEMOPS_SOFTMAX_PU
 bulk-copy forward's (max, sum) and the backward's sum: 0 the cluster barrier, 1 messages, for every k;
 anything else the default, messages from k = 4), JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for: persistent /
 full for every row kernel; anything else: each kernel's default), JAX_MEMOPS_NORM_FWD (cpp/norm_fwd.cu: v3
-or v4 for every dtype, v21..v62 the rules before the default (v65), v63 a candidate; the comment above its
+or v4 for every dtype, v21..v62 the rules before the default (v65), v63 and v66 candidates; the comment above its
 NormFwd enum says what each names) and JAX_MEMOPS_NORM_BWD (cpp/norm_bwd.cu: the backward's versions, named in the
 comment above its version switch; anything else the default). Extra options go to the bench (e.g. --dtypes float32 --cols 1024 131072)."""
 

@@ -50,8 +50,11 @@ namespace {
 // before v65 (the default: v62 but for LayerNorm's rows of fewer than 4 packs a thread or blocks over 256 threads,
 // and v3's rows from 16-bit x into f32 in whole sectors too, RMSNorm's at every C, LayerNorm's to C = 12288:
 // lean_sector_stores, rows_sector_stores), =v63 the sixteenth session's candidate (v62, and v3's rows from 16-bit x
-// into f32 in whole sectors at every C: norm_rows.cuh's kSectors). The backward is the same in all.
-enum class NormFwd { kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV61, kV62, kV63 };
+// into f32 in whole sectors at every C: norm_rows.cuh's kSectors), =v66 the seventeenth session's candidate (v65,
+// and the f16 pairs on the lean rows as bf16's: lean_f16_pairs). The backward is the same in all.
+enum class NormFwd {
+  kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV61, kV62, kV63, kV66
+};
 
 NormFwd norm_fwd_version() {
   static const NormFwd v = env_choice("JAX_MEMOPS_NORM_FWD",
@@ -60,16 +63,20 @@ NormFwd norm_fwd_version() {
                                        {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45},
                                        {"v48", NormFwd::kV48}, {"v57", NormFwd::kV57}, {"v58", NormFwd::kV58},
                                        {"v60", NormFwd::kV60}, {"v61", NormFwd::kV61},
-                                       {"v62", NormFwd::kV62}, {"v63", NormFwd::kV63}},
+                                       {"v62", NormFwd::kV62}, {"v63", NormFwd::kV63}, {"v66", NormFwd::kV66}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60..v63, the default).
+// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60..v63, the default,
+// v66).
 bool mixed_v57_or_later(NormFwd v) {
   return v == NormFwd::kByDtype || v == NormFwd::kV57 || v == NormFwd::kV58 || v == NormFwd::kV60 ||
-         v == NormFwd::kV61 || v == NormFwd::kV62 || v == NormFwd::kV63;
+         v == NormFwd::kV61 || v == NormFwd::kV62 || v == NormFwd::kV63 || v == NormFwd::kV66;
 }
+
+// The default's rule for the pairs both take (v66: the default, and the f16 pairs on the lean rows).
+bool norm_fwd_v65_rule() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV66; }
 
 // v63 and the default (v65): v3's rows from 16-bit x into f32 store y in whole sectors (norm_rows.cuh's kSectors),
 // under v63 at every C; by default RMSNorm's at every C, LayerNorm's to C = 12288 (f16 x: bf16 rows that short take
@@ -78,8 +85,7 @@ bool mixed_v57_or_later(NormFwd v) {
 // -0.5..+0.7% at 24576; RMSNorm +9..16% (f16, 1024..24576) and +11..18% (bf16, 16384 / 24576).
 template <bool kRms>
 bool rows_sector_stores(int64_t cols) {
-  const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kV63 || (v == NormFwd::kByDtype && (kRms || cols <= 12288));
+  return norm_fwd_version() == NormFwd::kV63 || (norm_fwd_v65_rule() && (kRms || cols <= 12288));
 }
 
 // The rule by dtype: the default, v23, v28, v29, v44, v45, v48, v57, v58 and v60 (which differ from it only in the
@@ -90,10 +96,10 @@ bool norm_fwd_by_dtype() {
          v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48 || mixed_v57_or_later(v);
 }
 
-// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58 and v60..v63.
+// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58, v60..v63 and v66.
 bool mixed_lean_packs() { return mixed_v57_or_later(norm_fwd_version()) && norm_fwd_version() != NormFwd::kV57; }
 
-// v48: the default's rule for rows of one dtype (v57, v58, v60..v63 change only rows into another).
+// v48: the default's rule for rows of one dtype (v57, v58, v60..v63, v66 change only rows into another).
 bool norm_fwd_v48_or_later() { return norm_fwd_version() == NormFwd::kV48 || mixed_v57_or_later(norm_fwd_version()); }
 
 // v45: the default's rule but for v48's pair rows (lean_pair_plan).
@@ -210,8 +216,8 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
 }
 
-// v61, v62, v63 and the default (v65): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O, into a
-// wider one (bf16 or f16 x into f32) or one of the same width streaming; v60: all with cached I/O; v58, v57 and
+// v61, v62, v63, v66 and the default (v65): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O,
+// into a wider one (bf16 or f16 x into f32) or one of the same width streaming; v60: all with cached I/O; v58, v57 and
 // earlier: all streaming.
 // Measured on the H200 (RESULTS.md "v60", "v61"; device timing, one process each, two rounds): cached I/O on f32 x
 // into bf16 +3.5..5.5% (LayerNorm 12288, RMSNorm 4096 / 12288), but on bf16 x into f32 at C = 16384 (beyond the lean
@@ -221,7 +227,8 @@ template <typename T, typename Ty>
 bool v3_mixed_cached_io() {
   const NormFwd v = norm_fwd_version();
   return v == NormFwd::kV60 ||
-         ((v == NormFwd::kByDtype || v == NormFwd::kV61 || v == NormFwd::kV62 || v == NormFwd::kV63) &&
+         ((v == NormFwd::kByDtype || v == NormFwd::kV61 || v == NormFwd::kV62 || v == NormFwd::kV63 ||
+           v == NormFwd::kV66) &&
           sizeof(Ty) < sizeof(T));
 }
 
@@ -302,17 +309,28 @@ template <bool kRms>
 bool lean_sector_stores(const RowsPlan& p, int64_t packs) {
   const NormFwd v = norm_fwd_version();
   const bool pays = kRms || (packs > int64_t{p.tpr} * (kMixedPacks - 1) && p.block <= kTeamBlock);
-  return v == NormFwd::kV62 || v == NormFwd::kV63 || (v == NormFwd::kByDtype && pays);
+  return v == NormFwd::kV62 || v == NormFwd::kV63 || (norm_fwd_v65_rule() && pays);
 }
 
-template <typename T, typename Ty, bool kRms>
-inline constexpr bool kLeanPair = (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<Ty, float>) ||
-                                  (std::is_same_v<T, float> && std::is_same_v<Ty, __nv_bfloat16>);
+// v66 (a candidate of the seventeenth session): the f16 pairs take the lean rows as bf16's do, f16 x into f32 at
+// kMixedPacks (team or block rows, both norms, whole sectors where lean_sector_stores says) and f32 x into f16 on the
+// tuned block rows. Why: on the H200 f16 x into f32 on v3's rows, even in whole sectors (v63), read 86-87% of the copy
+// (LayerNorm, C = 1024 / 4096) and 91-95% (RMSNorm) where bf16 x on the lean rows read 95% and 98% (RESULTS.md "v63").
+// The lean rows kept f16 off because ptxas merges pass 1's f16 conversions with pass 2's and spills the row (60-116
+// bytes at 8 packs); at kMixedPacks (4) the f16-into-f32 instances fit in 76 registers without a spill.
+bool lean_f16_pairs() { return norm_fwd_version() == NormFwd::kV66; }
 
-template <typename T, bool kRms>
+template <typename T, typename Ty, bool kRms>
+inline constexpr bool kLeanPair =
+    (sizeof(T) == 2 && std::is_same_v<Ty, float>) || (std::is_same_v<T, float> && sizeof(Ty) == 2);
+
+template <typename T, typename Ty, bool kRms>
 bool lean_mixed_rows(int64_t cols, const RowsPlan& plan) {
   const NormFwd v = norm_fwd_version();
   if (!mixed_v57_or_later(v)) return false;  // v48, earlier: norm_fwd_mixed
+  if constexpr (std::is_same_v<T, __half> || std::is_same_v<Ty, __half>) {
+    if (!lean_f16_pairs()) return false;
+  }
   if constexpr (sizeof(T) == 4) {
     return cols % kVec<T> == 0 && lean_tuned_plan<T, kRms>(cols / kVec<T>).np >= 3;
   } else {
@@ -324,13 +342,13 @@ bool lean_mixed_rows(int64_t cols, const RowsPlan& plan) {
   }
 }
 
-// norm_fwd_lean.cuh's rows (T: bf16 or f32) where they take the call, else nullopt: rows of whole packs, one scale row
-// (and LayerNorm's one bias row) or none, all aligned; v3's geometry, LayerNorm team rows at the packs v21 gives them
-// (6 where v10's rule takes them, else 8). LayerNorm since v23, RMSNorm since v24; absent parameters since v28. Since
-// v29, where lean_tuned_plan gives packs, block rows at them: f32 rows too (only those), bf16 LayerNorm 4096. Since v44
-// with cached I/O, and f32 block rows with their parameters held where the plan says. Since v57 with y of type Ty
-// (f32 x into bf16, bf16 x into f32 on LayerNorm's team rows: lean_mixed_rows), in the plan of x's dtype; since v60
-// bf16 x into f32 at kMixedPacks.
+// norm_fwd_lean.cuh's rows (T: bf16 or f32; f16 into f32 under v66) where they take the call, else nullopt: rows of
+// whole packs, one scale row (and LayerNorm's one bias row) or none, all aligned; v3's geometry, LayerNorm team rows at
+// the packs v21 gives them (6 where v10's rule takes them, else 8). LayerNorm since v23, RMSNorm since v24; absent
+// parameters since v28. Since v29, where lean_tuned_plan gives packs, block rows at them: f32 rows too (only those),
+// bf16 LayerNorm 4096. Since v44 with cached I/O, and f32 block rows with their parameters held where the plan says.
+// Since v57 with y of type Ty (f32 x into bf16, bf16 x into f32 on LayerNorm's team rows: lean_mixed_rows), in the plan
+// of x's dtype; since v60 bf16 x into f32 at kMixedPacks (v66: the f16 pairs as bf16's, lean_f16_pairs).
 // launch_plan(kernel, plan, args...): norm_fwd's launch of a register-row kernel in plan's geometry.
 template <typename T, typename Ty, bool kRms, typename LaunchPlan>
 std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, const T* xp, ParamView scale,
@@ -342,7 +360,7 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
         (kRms || one_row(bias)) && vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data}))) {
     return std::nullopt;
   }
-  constexpr bool kMixed16 = sizeof(T) == 2 && !std::is_same_v<T, Ty>;  // a bf16 x's y of another dtype (v57, v60)
+  constexpr bool kMixed16 = sizeof(T) == 2 && !std::is_same_v<T, Ty>;  // a 16-bit x's y in f32 (v57, v60, v66)
   // The instance for the parameters present (kS: scale, kB: LayerNorm's bias) and how team rows read them (kSt:
   // staged in shared memory, v28; else loaded in pass 3, v23).
   const auto lean = [&](auto has_scale, auto has_bias, auto staged) -> ffi::Error {
@@ -420,8 +438,8 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
             return go(norm_fwd_lean_kernel<T, kRms, true, kRowPacks<T>, kS, kB, true, false, kIo, 1, 0, Ty>, plan);
           }
         }
-        if constexpr (kMixed16 && kRms) {
-          return ffi::Error::Internal("v57's RMSNorm lean rows into another dtype");
+        if constexpr (kMixed16 && (kRms || !std::is_same_v<T, __nv_bfloat16>)) {
+          return ffi::Error::Internal("v57's lean rows into another dtype: bf16 LayerNorm only");
         } else {
           if constexpr (!kRms) {
             if (const RowsPlan six = plan_norm_rows<T, kRowPacksTeam6>(s.cols); six.ok && six.tpr == plan.tpr) {
@@ -475,7 +493,7 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
         using Ty = elem_t<decltype(tag_y)>;
         Ty* typed_y = static_cast<Ty*>(y.untyped_data());
         if constexpr (kLeanPair<T, Ty, kRms>) {
-          if (lean_mixed_rows<T, kRms>(s.cols, plan)) {
+          if (lean_mixed_rows<T, Ty, kRms>(s.cols, plan)) {
             if (auto done = norm_fwd_lean_rows<T, Ty, kRms>(s, plan, xp, scale, bias, typed_y, mean, rstd, epsilon,
                                                             launch_plan)) {
               return *done;

@@ -2,11 +2,11 @@
 // with a launch that records the kernel and its plan instead of launching it, under the version that
 // JAX_MEMOPS_NORM_FWD names (read once per process): nothing reaches the GPU, so it runs on any machine.
 //   sweep  every row length C = 1..24600, x and y of one dtype (bf16, f32) or of the pairs the lean rows take into
-//          another (bf16 into f32, f32 into bf16) and one they don't (bf16 into f16), LayerNorm with each set of
-//          parameters and RMSNorm with and without its scale: the selection never ends in an error, launches at most
-//          once, and under v48 and earlier takes no row into another dtype.
-//   picks  the kernels and plans the rules name for a few rows (the default v65, v62 the rule before it, the candidate
-//          v63, v61 the rule before v62, v60 the rule before v61, v58 and v57).
+//          another (bf16 into f32, f32 into bf16; v66: f16 into f32, f32 into f16) and one they don't (bf16 into f16),
+//          LayerNorm with each set of parameters and RMSNorm with and without its scale: the selection never ends in
+//          an error, launches at most once, and under v48 and earlier takes no row into another dtype.
+//   picks  the kernels and plans the rules name for a few rows (the default v65, v62 the rule before it, the
+//          candidates v63 and v66, v61 the rule before v62, v60 the rule before v61, v58 and v57).
 // Built and run by tests/test_norm_fwd_rule.py; prints OK last.
 #include "norm_fwd.cu"
 
@@ -54,7 +54,7 @@ Launch pick(int64_t cols, bool scale, bool bias, const char* what) {
   if constexpr (!std::is_same_v<T, Ty>) {
     if constexpr (!kLeanPair<T, Ty, kRms>) {
       return out;
-    } else if (!lean_mixed_rows<T, kRms>(cols, plan)) {
+    } else if (!lean_mixed_rows<T, Ty, kRms>(cols, plan)) {
       return out;
     }
   }
@@ -96,15 +96,15 @@ const void* at(K kernel) {
 
 using bf16 = __nv_bfloat16;
 
-// The lean kernel's bf16 rows into f32 at 4 packs per thread with cached I/O and a scale (LayerNorm: a bias too,
-// staged), in whole sectors (kSectors, the 13th argument: v62, v63 and the default where lean_sector_stores says) or
-// not (v61, v60, v58).
-template <bool kRms, bool kBlockRow>
+// The lean kernel's rows of T (bf16; v66: f16 too) into f32 at 4 packs per thread with cached I/O and a scale
+// (LayerNorm: a bias too, staged), in whole sectors (kSectors, the 13th argument: v62, v63 and the default where
+// lean_sector_stores says) or not (v61, v60, v58).
+template <bool kRms, bool kBlockRow, typename T = bf16>
 const void* mixed_lean(bool sectors) {
   constexpr bool kBias = !kRms;
   constexpr int P = 4;
-  return sectors ? at(norm_fwd_lean_kernel<bf16, kRms, kBlockRow, P, true, kBias, true, false, true, 1, 0, float, 1>)
-                 : at(norm_fwd_lean_kernel<bf16, kRms, kBlockRow, P, true, kBias, true, false, true, 1, 0, float>);
+  return sectors ? at(norm_fwd_lean_kernel<T, kRms, kBlockRow, P, true, kBias, true, false, true, 1, 0, float, 1>)
+                 : at(norm_fwd_lean_kernel<T, kRms, kBlockRow, P, true, kBias, true, false, true, 1, 0, float>);
 }
 
 // What norm_fwd_mixed launches for x of T into y of Ty at C = cols where v3's rows take it (aligned buffers).
@@ -120,7 +120,8 @@ Launch pick_v3(int64_t cols, const char* what) {
 
 void picks(const char* version) {
   const bool v57 = std::strcmp(version, "v57") == 0;
-  const bool v65 = std::strcmp(version, "") == 0;  // the default
+  const bool v66 = std::strcmp(version, "v66") == 0;  // v65, and the f16 pairs on the lean rows
+  const bool v65 = std::strcmp(version, "") == 0 || v66;  // the default
   const bool v63 = std::strcmp(version, "v63") == 0;  // v62, and v3's rows from 16-bit x into f32 in whole sectors
   const bool v62 = std::strcmp(version, "v62") == 0 || v63 || v65;  // (v65: not at every C, see below)
   const bool v61 = std::strcmp(version, "v61") == 0 || v62, v60 = std::strcmp(version, "v60") == 0;
@@ -187,6 +188,20 @@ void picks(const char* version) {
     expect("bf16 into f32 LayerNorm (beyond 384 threads: v3)", 16384, pick<bf16, float, false>(16384, true, true, ""),
            nullptr, 0);
   }
+  // v66: the f16 pairs as bf16's (f16 x into f32 at 4 packs, LayerNorm's sectors by v65's rule; f32 x into f16 on the
+  // tuned block rows); elsewhere v3's rows.
+  const auto f16_lean = [&](const void* k) { return v66 ? k : nullptr; };
+  expect("f16 into f32 RMSNorm", 1024, pick<__half, float, true>(1024, true, false, ""),
+         f16_lean(mixed_lean<true, false, __half>(true)), 32);
+  expect("f16 into f32 LayerNorm (3 packs a thread)", 768, pick<__half, float, false>(768, true, true, ""),
+         f16_lean(mixed_lean<false, false, __half>(false)), 32);
+  expect("f16 into f32 LayerNorm", 4096, pick<__half, float, false>(4096, true, true, ""),
+         f16_lean(mixed_lean<false, true, __half>(true)), 128, v66 ? 1 : -1);
+  expect("f16 into f32 LayerNorm (beyond 384 threads: v3)", 16384, pick<__half, float, false>(16384, true, true, ""),
+         nullptr, 0);
+  expect("f32 into f16 LayerNorm", 4096, pick<float, __half, false>(4096, true, true, ""),
+         f16_lean(at(norm_fwd_lean_kernel<float, false, true, 4, true, true, true, false, true, 1, 0, __half>)), 256);
+  expect("f32 into f16 RMSNorm (2 packs: v3)", 4096, pick<float, __half, true>(4096, true, false, ""), nullptr, 0);
 }
 
 }  // namespace
@@ -201,6 +216,8 @@ int main() {
   sweep<bf16, float>("bf16 into f32");
   sweep<float, bf16>("f32 into bf16");
   sweep<bf16, __half>("bf16 into f16");
+  sweep<__half, float>("f16 into f32");
+  sweep<float, __half>("f32 into f16");
   picks(version);
   if (failures > 0) {
     std::printf("%d failures (JAX_MEMOPS_NORM_FWD=%s)\n", failures, version);

@@ -119,11 +119,13 @@ def test_norm_forward_versions(gpu, version, grid):
 # lane pairs exchanging half of x's pack, RMSNorm at every C, LayerNorm to C = 12288 ((20, 1000), some of (33, 4097)'s
 # rows, which start at every alignment, end in a pair with one pack; beyond, (5, 16384), (3, 24584), streaming); (7, 3)
 # rows of scalar edges only), v62 (the rule before v65: the lean rows' whole sectors at every C, v3's rows into f32
-# streaming), v63 (v62, and v3's rows from f16 or bf16 x into f32 in whole sectors at every C), v61 (the rule before
-# v62: each store of the bf16 lean rows into f32 fills half of its sectors), v60 (v61 but v3's rows all cached), v58
-# (v61 but v3's rows all streaming), v57 (the rule before v60: bf16 x into f32 on LayerNorm's team rows alone, at v3's
-# packs, (300, 32), (8001, 768), (20, 1000), (1, 2048); v3's rows streaming elsewhere) and v48 (norm_fwd_mixed for
-# every row: v3's register rows where x and y are aligned, else the v1 row kernel).
+# streaming), v63 (v62, and v3's rows from f16 or bf16 x into f32 in whole sectors at every C), v66 (v65, and the f16
+# pairs on the lean rows as bf16's: f16 x into f32 at 4 packs per thread to C = 12288, f32 x into f16 on the tuned
+# block rows), v61 (the rule before v62: each store of the bf16 lean rows into f32 fills half of its sectors), v60
+# (v61 but v3's rows all cached), v58 (v61 but v3's rows all streaming), v57 (the rule before v60: bf16 x into f32 on
+# LayerNorm's team rows alone, at v3's packs, (300, 32), (8001, 768), (20, 1000), (1, 2048); v3's rows streaming
+# elsewhere) and v48 (norm_fwd_mixed for every row: v3's register rows where x and y are aligned, else the v1 row
+# kernel).
 _NORM_OUT_DTYPE_SCRIPT = _PRELUDE + r"""
 rng = np.random.default_rng(23)
 shapes = [(7, 3), (300, 32), (8001, 768), (20, 1000), (1, 2048), (97, 4096), (33, 4097), (3, 8192), (700, 12288),
@@ -150,7 +152,7 @@ print("OK")
 """
 
 
-@pytest.mark.parametrize("version", ["", "v62", "v63", "v48", "v57", "v58", "v60", "v61"])
+@pytest.mark.parametrize("version", ["", "v62", "v63", "v66", "v48", "v57", "v58", "v60", "v61"])
 def test_norm_forward_out_dtype_versions(gpu, version):
     mt.run_script(_NORM_OUT_DTYPE_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version}, compile_cache=True)
 
