@@ -50,10 +50,11 @@ namespace {
 // before v65 (the default: v62 but for LayerNorm's rows of fewer than 4 packs a thread or blocks over 256 threads,
 // and v3's rows from 16-bit x into f32 in whole sectors too, RMSNorm's at every C, LayerNorm's to C = 12288:
 // lean_sector_stores, rows_sector_stores), =v63 the sixteenth session's candidate (v62, and v3's rows from 16-bit x
-// into f32 in whole sectors at every C: norm_rows.cuh's kSectors), =v66 the seventeenth session's candidate (v65,
-// and the f16 pairs on the lean rows as bf16's: lean_f16_pairs). The backward is the same in all.
+// into f32 in whole sectors at every C: norm_rows.cuh's kSectors), =v66 and =v67 the seventeenth session's candidates
+// (v66: v65, and the f16 pairs on the lean rows as bf16's, lean_f16_pairs; v67: v66, and f16 rows of x's dtype on the
+// lean rows too, lean_f16_rows). The backward is the same in all.
 enum class NormFwd {
-  kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV61, kV62, kV63, kV66
+  kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV61, kV62, kV63, kV66, kV67
 };
 
 NormFwd norm_fwd_version() {
@@ -63,20 +64,24 @@ NormFwd norm_fwd_version() {
                                        {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45},
                                        {"v48", NormFwd::kV48}, {"v57", NormFwd::kV57}, {"v58", NormFwd::kV58},
                                        {"v60", NormFwd::kV60}, {"v61", NormFwd::kV61},
-                                       {"v62", NormFwd::kV62}, {"v63", NormFwd::kV63}, {"v66", NormFwd::kV66}},
+                                       {"v62", NormFwd::kV62}, {"v63", NormFwd::kV63}, {"v66", NormFwd::kV66},
+                                       {"v67", NormFwd::kV67}},
                                       NormFwd::kByDtype);
   return v;
 }
 
 // v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60..v63, the default,
-// v66).
+// v66, v67).
 bool mixed_v57_or_later(NormFwd v) {
   return v == NormFwd::kByDtype || v == NormFwd::kV57 || v == NormFwd::kV58 || v == NormFwd::kV60 ||
-         v == NormFwd::kV61 || v == NormFwd::kV62 || v == NormFwd::kV63 || v == NormFwd::kV66;
+         v == NormFwd::kV61 || v == NormFwd::kV62 || v == NormFwd::kV63 || v == NormFwd::kV66 || v == NormFwd::kV67;
 }
 
-// The default's rule for the pairs both take (v66: the default, and the f16 pairs on the lean rows).
-bool norm_fwd_v65_rule() { return norm_fwd_version() == NormFwd::kByDtype || norm_fwd_version() == NormFwd::kV66; }
+// v66 and v67: the default's rule wherever they leave it (the f16 pairs, v67's f16 rows aside).
+bool norm_fwd_v65_rule() {
+  const NormFwd v = norm_fwd_version();
+  return v == NormFwd::kByDtype || v == NormFwd::kV66 || v == NormFwd::kV67;
+}
 
 // v63 and the default (v65): v3's rows from 16-bit x into f32 store y in whole sectors (norm_rows.cuh's kSectors),
 // under v63 at every C; by default RMSNorm's at every C, LayerNorm's to C = 12288 (f16 x: bf16 rows that short take
@@ -96,10 +101,11 @@ bool norm_fwd_by_dtype() {
          v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48 || mixed_v57_or_later(v);
 }
 
-// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58, v60..v63 and v66.
+// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58, v60..v63, v66 and v67.
 bool mixed_lean_packs() { return mixed_v57_or_later(norm_fwd_version()) && norm_fwd_version() != NormFwd::kV57; }
 
-// v48: the default's rule for rows of one dtype (v57, v58, v60..v63, v66 change only rows into another).
+// v48: the default's rule for rows of one dtype (v57, v58, v60..v63, v66 change only rows into another; v67
+// f16 rows too, lean_f16_rows).
 bool norm_fwd_v48_or_later() { return norm_fwd_version() == NormFwd::kV48 || mixed_v57_or_later(norm_fwd_version()); }
 
 // v45: the default's rule but for v48's pair rows (lean_pair_plan).
@@ -216,7 +222,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
 }
 
-// v61, v62, v63, v66 and the default (v65): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O,
+// v61, v62, v63, v66, v67 and the default (v65): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O,
 // into a wider one (bf16 or f16 x into f32) or one of the same width streaming; v60: all with cached I/O; v58, v57 and
 // earlier: all streaming.
 // Measured on the H200 (RESULTS.md "v60", "v61"; device timing, one process each, two rounds): cached I/O on f32 x
@@ -227,8 +233,7 @@ template <typename T, typename Ty>
 bool v3_mixed_cached_io() {
   const NormFwd v = norm_fwd_version();
   return v == NormFwd::kV60 ||
-         ((v == NormFwd::kByDtype || v == NormFwd::kV61 || v == NormFwd::kV62 || v == NormFwd::kV63 ||
-           v == NormFwd::kV66) &&
+         ((v == NormFwd::kV61 || v == NormFwd::kV62 || v == NormFwd::kV63 || norm_fwd_v65_rule()) &&
           sizeof(Ty) < sizeof(T));
 }
 
@@ -318,7 +323,19 @@ bool lean_sector_stores(const RowsPlan& p, int64_t packs) {
 // (LayerNorm, C = 1024 / 4096) and 91-95% (RMSNorm) where bf16 x on the lean rows read 95% and 98% (RESULTS.md "v63").
 // The lean rows kept f16 off because ptxas merges pass 1's f16 conversions with pass 2's and spills the row (60-116
 // bytes at 8 packs); at kMixedPacks (4) the f16-into-f32 instances fit in 76 registers without a spill.
-bool lean_f16_pairs() { return norm_fwd_version() == NormFwd::kV66; }
+bool lean_f16_pairs() { return norm_fwd_version() == NormFwd::kV66 || norm_fwd_version() == NormFwd::kV67; }
+
+// v67 (the other candidate): v66, and f16 rows of x's dtype on the lean rows too, at kMixedPacks to kMixedMaxBlock
+// threads (C <= 12288; beyond, v3's rows as before), as the 16-bit rows into f32 are planned. Why: on the H200 f16
+// rows on v3's 8 packs (v4's 6 for LayerNorm's team rows) ran 4-9% behind bf16's lean rows at C = 1024 / 4096
+// (LayerNorm 0.0748 / 0.0723 ms against 0.0682 / 0.0683, RMSNorm 0.0701 / 0.0696 against 0.0668; RESULTS.md "v63"),
+// the lean kernel's instruction diet (v23) being what bf16 has and f16 lacks; at 4 packs the f16 instances take 60-72
+// registers, no spill (at 8: 60-116 bytes of spill).
+bool lean_f16_rows(int64_t cols) {
+  if (norm_fwd_version() != NormFwd::kV67) return false;
+  const RowsPlan p = plan_norm_rows<__half, kMixedPacks>(cols);
+  return p.ok && p.tpr <= kMixedMaxBlock;
+}
 
 template <typename T, typename Ty, bool kRms>
 inline constexpr bool kLeanPair =
@@ -361,6 +378,10 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
     return std::nullopt;
   }
   constexpr bool kMixed16 = sizeof(T) == 2 && !std::is_same_v<T, Ty>;  // a 16-bit x's y in f32 (v57, v60, v66)
+  constexpr bool kF16 = std::is_same_v<T, __half> && !kMixed16;        // f16 rows of x's dtype (v67)
+  if constexpr (kF16) {
+    if (!lean_f16_rows(s.cols)) return std::nullopt;
+  }
   // The instance for the parameters present (kS: scale, kB: LayerNorm's bias) and how team rows read them (kSt:
   // staged in shared memory, v28; else loaded in pass 3, v23).
   const auto lean = [&](auto has_scale, auto has_bias, auto staged) -> ffi::Error {
@@ -372,7 +393,7 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
     // f(std::bool_constant<io>): io = the kernel's kCachedIo (v44's default), else the streaming pair.
     const auto cached = [&](auto f) { return lean_cached_io() ? f(std::true_type{}) : f(std::false_type{}); };
     // v48: bf16 rows of 512..1536 packs two per block, with cached I/O (lean_pair_plan), by default only.
-    if constexpr (sizeof(T) == 2 && !kMixed16) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16> && !kMixed16) {
       const LeanPairs pairs = lean_pair_plan<kRms>(s.cols / kVec<T>);
       if (pairs.np > 0 && norm_fwd_v48_or_later()) {
         const auto at = [&](auto np, auto regs) {
@@ -393,7 +414,7 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
         }
       }
     }
-    if constexpr (kLeanTuned<T, kRms> && !kMixed16) {
+    if constexpr (kLeanTuned<T, kRms> && !kMixed16 && !kF16) {
       if (tuned.np > 0) {
         return with_lean_packs<T, kRms>(tuned.np, [&](auto np) {
           constexpr int kNp = decltype(np)::value;
@@ -409,6 +430,11 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
     }
     if constexpr (sizeof(T) == 4) {
       return ffi::Error::Internal("f32 lean rows without tuned packs");  // the condition above excludes them
+    } else if constexpr (kF16) {  // v67: at kMixedPacks, with cached I/O (lean_f16_rows)
+      constexpr bool kSt = decltype(staged)::value;
+      const RowsPlan p = plan_norm_rows<T, kMixedPacks>(s.cols);
+      return p.block_rows ? go(norm_fwd_lean_kernel<T, kRms, true, kMixedPacks, kS, kB, true, false, true>, p)
+                          : go(norm_fwd_lean_kernel<T, kRms, false, kMixedPacks, kS, kB, kSt, false, true>, p);
     } else {
       constexpr bool kSt = decltype(staged)::value;  // team rows only: block rows take one instance either way
       return cached([&](auto io) {
@@ -508,10 +534,8 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
       return launch_plan(kernel, plan, xp, scale, bias, yp, mean, rstd, s.rows, static_cast<int>(s.cols), epsilon,
                          plan.tpr);
     };
-    if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float>) {
-      if (auto done = norm_fwd_lean_rows<T, T, kRms>(s, plan, xp, scale, bias, yp, mean, rstd, epsilon, launch_plan)) {
-        return *done;
-      }
+    if (auto done = norm_fwd_lean_rows<T, T, kRms>(s, plan, xp, scale, bias, yp, mean, rstd, epsilon, launch_plan)) {
+      return *done;  // (f16 rows only under v67: lean_f16_rows)
     }
     // v4 (norm_fwd_half.cuh): its 32-bit row indices need rows + a block's rows <= INT_MAX.
     if (same_split && norm_fwd_half<T>() && s.rows <= int64_t{INT_MAX} - kMaxRowBlock) {

@@ -1,12 +1,12 @@
 // The norms' forward rule for the lean rows (cpp/norm_fwd.cu: lean_mixed_rows, norm_fwd_lean_rows), run on the host
 // with a launch that records the kernel and its plan instead of launching it, under the version that
 // JAX_MEMOPS_NORM_FWD names (read once per process): nothing reaches the GPU, so it runs on any machine.
-//   sweep  every row length C = 1..24600, x and y of one dtype (bf16, f32) or of the pairs the lean rows take into
+//   sweep  every row length C = 1..24600, x and y of one dtype (bf16, f32, f16) or of the pairs the lean rows take into
 //          another (bf16 into f32, f32 into bf16; v66: f16 into f32, f32 into f16) and one they don't (bf16 into f16),
 //          LayerNorm with each set of parameters and RMSNorm with and without its scale: the selection never ends in
 //          an error, launches at most once, and under v48 and earlier takes no row into another dtype.
 //   picks  the kernels and plans the rules name for a few rows (the default v65, v62 the rule before it, the
-//          candidates v63 and v66, v61 the rule before v62, v60 the rule before v61, v58 and v57).
+//          candidates v63, v66 and v67, v61 the rule before v62, v60 the rule before v61, v58 and v57).
 // Built and run by tests/test_norm_fwd_rule.py; prints OK last.
 #include "norm_fwd.cu"
 
@@ -120,7 +120,8 @@ Launch pick_v3(int64_t cols, const char* what) {
 
 void picks(const char* version) {
   const bool v57 = std::strcmp(version, "v57") == 0;
-  const bool v66 = std::strcmp(version, "v66") == 0;  // v65, and the f16 pairs on the lean rows
+  const bool v67 = std::strcmp(version, "v67") == 0;  // v66, and f16 rows of x's dtype on the lean rows
+  const bool v66 = std::strcmp(version, "v66") == 0 || v67;  // v65, and the f16 pairs on the lean rows
   const bool v65 = std::strcmp(version, "") == 0 || v66;  // the default
   const bool v63 = std::strcmp(version, "v63") == 0;  // v62, and v3's rows from 16-bit x into f32 in whole sectors
   const bool v62 = std::strcmp(version, "v62") == 0 || v63 || v65;  // (v65: not at every C, see below)
@@ -202,6 +203,14 @@ void picks(const char* version) {
   expect("f32 into f16 LayerNorm", 4096, pick<float, __half, false>(4096, true, true, ""),
          f16_lean(at(norm_fwd_lean_kernel<float, false, true, 4, true, true, true, false, true, 1, 0, __half>)), 256);
   expect("f32 into f16 RMSNorm (2 packs: v3)", 4096, pick<float, __half, true>(4096, true, false, ""), nullptr, 0);
+  // v67: f16 rows of x's dtype at 4 packs with cached I/O to 384 threads (team rows stage the parameters).
+  const auto f16_rows = [&](const void* k) { return v67 ? k : nullptr; };
+  expect("f16 LayerNorm", 1024, pick<__half, __half, false>(1024, true, true, ""),
+         f16_rows(at(norm_fwd_lean_kernel<__half, false, false, 4, true, true, true, false, true>)), 32);
+  expect("f16 RMSNorm", 4096, pick<__half, __half, true>(4096, true, false, ""),
+         f16_rows(at(norm_fwd_lean_kernel<__half, true, true, 4, true, false, true, false, true>)), 128);
+  expect("f16 LayerNorm (beyond 384 threads: v3)", 12296, pick<__half, __half, false>(12296, true, true, ""), nullptr,
+         0);
 }
 
 }  // namespace
@@ -213,6 +222,7 @@ int main() {
   const char* version = env != nullptr ? env : "";
   sweep<bf16, bf16>("bf16");
   sweep<float, float>("f32");
+  sweep<__half, __half>("f16");
   sweep<bf16, float>("bf16 into f32");
   sweep<float, bf16>("f32 into bf16");
   sweep<bf16, __half>("bf16 into f16");

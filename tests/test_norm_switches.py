@@ -51,6 +51,10 @@ put = lambda *a: [jax.device_put(t, gpu) for t in a]
 # 768) at 3 packs, (129, 516) at 3 and (20, 1000) at 4 with slots left empty. Since v48 (v45: the rule before) bf16
 # rows of 512..1536 packs run two rows per block (lean_pair_plan): (97, 4096), (3, 8192) at 3 packs (odd rows: the last
 # block's second row empty), (5, 10000) at 4, (700, 12288) at 3 (RMSNorm 4); the persistent grid strides over them.
+# v67 (a candidate) puts f16 rows of whole packs on the lean kernel too, at 4 packs per thread to 384 threads: team
+# rows (60001, 64), (8001, 768), (20, 1000) (slots left empty), block rows (65, 1032) of 64 threads (slots left empty),
+# (1, 2048), (97, 4096), (3, 8192), (5, 10000) of 320, (700, 12288) of 384, NaN entries and constant rows among them;
+# (3, 24584) beyond, on v3's rows.
 _NORM_V4_SCRIPT = _PRELUDE + r"""
 rng = np.random.default_rng(19)
 shapes = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 515), (129, 516), (20, 1000), (300, 1001), (8001, 768),
@@ -102,7 +106,7 @@ print("OK")
 
 @pytest.mark.parametrize("version,grid", [("v4", ""), ("v3", ""), ("v4", "persistent"), ("v3", "persistent"),
                                           ("v21", ""), ("v23", ""), ("v28", ""), ("v29", ""), ("v44", ""), ("v45", ""),
-                                          ("", ""), ("", "persistent")])
+                                          ("v67", ""), ("", ""), ("", "persistent")])
 def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid},
                   compile_cache=True)
