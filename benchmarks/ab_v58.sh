@@ -25,9 +25,10 @@
 #            the test names) and the tests whose names carry no device, which on this machine run on the GPU (8 workers;
 #            TEST_K: another pytest -k expression).
 #   san      compute-sanitizer memcheck, then racecheck, over the dtype ops (sanitize.py --only layer_norm_dtype
-#            rms_norm_dtype, or SAN_OPS), under the default and v58 (SAN_VERSIONS), one run at a time (racecheck run beside other
-#            sanitizers died of the tool's own segmentation fault on the H100; alone, each took ~45 s; on the H200 a
-#            third of the runs still died so, at random: ab_sanitize_resume goes on from the check it died in).
+#            rms_norm_dtype, or SAN_OPS), under the default and v58 (SAN_VERSIONS), one run at a time (racecheck run
+#            beside other sanitizers died of the tool's own segmentation fault on the H100; alone, each took ~45 s; on
+#            the H200 a third of the runs still died so, at random: ab_sanitize_resume goes on from the check it died
+#            in).
 #   ab       the forward of both norms into another dtype (bench --out-dtypes, device timing) under the default, v57,
 #            v58 and v48 (VERSIONS, the first the ratios' base), each its own process (~35-45 s), per round of ROUNDS
 #            (default "1 2"); the ms of each and the ratios to the default's (< 1: faster than the default), the

@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
 }
 
-// v61, v62, v63, v66, v67 and the default (v65): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O,
+// v61..v63, v66, v67 and the default (v65): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O,
 // into a wider one (bf16 or f16 x into f32) or one of the same width streaming; v60: all with cached I/O; v58, v57 and
 // earlier: all streaming.
 // Measured on the H200 (RESULTS.md "v60", "v61"; device timing, one process each, two rounds): cached I/O on f32 x
