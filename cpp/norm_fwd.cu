@@ -359,13 +359,14 @@ bool lean_mixed_rows(int64_t cols, const RowsPlan& plan) {
   }
 }
 
-// norm_fwd_lean.cuh's rows (T: bf16 or f32; f16 into f32 under v66) where they take the call, else nullopt: rows of
-// whole packs, one scale row (and LayerNorm's one bias row) or none, all aligned; v3's geometry, LayerNorm team rows at
-// the packs v21 gives them (6 where v10's rule takes them, else 8). LayerNorm since v23, RMSNorm since v24; absent
-// parameters since v28. Since v29, where lean_tuned_plan gives packs, block rows at them: f32 rows too (only those),
-// bf16 LayerNorm 4096. Since v44 with cached I/O, and f32 block rows with their parameters held where the plan says.
-// Since v57 with y of type Ty (f32 x into bf16, bf16 x into f32 on LayerNorm's team rows: lean_mixed_rows), in the plan
-// of x's dtype; since v60 bf16 x into f32 at kMixedPacks (v66: the f16 pairs as bf16's, lean_f16_pairs).
+// norm_fwd_lean.cuh's rows (T: bf16 or f32; f16 into f32 under v66, f16 under v67) where they take the call, else
+// nullopt: rows of whole packs, one scale row (and LayerNorm's one bias row) or none, all aligned; v3's geometry,
+// LayerNorm team rows at the packs v21 gives them (6 where v10's rule takes them, else 8). LayerNorm since v23, RMSNorm
+// since v24; absent parameters since v28. Since v29, where lean_tuned_plan gives packs, block rows at them: f32 rows
+// too (only those), bf16 LayerNorm 4096. Since v44 with cached I/O, and f32 block rows with their parameters held where
+// the plan says. Since v57 with y of type Ty (f32 x into bf16, bf16 x into f32 on LayerNorm's team rows:
+// lean_mixed_rows), in the plan of x's dtype; since v60 bf16 x into f32 at kMixedPacks (v66: the f16 pairs as bf16's,
+// lean_f16_pairs; v67: f16 rows at kMixedPacks, lean_f16_rows).
 // launch_plan(kernel, plan, args...): norm_fwd's launch of a register-row kernel in plan's geometry.
 template <typename T, typename Ty, bool kRms, typename LaunchPlan>
 std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, const T* xp, ParamView scale,
