@@ -14,11 +14,11 @@
 # that A/B; v63 and v64 are that session's candidates (v63: v3's rows from 16-bit x into f32 in whole sectors too; v64:
 # v63 with the lean rows' sectors made by swapping halves of x, not of y): `wide` measured both, `SAN_VERSIONS="v63"
 # san` sanitized v63's kernels (the seventeenth session, an H200: RESULTS.md "v63"). Since then the default is v65 (v62
-# but for LayerNorm's lean rows of 3 packs a thread or blocks over 256 threads, and v3's rows from 16-bit x into f32 in whole
-# sectors, RMSNorm's at every C, LayerNorm's to C = 12288), v62 the rule before it; v64 is gone (1-2% slower than v63):
-# `WIDE_VERSIONS="default v62" WIDE_COLS="..." wide` measured v65 (on an H100). v66 and v67 are that session's
-# candidates (v66: v65, and the f16 pairs on the lean rows as bf16's; v67: v66, and f16 rows of x's dtype on the lean
-# rows too): `f16` measures both, `SAN_VERSIONS=v67 SAN_OPS="layer_norm layer_norm_noparams layer_norm_scale rms_norm
+# but for LayerNorm's lean rows of 3 packs a thread or blocks over 256 threads, and v3's rows from 16-bit x into f32
+# in whole sectors, RMSNorm's at every C, LayerNorm's to C = 12288), v62 the rule before it; v64 is gone (1-2% slower
+# than v63): `WIDE_VERSIONS="default v62" WIDE_COLS="..." wide` measured v65 (on an H100). v66 and v67 are that
+# session's candidates (v66: v65, and the f16 pairs on the lean rows as bf16's; v67: v66, and f16 rows of x's dtype on
+# the lean rows too): `f16` measures both, `SAN_VERSIONS=v67 SAN_OPS="layer_norm layer_norm_noparams layer_norm_scale rms_norm
 # layer_norm_dtype rms_norm_dtype layer_norm_dtype16 rms_norm_dtype16" san` sanitizes their kernels.
 #   build    this tree into site-packages (sm_90).
 #   test     the output dtype's GPU tests (test_norm_dtype; test_norm_forward_out_dtype_versions under the versions
