@@ -18,8 +18,8 @@
 # in whole sectors, RMSNorm's at every C, LayerNorm's to C = 12288), v62 the rule before it; v64 is gone (1-2% slower
 # than v63): `WIDE_VERSIONS="default v62" WIDE_COLS="..." wide` measured v65 (on an H100). v66 and v67 are that
 # session's candidates (v66: v65, and the f16 pairs on the lean rows as bf16's; v67: v66, and f16 rows of x's dtype on
-# the lean rows too): `f16` measures both, `SAN_VERSIONS=v67 SAN_OPS="layer_norm layer_norm_noparams layer_norm_scale rms_norm
-# layer_norm_dtype rms_norm_dtype layer_norm_dtype16 rms_norm_dtype16" san` sanitizes their kernels.
+# the lean rows too): `f16` measures both, `SAN_VERSIONS=v67 SAN_OPS="layer_norm layer_norm_noparams layer_norm_scale
+# rms_norm layer_norm_dtype rms_norm_dtype layer_norm_dtype16 rms_norm_dtype16" san` sanitizes their kernels.
 #   build    this tree into site-packages (sm_90).
 #   test     the output dtype's GPU tests (test_norm_dtype; test_norm_forward_out_dtype_versions under the versions
 #            the test names) and the tests whose names carry no device, which on this machine run on the GPU (8 workers;
