@@ -19,7 +19,9 @@
 # than v63): `WIDE_VERSIONS="default v62" WIDE_COLS="..." wide` measured v65 (on an H100). v66 and v67 are that
 # session's candidates (v66: v65, and the f16 pairs on the lean rows as bf16's; v67: v66, and f16 rows of x's dtype on
 # the lean rows too): `f16` measures both, `SAN_VERSIONS=v67 SAN_OPS="layer_norm layer_norm_noparams layer_norm_scale
-# rms_norm layer_norm_dtype rms_norm_dtype layer_norm_dtype16 rms_norm_dtype16" san` sanitizes their kernels.
+# rms_norm layer_norm_dtype rms_norm_dtype layer_norm_dtype16 rms_norm_dtype16" san` sanitizes their kernels. Since the
+# eighteenth session (an H100: RESULTS.md "v66 to v68") the default is v68 (v67 but LayerNorm's f16 rows in blocks
+# over 256 threads on v3's rows) and v65 the rule before it: `f16` measures the default against v65.
 #   build    this tree into site-packages (sm_90).
 #   test     the output dtype's GPU tests (test_norm_dtype; test_norm_forward_out_dtype_versions under the versions
 #            the test names) and the tests whose names carry no device, which on this machine run on the GPU (8 workers;
@@ -36,7 +38,7 @@
 #   wide     the same for the rows from 16-bit x into f32: bf16 and f16 x at C = 1024, 4096 (bf16: the lean rows),
 #            16384 and 24576 (WIDE_COLS) under the default, v63 and v62 (WIDE_VERSIONS).
 #   f16      the same for f16 x into f32, f32 x into f16 and f16 rows (the f32 rows the A/A) at C = 768 to 12288
-#            under the default and the candidates v66 and v67 (F16_VERSIONS), which put them on the lean rows.
+#            under the default and v65 (F16_VERSIONS; the eighteenth session ran v66 and v67 beside v65).
 #   layers   norm_layers_ab.py's widening configuration at C = 1024 and 4096 (LAYERS_COLS; device timing), under the
 #            default and v57 (LAYERS_VERSIONS; each case took 50-65 s on the H100, ~40 s on the H200: 4 cases per C;
 #            in the sixteenth session an H100 took 280 s for 3: T_LAYERS, the seconds per version, 280 unless given).
@@ -86,9 +88,9 @@ stage_wide() {
 # v66 (a candidate of the seventeenth session): f16 x into f32 on the lean rows at 4 packs per thread as bf16's (on
 # the H200 v3's rows read 86-87% of the copy for LayerNorm there, the lean rows 95% for bf16), f32 x into f16 on the
 # tuned block rows as into bf16; v67: v66, and f16 rows on the lean rows at 4 packs per thread too (v3's rows there ran
-# 4-9% behind bf16's lean rows on the H200).
+# 4-9% behind bf16's lean rows on the H200); v68, the default since: v67 but LayerNorm's over 256 threads.
 stage_f16() {
-  bench_rounds f16 "${F16_VERSIONS:-default v66 v67}" --dtypes float16 float32 --out-dtypes float32 float16 \
+  bench_rounds f16 "${F16_VERSIONS:-default v65}" --dtypes float16 float32 --out-dtypes float32 float16 \
     --cols 768 1024 2048 4096 8192 12288
 }
 

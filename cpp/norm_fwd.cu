@@ -47,14 +47,15 @@ namespace {
 // into another dtype, which all stream, =v60 the rule before v61 (those rows all with cached I/O; v60 is the candidate
 // v59 of the thirteenth session), =v61 the rule before v62 (the 16-bit lean rows into f32 store y in whole sectors,
 // norm_fwd_lean.cuh's kSectors; the candidate of the fifteenth session, adopted in the sixteenth), =v62 the rule
-// before v65 (the default: v62 but for LayerNorm's rows of fewer than 4 packs a thread or blocks over 256 threads,
+// before v65 (v65: v62 but for LayerNorm's rows of fewer than 4 packs a thread or blocks over 256 threads,
 // and v3's rows from 16-bit x into f32 in whole sectors too, RMSNorm's at every C, LayerNorm's to C = 12288:
 // lean_sector_stores, rows_sector_stores), =v63 the sixteenth session's candidate (v62, and v3's rows from 16-bit x
 // into f32 in whole sectors at every C: norm_rows.cuh's kSectors), =v66 and =v67 the seventeenth session's candidates
 // (v66: v65, and the f16 pairs on the lean rows as bf16's, lean_f16_pairs; v67: v66, and f16 rows of x's dtype on the
-// lean rows too, lean_f16_rows). The backward is the same in all.
+// lean rows too, lean_f16_rows), =v65 the rule before v68 (the default since the eighteenth session: v67 but
+// LayerNorm's f16 rows in blocks over 256 threads, lean_f16_block). The backward is the same in all.
 enum class NormFwd {
-  kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV61, kV62, kV63, kV66, kV67
+  kByDtype, kV3, kV4, kV21, kV23, kV28, kV29, kV44, kV45, kV48, kV57, kV58, kV60, kV61, kV62, kV63, kV65, kV66, kV67
 };
 
 NormFwd norm_fwd_version() {
@@ -64,26 +65,27 @@ NormFwd norm_fwd_version() {
                                        {"v44", NormFwd::kV44}, {"v45", NormFwd::kV45},
                                        {"v48", NormFwd::kV48}, {"v57", NormFwd::kV57}, {"v58", NormFwd::kV58},
                                        {"v60", NormFwd::kV60}, {"v61", NormFwd::kV61},
-                                       {"v62", NormFwd::kV62}, {"v63", NormFwd::kV63}, {"v66", NormFwd::kV66},
-                                       {"v67", NormFwd::kV67}},
+                                       {"v62", NormFwd::kV62}, {"v63", NormFwd::kV63}, {"v65", NormFwd::kV65},
+                                       {"v66", NormFwd::kV66}, {"v67", NormFwd::kV67}},
                                       NormFwd::kByDtype);
   return v;
 }
 
-// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60..v63, the default,
-// v66, v67).
+// v57 and later: the lean rows write y of another dtype where lean_mixed_rows says (v57, v58, v60..v63, v65..v67,
+// the default).
 bool mixed_v57_or_later(NormFwd v) {
   return v == NormFwd::kByDtype || v == NormFwd::kV57 || v == NormFwd::kV58 || v == NormFwd::kV60 ||
-         v == NormFwd::kV61 || v == NormFwd::kV62 || v == NormFwd::kV63 || v == NormFwd::kV66 || v == NormFwd::kV67;
+         v == NormFwd::kV61 || v == NormFwd::kV62 || v == NormFwd::kV63 || v == NormFwd::kV65 || v == NormFwd::kV66 ||
+         v == NormFwd::kV67;
 }
 
-// v66 and v67: the default's rule wherever they leave it (the f16 pairs, v67's f16 rows aside).
+// v65's rule for the rows other than f16's: v65, v66, v67 and the default (v68).
 bool norm_fwd_v65_rule() {
   const NormFwd v = norm_fwd_version();
-  return v == NormFwd::kByDtype || v == NormFwd::kV66 || v == NormFwd::kV67;
+  return v == NormFwd::kByDtype || v == NormFwd::kV65 || v == NormFwd::kV66 || v == NormFwd::kV67;
 }
 
-// v63 and the default (v65): v3's rows from 16-bit x into f32 store y in whole sectors (norm_rows.cuh's kSectors),
+// v63, v65 and later: v3's rows from 16-bit x into f32 store y in whole sectors (norm_rows.cuh's kSectors),
 // under v63 at every C; by default RMSNorm's at every C, LayerNorm's to C = 12288 (f16 x: bf16 rows that short take
 // the lean rows). Measured on the H200 (RESULTS.md "v63"; 2^26 elements, device timing, one process each, two
 // rounds, same-dtype cells 0.996-1.003): f16 into f32 LayerNorm +5..7% at C = 1024 / 4096 but -1.1% at 16384,
@@ -101,11 +103,11 @@ bool norm_fwd_by_dtype() {
          v == NormFwd::kV44 || v == NormFwd::kV45 || v == NormFwd::kV48 || mixed_v57_or_later(v);
 }
 
-// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58, v60..v63, v66 and v67.
+// v60: bf16 rows into f32 on the lean rows at kMixedPacks, by default and under v58, v60..v63 and v65..v67.
 bool mixed_lean_packs() { return mixed_v57_or_later(norm_fwd_version()) && norm_fwd_version() != NormFwd::kV57; }
 
-// v48: the default's rule for rows of one dtype (v57, v58, v60..v63, v66 change only rows into another; v67
-// f16 rows too, lean_f16_rows).
+// v48: the default's rule for rows of one dtype (v57, v58, v60..v63, v65, v66 change only rows into another; v67 and
+// the default f16 rows too, lean_f16_rows).
 bool norm_fwd_v48_or_later() { return norm_fwd_version() == NormFwd::kV48 || mixed_v57_or_later(norm_fwd_version()); }
 
 // v45: the default's rule but for v48's pair rows (lean_pair_plan).
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
 }
 
-// v61..v63, v66, v67 and the default (v65): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O,
+// v61..v63, v65..v67 and the default (v68): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O,
 // into a wider one (bf16 or f16 x into f32) or one of the same width streaming; v60: all with cached I/O; v58, v57 and
 // earlier: all streaming.
 // Measured on the H200 (RESULTS.md "v60", "v61"; device timing, one process each, two rounds): cached I/O on f32 x
@@ -300,7 +302,7 @@ ffi::Error norm_fwd_mixed(cudaStream_t stream, const char* what, RowShape s, con
 // each, two rounds, same-dtype cells 0.998-1.001): bf16 into f32 LayerNorm +2..4% at C = 768..12288, RMSNorm +4..9%,
 // despite 80 registers (3 CTAs of 256 where 56 and 48 held 4 and 5); in one process (norm_mixed_ab.cu) the same
 // kernels +1.5..5.5% (LayerNorm) and +4..7% (RMSNorm), the bare widening 95% -> 98-99% of the copy.
-// v65 (the default; =v62 the rule before): LayerNorm's only where each thread holds kMixedPacks packs and a block
+// v65 (and later; =v62 the rule before): LayerNorm's only where each thread holds kMixedPacks packs and a block
 // has at most kTeamBlock threads (C = 1024, 2048, 4096, 8192; not 768 or 12288). Measured on the H200 (RESULTS.md
 // "v63"; 2^26 elements, device timing, one process each, two rounds): v62 ran LayerNorm at 0.91x of v61 at C = 768
 // (3 packs a thread; in one process 86% of the copy against 93%: 3 CTAs of 256 at 80 registers where 4 at 56 keep a
@@ -323,7 +325,21 @@ bool lean_sector_stores(const RowsPlan& p, int64_t packs) {
 // (LayerNorm, C = 1024 / 4096) and 91-95% (RMSNorm) where bf16 x on the lean rows read 95% and 98% (RESULTS.md "v63").
 // The lean rows kept f16 off because ptxas merges pass 1's f16 conversions with pass 2's and spills the row (60-116
 // bytes at 8 packs); at kMixedPacks (4) the f16-into-f32 instances fit in 76 registers without a spill.
-bool lean_f16_pairs() { return norm_fwd_version() == NormFwd::kV66 || norm_fwd_version() == NormFwd::kV67; }
+bool lean_f16_pairs() {
+  const NormFwd v = norm_fwd_version();
+  return v == NormFwd::kV66 || v == NormFwd::kV67 || v == NormFwd::kByDtype;
+}
+
+// v68 (the default since the eighteenth session; =v65 the rule before it): v67 but LayerNorm's f16 rows, of x's dtype
+// or into f32, in blocks over kTeamBlock threads (C = 8200..12288) stay on v3's rows. Measured on an H100 (RESULTS.md
+// "v66 to v68"; 2^26 elements, device timing, one process each, two rounds, f32 rows 0.999-1.001): f16 into f32
+// LayerNorm +2.6..4.1% at C = 1024..8192 (+1.5% at 768) but -3.5% at 12288, RMSNorm +0.7..3.5% to 12288; f32 into f16
+// +1.5..3.3% (1.000 where the tuned block rows leave it); f16 rows LayerNorm +4% at 1024..4096, +0.8% at 8192, -3.2% at
+// 12288, +-0.3% at 768, RMSNorm +0.5..1.5%. The H200 (RESULTS.md "v63") ran v3's f16 rows further behind the lean rows.
+template <bool kRms>
+bool lean_f16_block(const RowsPlan& p) {
+  return kRms || p.block <= kTeamBlock || norm_fwd_version() != NormFwd::kByDtype;
+}
 
 // v67 (the other candidate): v66, and f16 rows of x's dtype on the lean rows too, at kMixedPacks to kMixedMaxBlock
 // threads (C <= 12288; beyond, v3's rows as before), as the 16-bit rows into f32 are planned. Why: on the H200 f16
@@ -331,10 +347,11 @@ bool lean_f16_pairs() { return norm_fwd_version() == NormFwd::kV66 || norm_fwd_v
 // (LayerNorm 0.0748 / 0.0723 ms against 0.0682 / 0.0683, RMSNorm 0.0701 / 0.0696 against 0.0668; RESULTS.md "v63"),
 // the lean kernel's instruction diet (v23) being what bf16 has and f16 lacks; at 4 packs the f16 instances take 60-72
 // registers, no spill (at 8: 60-116 bytes of spill).
+template <bool kRms>
 bool lean_f16_rows(int64_t cols) {
-  if (norm_fwd_version() != NormFwd::kV67) return false;
+  if (norm_fwd_version() != NormFwd::kV67 && norm_fwd_version() != NormFwd::kByDtype) return false;
   const RowsPlan p = plan_norm_rows<__half, kMixedPacks>(cols);
-  return p.ok && p.tpr <= kMixedMaxBlock;
+  return p.ok && p.tpr <= kMixedMaxBlock && lean_f16_block<kRms>(p);
 }
 
 template <typename T, typename Ty, bool kRms>
@@ -353,20 +370,20 @@ bool lean_mixed_rows(int64_t cols, const RowsPlan& plan) {
   } else {
     if (mixed_lean_packs()) {
       const RowsPlan p = plan_norm_rows<T, kMixedPacks>(cols);
-      return p.ok && p.tpr <= kMixedMaxBlock;
+      return p.ok && p.tpr <= kMixedMaxBlock && (!std::is_same_v<T, __half> || lean_f16_block<kRms>(p));
     }
     return !kRms && plan.ok && !plan.block_rows;  // v57
   }
 }
 
-// norm_fwd_lean.cuh's rows (T: bf16 or f32; f16 into f32 under v66, f16 under v67) where they take the call, else
-// nullopt: rows of whole packs, one scale row (and LayerNorm's one bias row) or none, all aligned; v3's geometry,
-// LayerNorm team rows at the packs v21 gives them (6 where v10's rule takes them, else 8). LayerNorm since v23, RMSNorm
-// since v24; absent parameters since v28. Since v29, where lean_tuned_plan gives packs, block rows at them: f32 rows
-// too (only those), bf16 LayerNorm 4096. Since v44 with cached I/O, and f32 block rows with their parameters held where
-// the plan says. Since v57 with y of type Ty (f32 x into bf16, bf16 x into f32 on LayerNorm's team rows:
-// lean_mixed_rows), in the plan of x's dtype; since v60 bf16 x into f32 at kMixedPacks (v66: the f16 pairs as bf16's,
-// lean_f16_pairs; v67: f16 rows at kMixedPacks, lean_f16_rows).
+// norm_fwd_lean.cuh's rows (T: bf16 or f32; f16 by default and under v66, v67) where they take the call, else nullopt:
+// rows of whole packs, one scale row (and LayerNorm's one bias row) or none, all aligned; v3's geometry, LayerNorm team
+// rows at the packs v21 gives them (6 where v10's rule takes them, else 8). LayerNorm since v23, RMSNorm since v24;
+// absent parameters since v28. Since v29, where lean_tuned_plan gives packs, block rows at them: f32 rows too (only
+// those), bf16 LayerNorm 4096. Since v44 with cached I/O, and f32 block rows with their parameters held where the plan
+// says. Since v57 with y of type Ty (f32 x into bf16, bf16 x into f32 on LayerNorm's team rows: lean_mixed_rows), in
+// the plan of x's dtype; since v60 bf16 x into f32 at kMixedPacks (v66: the f16 pairs as bf16's, lean_f16_pairs; v67:
+// f16 rows at kMixedPacks, lean_f16_rows; v68, the default: both, lean_f16_block).
 // launch_plan(kernel, plan, args...): norm_fwd's launch of a register-row kernel in plan's geometry.
 template <typename T, typename Ty, bool kRms, typename LaunchPlan>
 std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, const T* xp, ParamView scale,
@@ -381,7 +398,7 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
   constexpr bool kMixed16 = sizeof(T) == 2 && !std::is_same_v<T, Ty>;  // a 16-bit x's y in f32 (v57, v60, v66)
   constexpr bool kF16 = std::is_same_v<T, __half> && !kMixed16;        // f16 rows of x's dtype (v67)
   if constexpr (kF16) {
-    if (!lean_f16_rows(s.cols)) return std::nullopt;
+    if (!lean_f16_rows<kRms>(s.cols)) return std::nullopt;
   }
   // The instance for the parameters present (kS: scale, kB: LayerNorm's bias) and how team rows read them (kSt:
   // staged in shared memory, v28; else loaded in pass 3, v23).
@@ -431,7 +448,7 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
     }
     if constexpr (sizeof(T) == 4) {
       return ffi::Error::Internal("f32 lean rows without tuned packs");  // the condition above excludes them
-    } else if constexpr (kF16) {  // v67: at kMixedPacks, with cached I/O (lean_f16_rows)
+    } else if constexpr (kF16) {  // v67, v68: at kMixedPacks, with cached I/O (lean_f16_rows)
       constexpr bool kSt = decltype(staged)::value;
       const RowsPlan p = plan_norm_rows<T, kMixedPacks>(s.cols);
       return p.block_rows ? go(norm_fwd_lean_kernel<T, kRms, true, kMixedPacks, kS, kB, true, false, true>, p)
@@ -536,7 +553,7 @@ ffi::Error norm_fwd(cudaStream_t stream, const char* what, RowShape s, const ffi
                          plan.tpr);
     };
     if (auto done = norm_fwd_lean_rows<T, T, kRms>(s, plan, xp, scale, bias, yp, mean, rstd, epsilon, launch_plan)) {
-      return *done;  // (f16 rows only under v67: lean_f16_rows)
+      return *done;  // (f16 rows by default and under v67: lean_f16_rows)
     }
     // v4 (norm_fwd_half.cuh): its 32-bit row indices need rows + a block's rows <= INT_MAX.
     if (same_split && norm_fwd_half<T>() && s.rows <= int64_t{INT_MAX} - kMaxRowBlock) {

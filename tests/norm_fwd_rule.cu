@@ -5,8 +5,8 @@
 //          another (bf16 into f32, f32 into bf16; v66: f16 into f32, f32 into f16) and one they don't (bf16 into f16),
 //          LayerNorm with each set of parameters and RMSNorm with and without its scale: the selection never ends in
 //          an error, launches at most once, and under v48 and earlier takes no row into another dtype.
-//   picks  the kernels and plans the rules name for a few rows (the default v65, v62 the rule before it, the
-//          candidates v63, v66 and v67, v61 the rule before v62, v60 the rule before v61, v58 and v57).
+//   picks  the kernels and plans the rules name for a few rows (the default v68, v65 the rule before it, v62 the rule
+//          before v65, the candidates v63, v66 and v67, v61 the rule before v62, v60 the rule before v61, v58, v57).
 // Built and run by tests/test_norm_fwd_rule.py; prints OK last.
 #include "norm_fwd.cu"
 
@@ -120,9 +120,10 @@ Launch pick_v3(int64_t cols, const char* what) {
 
 void picks(const char* version) {
   const bool v57 = std::strcmp(version, "v57") == 0;
-  const bool v67 = std::strcmp(version, "v67") == 0;  // v66, and f16 rows of x's dtype on the lean rows
+  const bool v68 = std::strcmp(version, "") == 0;  // the default: v67 but LayerNorm's f16 rows over 256 threads
+  const bool v67 = std::strcmp(version, "v67") == 0 || v68;  // v66, and f16 rows of x's dtype on the lean rows
   const bool v66 = std::strcmp(version, "v66") == 0 || v67;  // v65, and the f16 pairs on the lean rows
-  const bool v65 = std::strcmp(version, "") == 0 || v66;  // the default
+  const bool v65 = std::strcmp(version, "v65") == 0 || v66;
   const bool v63 = std::strcmp(version, "v63") == 0;  // v62, and v3's rows from 16-bit x into f32 in whole sectors
   const bool v62 = std::strcmp(version, "v62") == 0 || v63 || v65;  // (v65: not at every C, see below)
   const bool v61 = std::strcmp(version, "v61") == 0 || v62, v60 = std::strcmp(version, "v60") == 0;
@@ -198,17 +199,28 @@ void picks(const char* version) {
          f16_lean(mixed_lean<false, false, __half>(false)), 32);
   expect("f16 into f32 LayerNorm", 4096, pick<__half, float, false>(4096, true, true, ""),
          f16_lean(mixed_lean<false, true, __half>(true)), 128, v66 ? 1 : -1);
+  // (v68: LayerNorm's over 256 threads on v3's rows.)
+  expect("f16 into f32 LayerNorm (384 threads)", 12288, pick<__half, float, false>(12288, true, true, ""),
+         f16_lean(v68 ? nullptr : mixed_lean<false, true, __half>(false)), v66 && !v68 ? 384 : 0, v66 && !v68 ? 1 : -1);
+  expect("f16 into f32 RMSNorm (384 threads)", 12288, pick<__half, float, true>(12288, true, false, ""),
+         f16_lean(mixed_lean<true, true, __half>(true)), 384, v66 ? 1 : -1);
   expect("f16 into f32 LayerNorm (beyond 384 threads: v3)", 16384, pick<__half, float, false>(16384, true, true, ""),
          nullptr, 0);
   expect("f32 into f16 LayerNorm", 4096, pick<float, __half, false>(4096, true, true, ""),
          f16_lean(at(norm_fwd_lean_kernel<float, false, true, 4, true, true, true, false, true, 1, 0, __half>)), 256);
   expect("f32 into f16 RMSNorm (2 packs: v3)", 4096, pick<float, __half, true>(4096, true, false, ""), nullptr, 0);
-  // v67: f16 rows of x's dtype at 4 packs with cached I/O to 384 threads (team rows stage the parameters).
+  // v67: f16 rows of x's dtype at 4 packs with cached I/O to 384 threads (team rows stage the parameters); v68
+  // LayerNorm's to 256.
   const auto f16_rows = [&](const void* k) { return v67 ? k : nullptr; };
   expect("f16 LayerNorm", 1024, pick<__half, __half, false>(1024, true, true, ""),
          f16_rows(at(norm_fwd_lean_kernel<__half, false, false, 4, true, true, true, false, true>)), 32);
   expect("f16 RMSNorm", 4096, pick<__half, __half, true>(4096, true, false, ""),
          f16_rows(at(norm_fwd_lean_kernel<__half, true, true, 4, true, false, true, false, true>)), 128);
+  expect("f16 LayerNorm (288 threads)", 8200, pick<__half, __half, false>(8200, true, true, ""),
+         f16_rows(v68 ? nullptr : at(norm_fwd_lean_kernel<__half, false, true, 4, true, true, true, false, true>)),
+         v67 && !v68 ? 288 : 0);
+  expect("f16 RMSNorm (384 threads)", 12288, pick<__half, __half, true>(12288, true, false, ""),
+         f16_rows(at(norm_fwd_lean_kernel<__half, true, true, 4, true, false, true, false, true>)), 384);
   expect("f16 LayerNorm (beyond 384 threads: v3)", 12296, pick<__half, __half, false>(12296, true, true, ""), nullptr,
          0);
 }

@@ -2,8 +2,9 @@
 includes norm_fwd.cu and calls its selection with a launch that records the kernel and plan instead of launching, for
 every row length of the register classes, each dtype pair and set of parameters, under each JAX_MEMOPS_NORM_FWD
 version (read once per process, so one run each). Nothing reaches a GPU: it runs wherever nvcc builds it, CI's CPU
-machine too, so a rule that ends in an error, launches twice, or picks another kernel than v65 (the default), v62,
-v63, v66, v67, v61, v60, v58 or v57 name for a few rows (norm_fwd_rule.cu's picks) fails here before a device sees it."""
+machine too, so a rule that ends in an error, launches twice, or picks another kernel than v68 (the default), v65,
+v62, v63, v66, v67, v61, v60, v58 or v57 name for a few rows (norm_fwd_rule.cu's picks) fails here before a device
+sees it."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ def rule_check(tmp_path_factory):
     return exe
 
 
-@pytest.mark.parametrize("version", ["", "v62", "v63", "v66", "v67", "v48", "v57", "v58", "v60", "v61", "v45", "v44",
-                                     "v29", "v23", "v21", "v4", "v3"])
+@pytest.mark.parametrize("version", ["", "v65", "v62", "v63", "v66", "v67", "v48", "v57", "v58", "v60", "v61", "v45",
+                                     "v44", "v29", "v23", "v21", "v4", "v3"])
 def test_norm_fwd_rule(rule_check, version):
     run = subprocess.run([str(rule_check)], env={**os.environ, "JAX_MEMOPS_NORM_FWD": version}, capture_output=True,
                          text=True, timeout=300)

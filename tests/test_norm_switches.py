@@ -54,7 +54,8 @@ put = lambda *a: [jax.device_put(t, gpu) for t in a]
 # v67 (a candidate) puts f16 rows of whole packs on the lean kernel too, at 4 packs per thread to 384 threads: team
 # rows (60001, 64), (8001, 768), (20, 1000) (slots left empty), block rows (65, 1032) of 64 threads (slots left empty),
 # (1, 2048), (97, 4096), (3, 8192), (5, 10000) of 320, (700, 12288) of 384, NaN entries and constant rows among them;
-# (3, 24584) beyond, on v3's rows.
+# (3, 24584) beyond, on v3's rows. The default since v68 (v65: the rule before) does so but for LayerNorm's blocks over
+# 256 threads ((5, 10000), (700, 12288) stay on v3's rows; RMSNorm's take the lean kernel).
 _NORM_V4_SCRIPT = _PRELUDE + r"""
 rng = np.random.default_rng(19)
 shapes = [(1, 1), (7, 3), (300, 33), (60001, 64), (8001, 515), (129, 516), (20, 1000), (300, 1001), (8001, 768),
@@ -106,27 +107,28 @@ print("OK")
 
 @pytest.mark.parametrize("version,grid", [("v4", ""), ("v3", ""), ("v4", "persistent"), ("v3", "persistent"),
                                           ("v21", ""), ("v23", ""), ("v28", ""), ("v29", ""), ("v44", ""), ("v45", ""),
-                                          ("v67", ""), ("", ""), ("", "persistent")])
+                                          ("v65", ""), ("v67", ""), ("", ""), ("", "persistent")])
 def test_norm_forward_versions(gpu, version, grid):
     mt.run_script(_NORM_V4_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version, "JAX_MEMOPS_GRID": grid},
                   compile_cache=True)
 
 
-# y in another dtype than x (the ops' `dtype`), forward: "" the default (v65: the lean rows for f32 x into bf16 on
-# their tuned block rows of 3-4 packs, (8001, 768), (20, 1000), (1, 2048), (97, 4096) LayerNorm, (3, 8192), and bf16 x
-# into f32 at 4 packs per thread, RMSNorm too, storing y in whole 32-byte sectors, lane pairs swapping halves, but for
-# LayerNorm's rows of 3 packs a thread or blocks over 256 threads, (8001, 768), (700, 12288), which fill half sectors:
-# team rows up to C = 1024, (300, 32), (8001, 768) and (20, 1000) slots left empty, where an odd lane past the row
-# stores its even partner's high half; block rows beyond, (1, 2048) of 64 threads, (97, 4096), (3, 8192), (700, 12288)
-# of 384; the rest on v3's rows: f32 x into bf16 outside the tuned block rows and f32 x into f16 reading x by __ldg and
-# storing y plainly, bf16 x into f16 streaming, and f16 x or bf16 beyond 384 threads into f32 storing whole sectors,
-# lane pairs exchanging half of x's pack, RMSNorm at every C, LayerNorm to C = 12288 ((20, 1000), some of (33, 4097)'s
-# rows, which start at every alignment, end in a pair with one pack; beyond, (5, 16384), (3, 24584), streaming); (7, 3)
-# rows of scalar edges only), v62 (the rule before v65: the lean rows' whole sectors at every C, v3's rows into f32
-# streaming), v63 (v62, and v3's rows from f16 or bf16 x into f32 in whole sectors at every C), v66 (v65, and the f16
-# pairs on the lean rows as bf16's: f16 x into f32 at 4 packs per thread to C = 12288, f32 x into f16 on the tuned
-# block rows), v61 (the rule before v62: each store of the bf16 lean rows into f32 fills half of its sectors), v60
-# (v61 but v3's rows all cached), v58 (v61 but v3's rows all streaming), v57 (the rule before v60: bf16 x into f32 on
+# y in another dtype than x (the ops' `dtype`), forward: "" the default (v68: v65's, and the f16 pairs as v66 puts them
+# but for LayerNorm's f16 x into f32 over 256 threads, (700, 12288), on v3's rows; v65: the lean rows for f32 x into
+# bf16 on their tuned block rows of 3-4 packs, (8001, 768), (20, 1000), (1, 2048), (97, 4096) LayerNorm, (3, 8192), and
+# bf16 x into f32 at 4 packs per thread, RMSNorm too, storing y in whole 32-byte sectors, lane pairs swapping halves,
+# but for LayerNorm's rows of 3 packs a thread or blocks over 256 threads, (8001, 768), (700, 12288), which fill half
+# sectors: team rows up to C = 1024, (300, 32), (8001, 768) and (20, 1000) slots left empty, where an odd lane past the
+# row stores its even partner's high half; block rows beyond, (1, 2048) of 64 threads, (97, 4096), (3, 8192), (700,
+# 12288) of 384; the rest on v3's rows: f32 x into bf16 outside the tuned block rows and f32 x into f16 reading x by
+# __ldg and storing y plainly, bf16 x into f16 streaming, and f16 x or bf16 beyond 384 threads into f32 storing whole
+# sectors, lane pairs exchanging half of x's pack, RMSNorm at every C, LayerNorm to C = 12288 ((20, 1000), some of (33,
+# 4097)'s rows, which start at every alignment, end in a pair with one pack; beyond, (5, 16384), (3, 24584), streaming);
+# (7, 3) rows of scalar edges only), v62 (the rule before v65: the lean rows' whole sectors at every C, v3's rows into
+# f32 streaming), v63 (v62, and v3's rows from f16 or bf16 x into f32 in whole sectors at every C), v66 (v65, and the
+# f16 pairs on the lean rows as bf16's: f16 x into f32 at 4 packs per thread to C = 12288, f32 x into f16 on the tuned
+# block rows), v61 (the rule before v62: each store of the bf16 lean rows into f32 fills half of its sectors), v60 (v61
+# but v3's rows all cached), v58 (v61 but v3's rows all streaming), v57 (the rule before v60: bf16 x into f32 on
 # LayerNorm's team rows alone, at v3's packs, (300, 32), (8001, 768), (20, 1000), (1, 2048); v3's rows streaming
 # elsewhere) and v48 (norm_fwd_mixed for every row: v3's register rows where x and y are aligned, else the v1 row
 # kernel).
@@ -156,7 +158,7 @@ print("OK")
 """
 
 
-@pytest.mark.parametrize("version", ["", "v62", "v63", "v66", "v48", "v57", "v58", "v60", "v61"])
+@pytest.mark.parametrize("version", ["", "v65", "v62", "v63", "v66", "v48", "v57", "v58", "v60", "v61"])
 def test_norm_forward_out_dtype_versions(gpu, version):
     mt.run_script(_NORM_OUT_DTYPE_SCRIPT, 600, env={"JAX_MEMOPS_NORM_FWD": version}, compile_cache=True)
 
