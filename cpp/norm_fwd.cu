@@ -395,8 +395,8 @@ std::optional<ffi::Error> norm_fwd_lean_rows(RowShape s, const RowsPlan& plan, c
         (kRms || one_row(bias)) && vectorizable<T>(s.cols, {xp, yp, scale.data, bias.data}))) {
     return std::nullopt;
   }
-  constexpr bool kMixed16 = sizeof(T) == 2 && !std::is_same_v<T, Ty>;  // a 16-bit x's y in f32 (v57, v60, v66)
-  constexpr bool kF16 = std::is_same_v<T, __half> && !kMixed16;        // f16 rows of x's dtype (v67)
+  constexpr bool kMixed16 = sizeof(T) == 2 && !std::is_same_v<T, Ty>;  // a 16-bit x's y in f32 (v57, v60, v66, v68)
+  constexpr bool kF16 = std::is_same_v<T, __half> && !kMixed16;        // f16 rows of x's dtype (v67, v68)
   if constexpr (kF16) {
     if (!lean_f16_rows<kRms>(s.cols)) return std::nullopt;
   }
