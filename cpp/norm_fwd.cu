@@ -341,6 +341,14 @@ bool lean_f16_block(const RowsPlan& p) {
   return kRms || p.block <= kTeamBlock || norm_fwd_version() != NormFwd::kByDtype;
 }
 
+// Whether 16-bit rows of C = cols fit the lean rows at kMixedPacks: whole packs, at most kMixedMaxBlock threads, and
+// f16's within lean_f16_block.
+template <typename T, bool kRms>
+bool lean_mixed_packs_fit(int64_t cols) {
+  const RowsPlan p = plan_norm_rows<T, kMixedPacks>(cols);
+  return p.ok && p.tpr <= kMixedMaxBlock && (!std::is_same_v<T, __half> || lean_f16_block<kRms>(p));
+}
+
 // v67 (the other candidate): v66, and f16 rows of x's dtype on the lean rows too, at kMixedPacks to kMixedMaxBlock
 // threads (C <= 12288; beyond, v3's rows as before), as the 16-bit rows into f32 are planned. Why: on the H200 f16
 // rows on v3's 8 packs (v4's 6 for LayerNorm's team rows) ran 4-9% behind bf16's lean rows at C = 1024 / 4096
@@ -349,9 +357,8 @@ bool lean_f16_block(const RowsPlan& p) {
 // registers, no spill (at 8: 60-116 bytes of spill).
 template <bool kRms>
 bool lean_f16_rows(int64_t cols) {
-  if (norm_fwd_version() != NormFwd::kV67 && norm_fwd_version() != NormFwd::kByDtype) return false;
-  const RowsPlan p = plan_norm_rows<__half, kMixedPacks>(cols);
-  return p.ok && p.tpr <= kMixedMaxBlock && lean_f16_block<kRms>(p);
+  const NormFwd v = norm_fwd_version();
+  return (v == NormFwd::kV67 || v == NormFwd::kByDtype) && lean_mixed_packs_fit<__half, kRms>(cols);
 }
 
 template <typename T, typename Ty, bool kRms>
@@ -368,10 +375,7 @@ bool lean_mixed_rows(int64_t cols, const RowsPlan& plan) {
   if constexpr (sizeof(T) == 4) {
     return cols % kVec<T> == 0 && lean_tuned_plan<T, kRms>(cols / kVec<T>).np >= 3;
   } else {
-    if (mixed_lean_packs()) {
-      const RowsPlan p = plan_norm_rows<T, kMixedPacks>(cols);
-      return p.ok && p.tpr <= kMixedMaxBlock && (!std::is_same_v<T, __half> || lean_f16_block<kRms>(p));
-    }
+    if (mixed_lean_packs()) return lean_mixed_packs_fit<T, kRms>(cols);
     return !kRms && plan.ok && !plan.block_rows;  // v57
   }
 }
