@@ -21,13 +21,17 @@ __global__ void fill_x(T* x, int64_t n, uint32_t seed) {
   }
 }
 
-// Max over sampled rows of max |y - softmax(x)| / max softmax(x) (float64).
+// Max over sampled rows of max |y - softmax(x)| / max softmax(x) (float64); 1e30 where any element of y is not
+// finite (the outputs start as NaN: a row left unwritten shows even where no sample falls).
 template <typename T>
 double check_rows(const T* xd, const T* yd, int64_t rows, int cols) {
   const int64_t n = rows * cols;
   std::vector<T> x(n), y(n);
   CK(cudaMemcpy(x.data(), xd, n * sizeof(T), cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(y.data(), yd, n * sizeof(T), cudaMemcpyDeviceToHost));
+  for (const T& v : y) {
+    if (!std::isfinite(inproc::to_f(v))) return 1e30;
+  }
   double worst = 0;
   for (int64_t r = 0; r < rows; r += std::max<int64_t>(1, rows / 211)) {
     const T* xr = x.data() + r * cols;

@@ -12,7 +12,10 @@
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/softmax_long_ab.cu \
 //        cpp/softmax_ladder.cu -o /tmp/softmax_long_ab && /tmp/softmax_long_ab [f32:C | bf16:C ...]
-// AB_VARIANTS=v27,v49 (name fragments) times the default and those variants alone (the copies always).
+// AB_VARIANTS=v27,v49 (name fragments) times the default and those variants alone (the copies always). Built with
+// -DJM_TRACE_EXITS, AB_TRACE=1 also traces each CTA's start and exit (trace_exits below); with -DJM_AB_TICKETS the
+// variant "tickets" runs (softmax_fwd_tma.cuh's g_tickets).
+#include <algorithm>
 #include <string_view>
 
 #include "softmax_ab_common.cuh"
@@ -24,6 +27,48 @@ namespace smx = jm::cuda::smx;
 using inproc::kElems;
 using inproc::kSamples;
 using inproc::kWarmup;
+
+#ifdef JM_TRACE_EXITS
+// AB_TRACE=1 (a build with -DJM_TRACE_EXITS): one more launch of each timed bulk-copy variant with each CTA's start and
+// exit recorded (softmax_fwd_tma.cuh's trace_exit): the span from the first start to the last exit, the exits'
+// percentiles as a share of it, and the CTA time left idle after the CTAs' exits (mean of (last exit - exit) / span:
+// what a grid whose CTAs all finished together would not waste).
+template <typename Kernels, typename T>
+void trace_exits(const Kernels& ks, const std::vector<size_t>& timed, const T* x, const std::vector<T*>& ys) {
+  constexpr int kSlots = 1 << 17;
+  unsigned long long* d = nullptr;
+  CK(cudaMalloc(&d, 2 * kSlots * sizeof(unsigned long long)));
+  CK(cudaMemcpyToSymbol(smx::g_trace_exits, &d, sizeof(d)));
+  std::printf("\n| variant (traced launch) | CTAs | span us | exits at p0 / p10 / p50 / p90 (%% of span) "
+              "| idle after exit (%% of CTA time) |\n|---|---|---|---|---|\n");
+  std::vector<unsigned long long> h(2 * kSlots);
+  for (const size_t i : timed) {
+    CK(cudaMemset(d, 0, 2 * kSlots * sizeof(unsigned long long)));
+    ks[i].launch(x, ys[i]);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h.data(), d, h.size() * sizeof(h[0]), cudaMemcpyDeviceToHost));
+    std::vector<double> ex;
+    unsigned long long t0 = ~0ull, t1 = 0;
+    for (int b = 0; b < kSlots; ++b) {
+      if (h[2 * b] == 0) continue;
+      t0 = std::min(t0, h[2 * b]);
+      t1 = std::max(t1, h[2 * b + 1]);
+      ex.push_back(static_cast<double>(h[2 * b + 1]));
+    }
+    if (ex.empty()) continue;  // not the bulk-copy kernel
+    std::sort(ex.begin(), ex.end());
+    const double span = static_cast<double>(t1 - t0);
+    const auto pct = [&](double q) { return 100.0 * (ex[static_cast<size_t>(q * (ex.size() - 1))] - t0) / span; };
+    double idle = 0;
+    for (const double e : ex) idle += (t1 - e) / span;
+    std::printf("| %s | %zu | %.1f | %.1f / %.1f / %.1f / %.1f | %.1f |\n", ks[i].name.c_str(), ex.size(), span / 1e3,
+                pct(0), pct(0.1), pct(0.5), pct(0.9), 100.0 * idle / ex.size());
+  }
+  const unsigned long long* none = nullptr;
+  CK(cudaMemcpyToSymbol(smx::g_trace_exits, &none, sizeof(none)));
+  CK(cudaFree(d));
+}
+#endif
 
 template <typename T>
 bool run_case(const char* dtype, int cols, int sms) {
@@ -54,11 +99,12 @@ bool run_case(const char* dtype, int cols, int sms) {
   // ahead_pct % of each CTA's next share prefetched into L2 (v3's two buffers: of the row after next), cluster size k
   // (0: the rule's).
   // keep: the prefetches at L2's evict_last priority (launch_fwd_tma's kKeep).
-  const auto tma = [&](auto block, auto keep, int ahead_pct, int k, FwdVersion version) {
-    return [&, ahead_pct, k, version](const T* x, T* y) {
+  // rpc: rows per cluster (0: the persistent grid; else a grid of rows / rpc clusters in waves).
+  const auto tma = [&](auto block, auto keep, int ahead_pct, int k, FwdVersion version, int rpc = 0) {
+    return [&, ahead_pct, k, version, rpc](const T* x, T* y) {
       bool launched = false;
       if (jm::cuda::launch_fwd_tma<T, decltype(block)::value, true, decltype(keep)::value>(
-              dev, nullptr, s, version, x, y, &launched, ahead_pct, k)
+              dev, nullptr, s, version, x, y, &launched, ahead_pct, k, rpc)
               .failure()) {
         std::exit(1);
       }
@@ -93,6 +139,22 @@ bool run_case(const char* dtype, int cols, int sms) {
       {"bulk copy, one buffer (v5-s1), 512 threads, 75%", bulk_copy(B512{}, 75, 0, FwdVersion::kV5S1)},
       {"two buffers (v3), rule's k, 0%", bulk_copy(B256{}, 0, 0, FwdVersion::kV3)},
       {"two buffers (v3), rule's k, 75% of the row after next", bulk_copy(B256{}, 75, 0, FwdVersion::kV3)},
+      // v69's question: does the persistent grid's fixed share of rows per cluster leave the slower clusters last?
+      // The default's plan (75% kept) on grids the hardware schedules in waves, `rpc` rows per cluster.
+      {"grid, 1 row per cluster (75%, kept)", tma(B256{}, std::true_type{}, 75, 0, FwdVersion::kV5, 1)},
+      {"grid, 2 rows per cluster (75%, kept)", tma(B256{}, std::true_type{}, 75, 0, FwdVersion::kV5, 2)},
+      {"grid, 4 rows per cluster (75%, kept)", tma(B256{}, std::true_type{}, 75, 0, FwdVersion::kV5, 4)},
+      {"grid, 8 rows per cluster (75%, kept)", tma(B256{}, std::true_type{}, 75, 0, FwdVersion::kV5, 8)},
+#ifdef JM_AB_TICKETS
+      // ... and the persistent grid whose rows past each cluster's first two come from a counter (tickets).
+      {"tickets (75%, kept)",
+       [&, f = tma(B256{}, std::true_type{}, 75, 0, FwdVersion::kV5)](const T* x, T* y) {
+         jm::cuda::g_ab_ticket_launch = true;
+         const bool launched = f(x, y);
+         jm::cuda::g_ab_ticket_launch = false;
+         return launched;
+       }},
+#endif
       {"v14 two-pass, 512 x 2 per SM",
        [&](const T* x, T* y) { return resident(smx::softmax_fwd_l2_kernel<T>, smx::kL2Block, x, y); }},
   };
@@ -116,6 +178,14 @@ bool run_case(const char* dtype, int cols, int sms) {
     }
     ks = std::move(kept);
   }
+#ifdef JM_AB_TICKETS
+  static unsigned* tickets = nullptr;  // the ticket variants' counters, zeroed once (each launch's last CTA re-zeroes)
+  if (tickets == nullptr) {
+    CK(cudaMalloc(&tickets, 2 * sizeof(unsigned)));
+    CK(cudaMemset(tickets, 0, 2 * sizeof(unsigned)));
+    CK(cudaMemcpyToSymbol(smx::g_tickets, &tickets, sizeof(tickets)));
+  }
+#endif
   T* x;
   CK(cudaMalloc(&x, bytes));
   fill_x<<<1024, 256>>>(x, n, 7u + cols);
@@ -162,6 +232,9 @@ bool run_case(const char* dtype, int cols, int sms) {
       std::printf("| %s | no plan for this shape | | | |\n", ks[i].name.c_str());
     }
   }
+#ifdef JM_TRACE_EXITS
+  if (std::getenv("AB_TRACE") != nullptr) trace_exits(ks, timed, x, ys);
+#endif
   for (T* y : ys) CK(cudaFree(y));
   CK(cudaFree(x));
   return ok;

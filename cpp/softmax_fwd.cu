@@ -175,15 +175,26 @@ TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_
 // Launches plan p of Kernel (a persistent grid of clusters; `messages`: its merge, for the log);
 // *launched = false (and success) where the launch is refused (a configuration error: the caller's
 // fallback takes the rows).
+#ifdef JM_AB_TICKETS
+bool g_ab_ticket_launch = false;  // benchmarks/softmax_long_ab.cu: the next launches take their rows by tickets
+#endif
+
+// rows_per_cluster (A/B harnesses only; 0: the persistent grid): a grid of ceil(rows / rows_per_cluster) clusters,
+// which the hardware schedules in waves as earlier clusters exit.
 template <auto Kernel, typename T>
 ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p, cudaStream_t stream, RowShape s,
-                           const T* x, T* y, bool* launched) {
+                           const T* x, T* y, bool* launched, int rows_per_cluster = 0) {
   log_tma_plan(variant, messages, s, p.block, p.k, p.chunk, p.smem, p.active, p.ahead, p.keep);
-  const int64_t clusters = std::min<int64_t>(s.rows, p.active);
+  const int64_t clusters =
+      rows_per_cluster > 0 ? ceil_div(s.rows, int64_t{rows_per_cluster}) : std::min<int64_t>(s.rows, p.active);
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), p.block, p.k,
                                                 stream, &attr, static_cast<size_t>(p.smem));
-  if (cudaLaunchKernelEx(&cfg, Kernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk), p.ahead) !=
+  int ahead = p.ahead;
+#ifdef JM_AB_TICKETS
+  if (g_ab_ticket_launch) ahead |= smx::kTicketFlag;
+#endif
+  if (cudaLaunchKernelEx(&cfg, Kernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk), ahead) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     return ffi::Error::Success();
@@ -228,7 +239,7 @@ constexpr int kTmaAheadPct = 75;
 // kKeep (v50): the kernels' prefetches at L2's evict_last priority (softmax_fwd_tma.cuh kKeepAhead).
 template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
-                          T* y, bool* launched, int ahead_pct = 0, int force_k = 0) {
+                          T* y, bool* launched, int ahead_pct = 0, int force_k = 0, int rows_per_cluster = 0) {
   constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush, kKeep>;
   constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kKeep>;
   constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep>;
@@ -280,16 +291,23 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   if (best.first.k == 0) return ffi::Error::Success();
   if constexpr (kPush) {  // the plans are those of the message kernels; below push_min_cluster, the barrier's
     if (best.first.k < push_min_cluster()) {
-      return launch_fwd_tma<T, B, false, kKeep>(dev, stream, s, version, x, y, launched, ahead_pct, force_k);
+      return launch_fwd_tma<T, B, false, kKeep>(dev, stream, s, version, x, y, launched, ahead_pct, force_k,
+                                                rows_per_cluster);
     }
   }
   best.first.ahead = static_cast<int>(ceil_div(best.first.chunk * ahead_pct, int64_t{100}));
   best.first.keep = kKeep && best.first.ahead > 0;
   switch (best.second) {
-    case kOne: return launch_tma_plan<kOneStage>("one buffer", kPush, best.first, stream, s, x, y, launched);
-    case kR8: return launch_tma_plan<kRegs8>("registers (8)", kPush, best.first, stream, s, x, y, launched);
-    case kR16: return launch_tma_plan<kRegs16>("registers (16)", kPush, best.first, stream, s, x, y, launched);
-    default: return launch_tma_plan<kTwoStages>("two buffers", kPush, best.first, stream, s, x, y, launched);
+    case kOne:
+      return launch_tma_plan<kOneStage>("one buffer", kPush, best.first, stream, s, x, y, launched, rows_per_cluster);
+    case kR8:
+      return launch_tma_plan<kRegs8>("registers (8)", kPush, best.first, stream, s, x, y, launched, rows_per_cluster);
+    case kR16:
+      return launch_tma_plan<kRegs16>("registers (16)", kPush, best.first, stream, s, x, y, launched,
+                                      rows_per_cluster);
+    default:
+      return launch_tma_plan<kTwoStages>("two buffers", kPush, best.first, stream, s, x, y, launched,
+                                         rows_per_cluster);
   }
 }
 

@@ -32,6 +32,29 @@
 
 namespace jm::cuda::smx {
 
+#ifdef JM_AB_TICKETS
+// benchmarks/softmax_long_ab.cu's ticket variants (built with -DJM_AB_TICKETS; never in the library): where the kernel
+// argument `ahead` carries kTicketFlag, rows past the first two of each cluster come from a counter (g_tickets[0]: the
+// next row is 2 * clusters + its value), so that clusters that run faster take more rows; g_tickets[1] counts the CTAs
+// that exit, and the last one zeroes both for the next launch. Rank 0 draws row i + 2 at the top of row i and sends it
+// to every CTA of its cluster (st.async into tk_inbox[i & 1], completing tk_bar[i & 1]); each CTA takes row i + 1 at
+// the top of row i. Reuse of a slot: rank 0 rewrites tk_inbox[i & 1] only after row i - 1's merge, which needs every
+// CTA's row i - 1 value, sent after that CTA took row i (at the top of row i - 1).
+constexpr int kTicketFlag = 1 << 30;
+__device__ unsigned* g_tickets = nullptr;
+#endif
+
+#ifdef JM_TRACE_EXITS
+// benchmarks/softmax_long_ab.cu's AB_TRACE (built with -DJM_TRACE_EXITS; never in the library): each CTA's start and
+// exit (%globaltimer, ns) at [2 * blockIdx.x] and [2 * blockIdx.x + 1], to see how unevenly the CTAs finish.
+__device__ unsigned long long* g_trace_exits = nullptr;
+__device__ __forceinline__ void trace_exit(int slot) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  if (g_trace_exits != nullptr && threadIdx.x == 0) g_trace_exits[2 * blockIdx.x + slot] = t;
+}
+#endif
+
 constexpr int kTmaBlock = 256;           // threads per CTA
 
 // The packs [lo, lo + n) of a row's body that cluster rank `rank` holds.
@@ -76,6 +99,9 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
   const int tid = static_cast<int>(threadIdx.x);
   const int nt = static_cast<int>(blockDim.x);
   const int rank = cluster_rank();
+#ifdef JM_TRACE_EXITS
+  trace_exit(0);
+#endif
 
   // Thread 0: the bulk copy of this CTA's share of `row` into stage st (0 bytes: the phase completes).
   auto issue = [&](int64_t row, int st) {
@@ -89,15 +115,47 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
 
   __shared__ ClusterMail<MaxSum> mail;  // kPush: the (max, sum) messages (softmax_rows.cuh)
   if constexpr (kPush) mail_init(mail);
+#ifdef JM_AB_TICKETS
+  __shared__ uint32_t tk_inbox[2];
+  __shared__ uint64_t tk_bar[2];
+  const bool tickets = S == 1 && (ahead & kTicketFlag) != 0;
+  ahead &= ~kTicketFlag;
+  if (tid == 0) {
+    mbar_init(&tk_bar[0]);
+    mbar_init(&tk_bar[1]);
+  }
+#else
+  constexpr bool tickets = false;
+#endif
   if (tid == 0) {
     for (int st = 0; st < S; ++st) mbar_init(&bar[st]);
     // The first row ahead of the loop where a copy is in flight across the loop's top (not S = 1, NP = 0).
     if ((S == 2 || NP > 0) && it.base < rows) issue(it.base, 0);
   }
   __syncthreads();  // the barriers are initialized before anyone waits on them
-  if constexpr (kPush) cluster_sync();  // ... and before any CTA of the cluster sends to them
+  if (kPush || tickets) cluster_sync();  // ... and before any CTA of the cluster sends to them
   int i = 0;
-  for (int64_t row = it.base; row < rows; row += it.step, ++i) {
+  int64_t row_next = it.base + it.step;  // the row after `row` (tickets: from rank 0's message)
+  for (int64_t row = it.base; row < rows; row = row_next, ++i) {
+    row_next = row + it.step;
+#ifdef JM_AB_TICKETS
+    if (tickets) {
+      if (i >= 1) {  // row i + 1, sent by rank 0 at the top of row i - 1
+        const int p = (i - 1) & 1;
+        if (tid == 0) mbar_arrive_expect(&tk_bar[p], 4u);
+        mbar_wait(&tk_bar[p], static_cast<uint32_t>((i - 1) >> 1) & 1u);
+        row_next = tk_inbox[p];
+      }
+      if (rank == 0 && tid == 0 && row_next < rows) {  // row i + 2, which every CTA takes at the top of row i + 1
+        const int64_t r = 2 * it.step + atomicAdd(&g_tickets[0], 1u);
+        const uint32_t v = static_cast<uint32_t>(r < rows ? r : rows);
+        const uint32_t slot = smem_addr(&tk_inbox[i & 1]), tb = smem_addr(&tk_bar[i & 1]);
+        for (int c = 0; c < cluster_blocks(); ++c) {
+          push_one(cluster_map(slot, c), __uint_as_float(v), cluster_map(tb, c));
+        }
+      }
+    }
+#endif
     const int st = S == 2 ? (i & 1) : 0;
     // bar[st]'s phase for this row: row i is stage st's (i / S)-th fill.
     const uint32_t parity = static_cast<uint32_t>(S == 2 ? i >> 1 : i) & 1u;
@@ -119,8 +177,9 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     T* yb = yr + sp.head + int64_t{share.lo} * V;
     mbar_wait(&bar[st], parity);
     // v49: the first packs of the next row whose copy is not yet in flight into L2 (above); S = 2: the row after next.
-    if (tid == 0 && ahead > 0 && row + S * it.step < rows) {
-      const T* xn = xr + S * it.step * int64_t{cols};
+    const int64_t row_ahead = S == 2 ? row + 2 * it.step : row_next;
+    if (tid == 0 && ahead > 0 && row_ahead < rows) {
+      const T* xn = x + row_ahead * int64_t{cols};
       const RowSpan<T, V, int> sn(xn, cols, true);
       const TmaShare sh(sn.body, rank, chunk);
       prefetch_l2<kKeepAhead>(xn + sn.head + int64_t{sh.lo} * V, int64_t{min(sh.n, ahead)} * int64_t{sizeof(P)});
@@ -133,9 +192,9 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
         if (tid + j * nt < share.n) v[j] = load_shared(buf + tid + j * nt);
       }
       __syncthreads();  // every thread holds its packs: the stage takes the next row now
-      if (tid == 0 && row + it.step < rows) {
+      if (tid == 0 && row_next < rows) {
         fence_proxy_async_smem();
-        issue(row + it.step, 0);
+        issue(row_next, 0);
       }
     }
     // f(q, pack) for each of this thread's packs q of the share: from registers (NP > 0) or the stage.
@@ -179,6 +238,18 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     });
     write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
   }
+#ifdef JM_TRACE_EXITS
+  trace_exit(1);
+#endif
+#ifdef JM_AB_TICKETS
+  if (tickets && tid == 0) {
+    __threadfence();  // this CTA's draws before its exit's count
+    if (atomicAdd(&g_tickets[1], 1u) == gridDim.x - 1) {
+      g_tickets[0] = 0;
+      g_tickets[1] = 0;
+    }
+  }
+#endif
   cluster_sync();  // keep this CTA's shared memory (the reduction slots) alive for the others' reads
 #else
   __trap();  // sm_80 builds: the host launches this kernel only on sm_90+

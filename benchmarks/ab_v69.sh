@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The v69 device calls (RESULTS.md "v69"): whether the long rows' persistent grid of bulk-copy clusters (softmax
+# forward, issue 4) loses time to clusters that finish their fixed share of rows at different times.
+#   lib      this tree into site-packages, beside softmax_long_ab.cu built for sm_90 with its trace (JM_TRACE_EXITS) and
+#            its ticket variant (JM_AB_TICKETS).
+#   harness  softmax_long_ab.cu alone, built so.
+#   long     softmax_long_ab over LONG_CASES (default f32:50257 f32:131072 bf16:131072), LONG_ROUNDS (default "1 2"),
+#            each round its own process, AB_VARIANTS (default: the grids of 1-8 rows per cluster, the tickets, and the
+#            bulk-copy plan they share), and AB_TRACE=1: each bulk-copy variant launched once more, every CTA's start
+#            and exit recorded (the exits' percentiles, the CTA time left idle after them).
+set -uo pipefail
+source "$(dirname "$0")/ab_lib.sh"
+
+stage_harness() {
+  ab_nvcc_harness softmax_long_ab.cu /tmp/softmax_long_ab cpp/softmax_ladder.cu -DJM_TRACE_EXITS -DJM_AB_TICKETS
+}
+
+stage_lib() {
+  stage_harness &
+  ab_build || { wait; return 1; }
+  wait
+  ls -la /tmp/softmax_long_ab
+}
+
+stage_long() {
+  local round
+  for round in ${LONG_ROUNDS:-1 2}; do
+    # shellcheck disable=SC2086
+    AB_TRACE=1 AB_VARIANTS=${AB_VARIANTS:-grid,tickets,kept (evict} timeout 150 /tmp/softmax_long_ab \
+      ${LONG_CASES:-f32:50257 f32:131072 bf16:131072} > "$out/softmax_long_ab_r$round.md" 2>&1
+    echo "rc=$? (round $round)"
+    grep -h "^|\|^\*\*" "$out/softmax_long_ab_r$round.md" | grep -v "^|---" | cut -c1-150
+  done
+}
+
+ab_init "$@"
+ab_run v69
