@@ -4,10 +4,12 @@
 #   lib      this tree into site-packages, beside softmax_long_ab.cu built for sm_90 with its trace (JM_TRACE_EXITS) and
 #            its ticket variant (JM_AB_TICKETS).
 #   harness  softmax_long_ab.cu alone, built so.
-#   long     softmax_long_ab over LONG_CASES (default f32:50257 f32:131072 bf16:131072), LONG_ROUNDS (default "1 2"),
-#            each round its own process, AB_VARIANTS (default: the grids of 1-8 rows per cluster, the tickets, and the
-#            bulk-copy plan they share), and AB_TRACE=1: each bulk-copy variant launched once more, every CTA's start
-#            and exit recorded (the exits' percentiles, the CTA time left idle after them).
+#   long     softmax_long_ab over LONG_CASES (default f32:50257 f32:131072 bf16:131072 bf16:50257), LONG_ROUNDS
+#            (default "1 2"), each round its own process, AB_VARIANTS (default: the bulk-copy plan on grids of 1-8 rows
+#            per cluster and with rows by tickets, that plan on its persistent grid, v14's two-pass kernel on its
+#            persistent grid and on a full one), and AB_TRACE=1: each traced variant (bulk copy, two-pass) launched once
+#            more, every CTA's start, exit and SM recorded (the SMs' last exits, the SM time left idle after them).
+# The call planned (RESULTS.md "v69"): `lib long` (~60 s to build, ~80 s a round), beside ab_v58.sh's f16 stage.
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -26,8 +28,8 @@ stage_long() {
   local round
   for round in ${LONG_ROUNDS:-1 2}; do
     # shellcheck disable=SC2086
-    AB_TRACE=1 AB_VARIANTS=${AB_VARIANTS:-grid,tickets,kept (evict} timeout 150 /tmp/softmax_long_ab \
-      ${LONG_CASES:-f32:50257 f32:131072 bf16:131072} > "$out/softmax_long_ab_r$round.md" 2>&1
+    AB_TRACE=1 AB_VARIANTS=${AB_VARIANTS:-grid,tickets,kept (evict,v14} timeout 150 /tmp/softmax_long_ab \
+      ${LONG_CASES:-f32:50257 f32:131072 bf16:131072 bf16:50257} > "$out/softmax_long_ab_r$round.md" 2>&1
     echo "rc=$? (round $round)"
     grep -h "^|\|^\*\*" "$out/softmax_long_ab_r$round.md" | grep -v "^|---" | cut -c1-150
   done

@@ -29,40 +29,47 @@ using inproc::kSamples;
 using inproc::kWarmup;
 
 #ifdef JM_TRACE_EXITS
-// AB_TRACE=1 (a build with -DJM_TRACE_EXITS): one more launch of each timed bulk-copy variant with each CTA's start and
-// exit recorded (softmax_fwd_tma.cuh's trace_exit): the span from the first start to the last exit, the exits'
-// percentiles as a share of it, and the CTA time left idle after the CTAs' exits (mean of (last exit - exit) / span:
-// what a grid whose CTAs all finished together would not waste).
+// AB_TRACE=1 (a build with -DJM_TRACE_EXITS): one more launch of each timed bulk-copy or L2 two-pass variant with each
+// CTA's start, exit and SM recorded (softmax_rows.cuh's trace_exit): the span from the first start to the last exit,
+// the percentiles of the SMs' last exits as a share of it, and the SM time left idle after them (mean over the SMs of
+// (last exit - the SM's last exit) / span: what a grid whose SMs all finished together would not waste).
 template <typename Kernels, typename T>
 void trace_exits(const Kernels& ks, const std::vector<size_t>& timed, const T* x, const std::vector<T*>& ys) {
   constexpr int kSlots = 1 << 17;
   unsigned long long* d = nullptr;
-  CK(cudaMalloc(&d, 2 * kSlots * sizeof(unsigned long long)));
+  CK(cudaMalloc(&d, 3 * kSlots * sizeof(unsigned long long)));
   CK(cudaMemcpyToSymbol(smx::g_trace_exits, &d, sizeof(d)));
-  std::printf("\n| variant (traced launch) | CTAs | span us | exits at p0 / p10 / p50 / p90 (%% of span) "
-              "| idle after exit (%% of CTA time) |\n|---|---|---|---|---|\n");
-  std::vector<unsigned long long> h(2 * kSlots);
+  std::printf("\n| variant (traced launch) | CTAs | SMs | span us | SMs' last exits at p0 / p10 / p50 / p90 "
+              "(%% of span) | SM time idle after them (%%) |\n|---|---|---|---|---|---|\n");
+  std::vector<unsigned long long> h(3 * kSlots);
   for (const size_t i : timed) {
-    CK(cudaMemset(d, 0, 2 * kSlots * sizeof(unsigned long long)));
+    CK(cudaMemset(d, 0, h.size() * sizeof(h[0])));
     ks[i].launch(x, ys[i]);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(h.data(), d, h.size() * sizeof(h[0]), cudaMemcpyDeviceToHost));
-    std::vector<double> ex;
+    std::vector<unsigned long long> last(1024, 0);  // per SM id
     unsigned long long t0 = ~0ull, t1 = 0;
+    int ctas = 0;
     for (int b = 0; b < kSlots; ++b) {
-      if (h[2 * b] == 0) continue;
-      t0 = std::min(t0, h[2 * b]);
-      t1 = std::max(t1, h[2 * b + 1]);
-      ex.push_back(static_cast<double>(h[2 * b + 1]));
+      if (h[3 * b] == 0) continue;
+      ++ctas;
+      t0 = std::min(t0, h[3 * b]);
+      t1 = std::max(t1, h[3 * b + 1]);
+      unsigned long long& l = last[std::min<unsigned long long>(h[3 * b + 2], 1023)];
+      l = std::max(l, h[3 * b + 1]);
     }
-    if (ex.empty()) continue;  // not the bulk-copy kernel
+    std::vector<double> ex;
+    for (const unsigned long long l : last) {
+      if (l != 0) ex.push_back(static_cast<double>(l));
+    }
+    if (ex.empty()) continue;  // not a traced kernel
     std::sort(ex.begin(), ex.end());
     const double span = static_cast<double>(t1 - t0);
     const auto pct = [&](double q) { return 100.0 * (ex[static_cast<size_t>(q * (ex.size() - 1))] - t0) / span; };
     double idle = 0;
     for (const double e : ex) idle += (t1 - e) / span;
-    std::printf("| %s | %zu | %.1f | %.1f / %.1f / %.1f / %.1f | %.1f |\n", ks[i].name.c_str(), ex.size(), span / 1e3,
-                pct(0), pct(0.1), pct(0.5), pct(0.9), 100.0 * idle / ex.size());
+    std::printf("| %s | %d | %zu | %.1f | %.1f / %.1f / %.1f / %.1f | %.1f |\n", ks[i].name.c_str(), ctas, ex.size(),
+                span / 1e3, pct(0), pct(0.1), pct(0.5), pct(0.9), 100.0 * idle / ex.size());
   }
   const unsigned long long* none = nullptr;
   CK(cudaMemcpyToSymbol(smx::g_trace_exits, &none, sizeof(none)));
@@ -74,10 +81,11 @@ template <typename T>
 bool run_case(const char* dtype, int cols, int sms) {
   const int64_t rows = kElems / cols, n = rows * cols, bytes = n * int64_t{sizeof(T)};
   const jm::RowShape s{rows, cols};
-  const auto resident = [&](auto kernel, int block, const T* x, T* y) {
+  // full: a grid of one CTA per row (the hardware schedules them as CTAs exit), else the CTAs resident at once.
+  const auto resident = [&](auto kernel, int block, const T* x, T* y, bool full = false) {
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0));
-    const int64_t grid = std::min<int64_t>(rows, int64_t{per_sm} * sms);
+    const int64_t grid = full ? rows : std::min<int64_t>(rows, int64_t{per_sm} * sms);
     kernel<<<static_cast<unsigned>(grid), block>>>(x, y, rows, cols);
     return true;
   };
@@ -157,6 +165,8 @@ bool run_case(const char* dtype, int cols, int sms) {
 #endif
       {"v14 two-pass, 512 x 2 per SM",
        [&](const T* x, T* y) { return resident(smx::softmax_fwd_l2_kernel<T>, smx::kL2Block, x, y); }},
+      {"v14 two-pass, 512 x 2 per SM, full grid",
+       [&](const T* x, T* y) { return resident(smx::softmax_fwd_l2_kernel<T>, smx::kL2Block, x, y, true); }},
   };
   // AB_VARIANTS (comma-separated name fragments, so none can hold a comma): only the variants whose names hold one of
   // them, the default kept.

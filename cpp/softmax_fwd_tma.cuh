@@ -44,16 +44,6 @@ constexpr int kTicketFlag = 1 << 30;
 __device__ unsigned* g_tickets = nullptr;
 #endif
 
-#ifdef JM_TRACE_EXITS
-// benchmarks/softmax_long_ab.cu's AB_TRACE (built with -DJM_TRACE_EXITS; never in the library): each CTA's start and
-// exit (%globaltimer, ns) at [2 * blockIdx.x] and [2 * blockIdx.x + 1], to see how unevenly the CTAs finish.
-__device__ unsigned long long* g_trace_exits = nullptr;
-__device__ __forceinline__ void trace_exit(int slot) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  if (g_trace_exits != nullptr && threadIdx.x == 0) g_trace_exits[2 * blockIdx.x + slot] = t;
-}
-#endif
 
 constexpr int kTmaBlock = 256;           // threads per CTA
 

@@ -30,6 +30,23 @@ namespace jm::cuda::smx {
 
 namespace cg = cooperative_groups;
 
+#ifdef JM_TRACE_EXITS
+// benchmarks/softmax_long_ab.cu's AB_TRACE (built with -DJM_TRACE_EXITS; never in the library): each CTA's start and
+// exit (%globaltimer, ns) and its SM at [3 * blockIdx.x + 0, 1, 2], to see how unevenly the SMs finish (the bulk-copy
+// and the L2 two-pass forwards).
+__device__ unsigned long long* g_trace_exits = nullptr;
+__device__ __forceinline__ void trace_exit(int slot) {
+  unsigned long long t;
+  unsigned sm;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  if (g_trace_exits != nullptr && threadIdx.x == 0) {
+    g_trace_exits[3 * blockIdx.x + slot] = t;
+    g_trace_exits[3 * blockIdx.x + 2] = sm;
+  }
+}
+#endif
+
 constexpr int kMaxBlock = 1024;     // launch bound of every softmax kernel: <= 64 registers per thread
 constexpr int kMinTpr = 4;          // fewest threads per row (a 16-byte sector per row per load)
 constexpr int kSubWarpBlock = 256;  // block size of the sub-warp class (tpr <= 32)
