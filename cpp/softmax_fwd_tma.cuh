@@ -125,10 +125,10 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
   __syncthreads();  // the barriers are initialized before anyone waits on them
   if (kPush || tickets) cluster_sync();  // ... and before any CTA of the cluster sends to them
   int i = 0;
+#ifdef JM_AB_TICKETS
   int64_t row_next = it.base + it.step;  // the row after `row` (tickets: from rank 0's message)
   for (int64_t row = it.base; row < rows; row = row_next, ++i) {
     row_next = row + it.step;
-#ifdef JM_AB_TICKETS
     if (tickets) {
       if (i >= 1) {  // row i + 1, sent by rank 0 at the top of row i - 1
         const int p = (i - 1) & 1;
@@ -145,6 +145,8 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
         }
       }
     }
+#else
+  for (int64_t row = it.base; row < rows; row += it.step, ++i) {
 #endif
     const int st = S == 2 ? (i & 1) : 0;
     // bar[st]'s phase for this row: row i is stage st's (i / S)-th fill.
@@ -167,9 +169,14 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     T* yb = yr + sp.head + int64_t{share.lo} * V;
     mbar_wait(&bar[st], parity);
     // v49: the first packs of the next row whose copy is not yet in flight into L2 (above); S = 2: the row after next.
+#ifdef JM_AB_TICKETS
     const int64_t row_ahead = S == 2 ? row + 2 * it.step : row_next;
     if (tid == 0 && ahead > 0 && row_ahead < rows) {
       const T* xn = x + row_ahead * int64_t{cols};
+#else
+    if (tid == 0 && ahead > 0 && row + S * it.step < rows) {
+      const T* xn = xr + S * it.step * int64_t{cols};
+#endif
       const RowSpan<T, V, int> sn(xn, cols, true);
       const TmaShare sh(sn.body, rank, chunk);
       prefetch_l2<kKeepAhead>(xn + sn.head + int64_t{sh.lo} * V, int64_t{min(sh.n, ahead)} * int64_t{sizeof(P)});
@@ -182,10 +189,17 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
         if (tid + j * nt < share.n) v[j] = load_shared(buf + tid + j * nt);
       }
       __syncthreads();  // every thread holds its packs: the stage takes the next row now
+#ifdef JM_AB_TICKETS
       if (tid == 0 && row_next < rows) {
         fence_proxy_async_smem();
         issue(row_next, 0);
       }
+#else
+      if (tid == 0 && row + it.step < rows) {
+        fence_proxy_async_smem();
+        issue(row + it.step, 0);
+      }
+#endif
     }
     // f(q, pack) for each of this thread's packs q of the share: from registers (NP > 0) or the stage.
     // The passes convert with unpack_fresh: 16-bit packs held in registers stay raw across the passes
