@@ -9,7 +9,10 @@
 #            per cluster and with rows by tickets, that plan on its persistent grid, v14's two-pass kernel on its
 #            persistent grid and on a full one), and AB_TRACE=1: each traced variant (bulk copy, two-pass) launched once
 #            more, every CTA's start, exit and SM recorded (the SMs' last exits, the SM time left idle after them).
-# The call planned (RESULTS.md "v69"): `lib long` (~60 s to build, ~80 s a round), beside ab_v58.sh's f16 stage.
+#   grid     the bench (device timing), softmax forward and backward at C = 32768, 50257 and 131072, f32 and bf16, under
+#            JAX_MEMOPS_GRID unset and =full (since v69 the cluster kernels and the L2 two-pass rows take it: one
+#            cluster or CTA per row), each its own process, ROUNDS (default "1 2").
+# The call planned (RESULTS.md "v69"): `lib long grid` (~60 s to build, ~80 s a round of long, ~50 s a process of grid).
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -33,6 +36,11 @@ stage_long() {
     echo "rc=$? (round $round)"
     grep -h "^|\|^\*\*" "$out/softmax_long_ab_r$round.md" | grep -v "^|---" | cut -c1-150
   done
+}
+
+stage_grid() {
+  AB_TIMEOUT=200 ab_rounds grid --var JAX_MEMOPS_GRID --versions "" full --dirs fwd bwd --dtypes float32 bfloat16 \
+    --cols 32768 50257 131072 --timing device
 }
 
 ab_init "$@"

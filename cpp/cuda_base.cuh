@@ -195,8 +195,9 @@ ffi::Error launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cuda
 // on the H200 (RESULTS.md, "v6", "v7"), full / persistent for the register kernels (softmax forward
 // C <= 8192 / 16384 and backward C <= 8192, the norms' forward): 1.02-1.13 in f32, median 1.02-1.05 in
 // bf16; they take it by default, the cluster, stream and norm backward kernels stay persistent.
-// JAX_MEMOPS_GRID=persistent|full (read once per process; A/B benchmarks and tests) overrides every
-// kernel's default.
+// JAX_MEMOPS_GRID=persistent|full (read once per process; A/B benchmarks and tests) overrides the default of every
+// kernel launched through grid_for or grid_mode (the norm backward's CTAs own workspace rows: not those); since v69
+// the softmax's cluster kernels (softmax_launch.cuh cluster_grid) and its L2 two-pass rows too.
 enum class Grid { kPersistent, kFull };
 inline Grid grid_mode(Grid preferred) {
   static const std::optional<Grid> forced = env_choice<std::optional<Grid>>(

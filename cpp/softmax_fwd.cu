@@ -186,7 +186,7 @@ ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p,
                            const T* x, T* y, bool* launched, int rows_per_cluster = 0) {
   log_tma_plan(variant, messages, s, p.block, p.k, p.chunk, p.smem, p.active, p.ahead, p.keep);
   const int64_t clusters =
-      rows_per_cluster > 0 ? ceil_div(s.rows, int64_t{rows_per_cluster}) : std::min<int64_t>(s.rows, p.active);
+      rows_per_cluster > 0 ? ceil_div(s.rows, int64_t{rows_per_cluster}) : cluster_grid(s.rows, p.active, p.k);
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), p.block, p.k,
                                                 stream, &attr, static_cast<size_t>(p.smem));
@@ -385,7 +385,9 @@ ffi::Error launch_fwd_l2(const DeviceInfo& dev, cudaStream_t stream, RowShape s,
                  static_cast<long long>(in_flight), static_cast<long long>(bytes_in_flight >> 20));
   }
   *launched = true;
-  return launch(kernel, dim3(static_cast<unsigned>(in_flight)), dim3(unsigned{smx::kL2Block}), 0, stream,
+  // JAX_MEMOPS_GRID=full (A/B, v69): one CTA per row, as many resident (so as many rows in L2) as the persistent grid.
+  const int64_t grid = grid_for(s.rows, in_flight, Grid::kPersistent);
+  return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(unsigned{smx::kL2Block}), 0, stream,
                 "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols));
 }
 

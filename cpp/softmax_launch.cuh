@@ -256,6 +256,13 @@ struct ClusterShape {
 // signature; ClusterK itself where there is none; only the backward's clusters have one): the kernel that merges by
 // messages, run instead of ClusterK where k >= bwd_push_min_cluster(). *launched = false (and success) when none
 // launches (the caller's fallback takes the rows).
+// Clusters of k CTAs to launch over `rows` rows of which `active` clusters can be resident: those (a persistent grid,
+// each cluster walking rows base, base + clusters, ...), or one per row under JAX_MEMOPS_GRID=full (an A/B option, v69:
+// the hardware then starts a cluster wherever one exits), within the grid's 2^31 - 1 CTAs.
+inline int64_t cluster_grid(int64_t rows, int active, int k) {
+  return std::min<int64_t>(grid_for(rows, active, Grid::kPersistent), 0x7fffffff / k);
+}
+
 template <auto ClusterK, auto MailK = ClusterK, typename... A>
 ffi::Error launch_cluster_rows(const DeviceInfo& dev, cudaStream_t stream, RowShape s, int elems,
                                std::initializer_list<ClusterShape> shapes, bool* launched, const char* what,
@@ -274,7 +281,7 @@ ffi::Error launch_cluster_rows(const DeviceInfo& dev, cudaStream_t stream, RowSh
                             : active_clusters<ClusterK>(dev, c.block, static_cast<int>(k));
     if (active == 0) continue;
     log_cluster_rows(what, mail, s, c.block, static_cast<int>(k), active);
-    const int64_t clusters = std::min<int64_t>(s.rows, active);
+    const int64_t clusters = cluster_grid(s.rows, active, static_cast<int>(k));
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * k)), c.block,
                                                   static_cast<int>(k), stream, &attr);

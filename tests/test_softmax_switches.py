@@ -84,11 +84,11 @@ def test_gpu_fwd_l2_rule(gpu, share):
         assert set(l2) == want, err[-2000:]
 
 
-# JAX_MEMOPS_GRID (cpp/cuda_common.cuh grid_for) forces one grid on every row kernel: persistent (the
+# JAX_MEMOPS_GRID (cpp/cuda_base.cuh grid_for) forces one grid on every row kernel: persistent (the
 # register classes, forward and backward, launch one CTA per row group by default) or full (both stream
-# classes too: 600001 f32 forward, 700001 backward (262147: the stream class before v38); the row groups of 33 and
-# 8192 far outnumber the
-# resident CTAs). The backward: dx of jm.softmax's VJP against the float64 reference
+# classes too: 600001 f32 forward, 700001 backward (262147: the stream class before v38); since v69 the bulk-copy
+# and register clusters and the L2 two-pass rows, one cluster or CTA per row; the row groups of 33 and 8192 far
+# outnumber the resident CTAs). The backward: dx of jm.softmax's VJP against the float64 reference
 # over its classes (sub-warp, block, register cluster from 8193, stream), with mt.special_rows (NaN, +inf
 # and all -inf rows give NaN; -inf entries give dx exactly 0).
 _BWD_SCRIPT = r"""
