@@ -9,7 +9,8 @@
 #   ab_norm_fwd_verify, ab_norm_fwd_rounds, ab_norm_sweep, ab_big_tests,
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
 #   ab_smxab, ab_san_cpu, ab_dbench, ab_version_table, ab_norm_btest, ab_norm_versions, ab_norm_ptest,
-#   ab_norm_sanr, ab_norm_verify, ab_norm_big, ab_norm_nver, ab_norm_nbench, ab_bwd_vtest, ab_full: below
+#   ab_norm_sanr, ab_norm_verify, ab_norm_big, ab_norm_nver, ab_norm_nbench, ab_bwd_vtest, ab_full, ab_build_beside,
+#   ab_long_rounds: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -260,6 +261,27 @@ Registers Per" "$out/$tag.txt" | cut -c1-120
       > "$out/$tag-src-$n.csv" 2> "$out/$tag-src-$n.err"
   done
   python3 benchmarks/ncu_source.py "$out/$tag"-src-*.csv --top 4 --elements 67108864 | tee "$out/$tag-source.md"
+}
+
+# ab_build_beside STAGE: this tree into site-packages while the driver's stage_STAGE (a harness's nvcc build) runs
+# beside it; status 1 where the install fails.
+ab_build_beside() {
+  "stage_$1" &
+  ab_build || { wait; return 1; }
+  wait
+}
+
+# ab_long_rounds VARIANTS CASES SECONDS: /tmp/softmax_long_ab (the driver builds it) over CASES with
+# AB_VARIANTS=VARIANTS, once per round of LONG_ROUNDS (default "1 2"), each round its own process of at most SECONDS;
+# each round's tables shown.
+ab_long_rounds() {
+  local round
+  for round in ${LONG_ROUNDS:-1 2}; do
+    # shellcheck disable=SC2086
+    AB_VARIANTS=$1 timeout "$3" /tmp/softmax_long_ab $2 > "$out/softmax_long_ab_r$round.md" 2>&1
+    echo "rc=$? (round $round)"
+    grep -h "^|\|^\*\*" "$out/softmax_long_ab_r$round.md" | grep -v "^|---" | cut -c1-150
+  done
 }
 
 # ab_nvcc_harness SRC BIN [SOURCES...]: an in-process A/B harness (benchmarks/SRC, with SOURCES) built for sm_90

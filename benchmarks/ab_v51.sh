@@ -25,21 +25,12 @@ source "$(dirname "$0")/ab_lib.sh"
 stage_harness() { ab_nvcc_harness softmax_long_ab.cu /tmp/softmax_long_ab cpp/softmax_ladder.cu; }
 
 stage_lib() {
-  stage_harness &
-  ab_build || { wait; return 1; }
-  wait
+  ab_build_beside harness || return 1
   ls -la /tmp/softmax_long_ab
 }
 
 stage_long() {
-  local round
-  for round in ${LONG_ROUNDS:-1 2}; do
-    # shellcheck disable=SC2086
-    AB_VARIANTS=${AB_VARIANTS:-v27,v49} timeout 110 /tmp/softmax_long_ab ${LONG_CASES:-f32:50257 f32:65536 \
-      f32:131072 bf16:131072 bf16:262144} > "$out/softmax_long_ab_r$round.md" 2>&1
-    echo "rc=$? (round $round)"
-    grep -h "^|\|^\*\*" "$out/softmax_long_ab_r$round.md" | grep -v "^|---" | cut -c1-120
-  done
+  ab_long_rounds "${AB_VARIANTS:-v27,v49}" "${LONG_CASES:-f32:50257 f32:65536 f32:131072 bf16:131072 bf16:262144}" 110
 }
 
 stage_verify() {

@@ -21,21 +21,13 @@ stage_harness() {
 }
 
 stage_lib() {
-  stage_harness &
-  ab_build || { wait; return 1; }
-  wait
+  ab_build_beside harness || return 1
   ls -la /tmp/softmax_long_ab
 }
 
 stage_long() {
-  local round
-  for round in ${LONG_ROUNDS:-1 2}; do
-    # shellcheck disable=SC2086
-    AB_TRACE=1 AB_VARIANTS=${AB_VARIANTS:-grid,tickets,kept (evict,v14} timeout 150 /tmp/softmax_long_ab \
-      ${LONG_CASES:-f32:50257 f32:131072 bf16:131072 bf16:50257} > "$out/softmax_long_ab_r$round.md" 2>&1
-    echo "rc=$? (round $round)"
-    grep -h "^|\|^\*\*" "$out/softmax_long_ab_r$round.md" | grep -v "^|---" | cut -c1-150
-  done
+  AB_TRACE=1 ab_long_rounds "${AB_VARIANTS:-grid,tickets,kept (evict,v14}" \
+    "${LONG_CASES:-f32:50257 f32:131072 bf16:131072 bf16:50257}" 150
 }
 
 stage_grid() {
