@@ -35,7 +35,7 @@ using inproc::kWarmup;
 // (last exit - the SM's last exit) / span: what a grid whose SMs all finished together would not waste).
 template <typename Kernels, typename T>
 void trace_exits(const Kernels& ks, const std::vector<size_t>& timed, const T* x, const std::vector<T*>& ys) {
-  constexpr int kSlots = 1 << 17;
+  constexpr int kSlots = smx::kTraceSlots;
   unsigned long long* d = nullptr;
   CK(cudaMalloc(&d, 3 * kSlots * sizeof(unsigned long long)));
   CK(cudaMemcpyToSymbol(smx::g_trace_exits, &d, sizeof(d)));

@@ -34,13 +34,14 @@ namespace cg = cooperative_groups;
 // benchmarks/softmax_long_ab.cu's AB_TRACE (built with -DJM_TRACE_EXITS; never in the library): each CTA's start and
 // exit (%globaltimer, ns) and its SM at [3 * blockIdx.x + 0, 1, 2], to see how unevenly the SMs finish (the bulk-copy
 // and the L2 two-pass forwards).
+constexpr unsigned kTraceSlots = 1u << 17;  // CTAs traced (blockIdx.x below it)
 __device__ unsigned long long* g_trace_exits = nullptr;
 __device__ __forceinline__ void trace_exit(int slot) {
   unsigned long long t;
   unsigned sm;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  if (g_trace_exits != nullptr && threadIdx.x == 0) {
+  if (g_trace_exits != nullptr && threadIdx.x == 0 && blockIdx.x < kTraceSlots) {
     g_trace_exits[3 * blockIdx.x + slot] = t;
     g_trace_exits[3 * blockIdx.x + 2] = sm;
   }
