@@ -172,15 +172,14 @@ TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_
   return {k, active, block, chunk, smem, score};
 }
 
-// Launches plan p of Kernel (a persistent grid of clusters; `messages`: its merge, for the log);
-// *launched = false (and success) where the launch is refused (a configuration error: the caller's
-// fallback takes the rows).
 #ifdef JM_AB_TICKETS
 bool g_ab_ticket_launch = false;  // benchmarks/softmax_long_ab.cu: the next launches take their rows by tickets
 #endif
 
-// rows_per_cluster (A/B harnesses only; 0: the persistent grid): a grid of ceil(rows / rows_per_cluster) clusters,
-// which the hardware schedules in waves as earlier clusters exit.
+// Launches plan p of Kernel (a persistent grid of clusters, cluster_grid; `messages`: its merge, for the log);
+// *launched = false (and success) where the launch is refused (a configuration error: the caller's
+// fallback takes the rows). rows_per_cluster (A/B harnesses only; 0: none): a grid of ceil(rows / rows_per_cluster)
+// clusters instead, which the hardware schedules in waves as earlier clusters exit.
 template <auto Kernel, typename T>
 ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p, cudaStream_t stream, RowShape s,
                            const T* x, T* y, bool* launched, int rows_per_cluster = 0) {

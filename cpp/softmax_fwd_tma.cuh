@@ -44,7 +44,6 @@ constexpr int kTicketFlag = 1 << 30;
 __device__ unsigned* g_tickets = nullptr;
 #endif
 
-
 constexpr int kTmaBlock = 256;           // threads per CTA
 
 // The packs [lo, lo + n) of a row's body that cluster rank `rank` holds.

@@ -250,12 +250,6 @@ struct ClusterShape {
   int block, max_k;
 };
 
-// One row per cluster of k CTAs of ClusterK (args..., rows, int cols, block), a persistent grid of
-// clusters: the first of `shapes` whose k = ceil(C / (elems x block)) is at most its max_k (and above
-// an earlier shape's max_k for the same block: already tried) and can be resident. MailK (the same
-// signature; ClusterK itself where there is none; only the backward's clusters have one): the kernel that merges by
-// messages, run instead of ClusterK where k >= bwd_push_min_cluster(). *launched = false (and success) when none
-// launches (the caller's fallback takes the rows).
 // Clusters of k CTAs to launch over `rows` rows of which `active` clusters can be resident: those (a persistent grid,
 // each cluster walking rows base, base + clusters, ...), or one per row under JAX_MEMOPS_GRID=full (an A/B option, v69:
 // the hardware then starts a cluster wherever one exits), within the grid's 2^31 - 1 CTAs.
@@ -263,6 +257,12 @@ inline int64_t cluster_grid(int64_t rows, int active, int k) {
   return std::min<int64_t>(grid_for(rows, active, Grid::kPersistent), 0x7fffffff / k);
 }
 
+// One row per cluster of k CTAs of ClusterK (args..., rows, int cols, block), a grid of
+// clusters (cluster_grid): the first of `shapes` whose k = ceil(C / (elems x block)) is at most its max_k (and above
+// an earlier shape's max_k for the same block: already tried) and can be resident. MailK (the same
+// signature; ClusterK itself where there is none; only the backward's clusters have one): the kernel that merges by
+// messages, run instead of ClusterK where k >= bwd_push_min_cluster(). *launched = false (and success) when none
+// launches (the caller's fallback takes the rows).
 template <auto ClusterK, auto MailK = ClusterK, typename... A>
 ffi::Error launch_cluster_rows(const DeviceInfo& dev, cudaStream_t stream, RowShape s, int elems,
                                std::initializer_list<ClusterShape> shapes, bool* launched, const char* what,
