@@ -10,6 +10,9 @@ Each build runs in its own process (the build is picked at import); alternate th
     done; done
     python3 benchmarks/cpu_isa_ab.py --table out/isa_*.txt
 
+Two versions of the library (each installed with `pip install --target DIR`, run with PYTHONPATH=DIR) against each
+other: name the outputs `<version>_<isa>_<round>.txt` and aggregate with `--compare OLD NEW out/*.txt`.
+
 The malloc settings keep freed buffers mapped. Without them, XLA's CPU runtime gets each call's 16 MB outputs and
 temporaries as fresh pages from the kernel, and a call's time depends on how many of them fault (seen: 3270 faults
 and +6 ms in a training step of f32 softmax at 4096 x 1024, 0 in the next process), for ours and XLA's alike.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import re
 import statistics
 import time
@@ -101,14 +105,54 @@ def table(paths: list[str]) -> None:
             print(f"| {op} | {dtype} | {fwd} | {xla[0]:.2f} | {step} | {xla[1]:.2f} | {gain} |")
 
 
+def _parse(paths: list[str], key) -> dict:
+    """Each op's four times (fwd, fwd+bwd, XLA's fwd, XLA's fwd+bwd) per process, by (op, dtype, isa, key(path))."""
+    runs = collections.defaultdict(list)
+    for path in paths:
+        with open(path) as f:
+            isa = None
+            for line in f:
+                if line.startswith("isa "):
+                    isa = line.split()[1]
+                elif (m := _LINE.match(line)) and isa:
+                    t = tuple(map(float, m.groups()[2:]))
+                    runs[(m.group(1), m.group(2), isa, key(path))].append((t[0], t[2], t[1], t[3]))
+    return runs
+
+
+def compare(old: str, new: str, paths: list[str]) -> None:
+    """Per build: each version's median over its processes, forward and training step, and XLA's best process."""
+    runs = _parse(paths, lambda path: os.path.basename(path).split("_")[0])
+    for isa in ISAS:
+        counts = {v: len({p for p in paths if os.path.basename(p).startswith(f"{v}_{isa}_")}) for v in (old, new)}
+        if not all(counts.values()):
+            continue
+        print(f"\n{isa} ({counts[old]} / {counts[new]} processes): medians, ms\n")
+        print(f"| op | dtype | fwd: {old} → {new} | training step: {old} → {new} | XLA best: fwd, step |")
+        print("|---|---|---|---|---|")
+        for op in OPS:
+            for dtype in DTYPES:
+                if not all(runs[(op, dtype, isa, v)] for v in (old, new)):
+                    continue  # a process still running
+                cells = []
+                for i in (0, 1):
+                    a, b = (statistics.median(r[i] for r in runs[(op, dtype, isa, v)]) for v in (old, new))
+                    cells.append(f"{a:.2f} → {b:.2f} ({a / b:.2f}×)")
+                xla = [min(r[i] for v in (old, new) for r in runs[(op, dtype, isa, v)]) for i in (2, 3)]
+                print(f"| {op} | {dtype} | {cells[0]} | {cells[1]} | {xla[0]:.2f}, {xla[1]:.2f} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=4096)
     p.add_argument("--cols", type=int, default=1024)
     p.add_argument("--calls", type=int, default=15)
     p.add_argument("--table", nargs="+", metavar="FILE", help="aggregate earlier runs' outputs instead")
+    p.add_argument("--compare", nargs="+", metavar="ARG", help="OLD NEW FILE...: two versions' outputs, per build")
     args = p.parse_args()
-    if args.table:
+    if args.compare:
+        compare(args.compare[0], args.compare[1], args.compare[2:])
+    elif args.table:
         table(args.table)
     else:
         measure(args.rows, args.cols, args.calls)

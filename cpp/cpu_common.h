@@ -34,13 +34,6 @@ inline constexpr int64_t kPieceElems = int64_t{1} << 15;
 // Rows per piece for rows of `cols` elements.
 inline int64_t piece_rows(int64_t cols) { return std::max<int64_t>(1, kPieceElems / std::max<int64_t>(1, cols)); }
 
-// Columns per piece of a column split over `rows` rows (parameter-gradient sums): about kPieceElems elements, but
-// at least 128 columns, so that each row's part is long enough for vectorized loops and whole cache lines (8
-// columns of 4096 rows left the sums' loops 8 long and read 32 bytes per 4 KB row; 64 or 128 columns: the f32
-// training steps of GELU and LayerNorm 1.3-1.5x faster, RESULTS.md "The CPU handlers, v24"). The sums run in row
-// order whatever the width: the same results.
-inline int64_t piece_cols(int64_t rows) { return std::max<int64_t>(128, piece_rows(rows)); }
-
 // fn(begin, end) over [0, n) in pieces of `grain` (the last one shorter), run by the pool's threads and the
 // calling thread together: each takes the next piece until none is left, and the caller then waits for the
 // pieces others took. A pool whose threads are all busy, or none (Schedule then runs the task in place),
@@ -265,48 +258,6 @@ struct Elem<ffi::DataType::F16> {
 // The CPU element type of a dispatch tag: `using T = elem_t<decltype(tag)>;`
 template <typename Tag>
 using elem_t = typename Elem<Tag::value>::type;
-
-// A wanted parameter gradient of no rows: zeros (nothing else writes it).
-inline void zero_grad(const GradView& g, int64_t cols) {
-  if (g.data) std::fill(g.data, g.data + g.groups * cols, 0.0f);
-}
-
-// A column-split parameter-gradient sum, of columns c0 .. c0 + width over the rows taken in order. Each row adds its
-// terms to float partials (row(): the loops run at the float vector width); end_row folds them into double sums
-// every 16 rows and where a row group ends, and there writes the group's sums to its row of g and starts again from
-// 0. No float partial holds more than 16 terms (as in sum_in_lanes below), and where the folds fall depends on the
-// shape alone: the same result whatever the threads, in every build. (v55: in double per term, the training steps'
-// column sums ran at half the vector width with a conversion per term.)
-class ColumnSums {
- public:
-  ColumnSums(const GradView& g, RowShape s, int64_t c0, int64_t width)
-      : g_(g), s_(s), c0_(c0), part_(g.data ? width : 0), total_(g.data ? width : 0) {}
-  bool wanted() const { return g_.data != nullptr; }
-  float* row() { return part_.data(); }
-  void end_row(int64_t r) {
-    if (!g_.data) return;
-    const bool group_ends = (r + 1) % g_.rows_per_group == 0 || r + 1 == s_.rows;
-    if (++pending_ < kDepth && !group_ends) return;
-    for (size_t c = 0; c < part_.size(); ++c) {
-      total_[c] += part_[c];
-      part_[c] = 0.0f;
-    }
-    pending_ = 0;
-    if (!group_ends) return;
-    float* out = g_.data + (r / g_.rows_per_group) * s_.cols + c0_;
-    for (size_t c = 0; c < total_.size(); ++c) out[c] = static_cast<float>(total_[c]);
-    std::fill(total_.begin(), total_.end(), 0.0);
-  }
-
- private:
-  static constexpr int kDepth = 16;  // rows per fold
-  GradView g_;
-  RowShape s_;
-  int64_t c0_;
-  std::vector<float> part_;
-  std::vector<double> total_;
-  int pending_ = 0;
-};
 
 // max v[0 .. n) (-inf for n = 0), and whether some v[i] is NaN. Integer maxima, which GCC vectorizes (a float
 // max reduction it vectorizes only under -ffinite-math-only): of the bits mapped so that integer order is float

@@ -1,8 +1,9 @@
-// Fused scale -> bias -> GELU on the CPU: one pass over x; per-column parameter gradients summed per row group in
-// row order (ColumnSums).
+// Fused scale -> bias -> GELU on the CPU: one pass over x; the backward's per-column parameter gradients summed
+// with dx in the same pass (cpu_grad_sums.h).
 #include <vector>
 
 #include "cpu_common.h"
+#include "cpu_grad_sums.h"
 #include "gelu_math.h"
 #include "bindings.h"
 #include "handlers.h"
@@ -41,15 +42,14 @@ void grad_row(const R* __restrict__ x, const R* __restrict__ dy, const float* __
   }
 }
 
-// dx of rows [r0, r1) x columns [c0, c1); with a parameter gradient wanted, rows [0, rows) (the caller splits the
-// columns): its sums per row group over these columns in row order (ColumnSums: so the result never depends on
-// the threads), written at each group's last row.
+// dx of rows [r0, r1) x columns [c0, c1), and the parameter gradients' sums over those rows and columns into their
+// runs' rows (ra, rb; out == nullptr: not wanted), in row order.
 template <typename T>
-void gelu_bwd_block(const T* x, const T* dy, T* dx, Affine a, GradView dscale, GradView dbias, RowShape s,
-                    int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+void gelu_bwd_block(const T* x, const T* dy, T* dx, Affine a, Runs ra, Runs rb, RowShape s, int64_t r0, int64_t r1,
+                    int64_t c0, int64_t c1) {
   const int64_t w = c1 - c0;
   const ParamRows scale(a.scale, a.scale_value, s.cols), bias(a.bias, a.bias_value, s.cols);
-  ColumnSums ds(dscale, s, c0, w), db(dbias, s, c0, w);
+  ColumnSums ds(ra, w), db(rb, w);
   std::vector<float> grow(static_cast<size_t>(w));  // this row's dy * gelu'(u), for the sums' loops
   // f16 rows as floats (cpu_common.h): x, dy and dx (a buffer of its own: grad_row's pointers are restrict).
   std::vector<float> xbuf(row_buffer<T>(w)), dybuf(row_buffer<T>(w)), dxbuf(row_buffer<T>(w));
@@ -102,7 +102,7 @@ ffi::Error gelu_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale
 ffi::Error gelu_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
                     ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale,
                     ffi::Result<ffi::AnyBuffer> dbias,
-                    ffi::Result<ffi::AnyBuffer> /*workspace: CUDA only, left untouched here*/,
+                    ffi::Result<ffi::AnyBuffer> workspace,
                     float scale_value, float bias_value) {
   RowShape s;
   Affine a;
@@ -118,16 +118,18 @@ ffi::Error gelu_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale
     const T* xp = static_cast<const T*>(x.untyped_data());
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx->untyped_data());
+    const auto block = [&](Runs ra, Runs rb, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      gelu_bwd_block(xp, dyp, dxp, a, ra, rb, s, r0, r1, c0, c1);
+    };
     if (s.rows == 0) {
       zero_grad(dsv, s.cols);
       zero_grad(dbv, s.cols);
-    } else if (dsv.data || dbv.data) {  // columns split: each a sum over every row
-      parallel_for(pool, s.cols, piece_cols(s.rows), [&](int64_t c0, int64_t c1) {
-        gelu_bwd_block(xp, dyp, dxp, a, dsv, dbv, s, 0, s.rows, c0, c1);
-      });
-    } else {
-      parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) {
-        gelu_bwd_block(xp, dyp, dxp, a, dsv, dbv, s, r0, r1, 0, s.cols);
+    } else if (!dsv.data && !dbv.data) {
+      parallel_for(pool, s.rows, piece_rows(s.cols),
+                   [&](int64_t r0, int64_t r1) { block(Runs{}, Runs{}, r0, r1, 0, s.cols); });
+    } else if (!sum_in_runs(pool, partials_view(*workspace, s, dsv, dbv), s, dsv, dbv, /*tiles_ok=*/true, block)) {
+      parallel_for(pool, s.cols, piece_cols(s.rows), [&](int64_t c0, int64_t c1) {  // each piece over every row
+        block(Runs::groups(dsv, s, c0), Runs::groups(dbv, s, c0), 0, s.rows, c0, c1);
       });
     }
     return ffi::Error::Success();

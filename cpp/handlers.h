@@ -17,8 +17,8 @@
 // x, y, dy, dx: row tensors (..., C) of one dtype (f32, bf16 or f16). scale/bias: params, dscale/dbias:
 // param gradients, mean/rstd: row statistics — see ffi_common.h. For gelu, an absent scale/bias array
 // means the scalar attribute is used instead. workspace (ws): f32 scratch (S, G*P, C) for the
-// parameter-gradient partials of the CUDA backward kernels, or (0,); see WorkspaceView in
-// ffi_common.h. Its contents are undefined on entry and exit; the CPU handlers ignore it.
+// parameter-gradient partials of the backward kernels, or (0,); see PartialsView in ffi_common.h (the CPU
+// handlers use its partial rows too: cpu_grad_sums.h). Its contents are undefined on entry and exit.
 #pragma once
 
 #include "xla/ffi/api/c_api.h"

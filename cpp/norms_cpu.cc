@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cpu_common.h"
+#include "cpu_grad_sums.h"
 #include "bindings.h"
 #include "handlers.h"
 
@@ -49,23 +50,36 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, Ty* y, float* me
 }
 
 // dx of rows [r0, r1): rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale; the mean(g) term only for
-// LayerNorm.
+// LayerNorm. With ra / rb wanted (out != nullptr), also dscale = Σ dy * xhat and dbias = Σ dy over these rows, into
+// their runs' rows (cpu_grad_sums.h): x and dy read once for all three.
 template <typename T, typename Ty, bool kRms>
-void norm_bwd_dx_rows(const T* x, ParamView scale, const float* mean, const float* rstd, const Ty* dy, T* dx,
-                      RowShape s, int64_t r0, int64_t r1) {
+void norm_bwd_rows(const T* x, ParamView scale, const float* mean, const float* rstd, const Ty* dy, T* dx, Runs ra,
+                   Runs rb, RowShape s, int64_t r0, int64_t r1) {
   using R = row_t<T>;
   const ParamRows scales(scale, 1.0f, s.cols);
+  ColumnSums ds(ra, s.cols), db(rb, s.cols);
   std::vector<float> xhat(static_cast<size_t>(s.cols)), g(static_cast<size_t>(s.cols));
+  std::vector<float> dybuf(ds.wanted() || db.wanted() ? row_buffer<Ty>(s.cols) : 0);  // f16 dy kept beside g
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * s.cols;
     const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
     const float* sc = scales.row(r);
-    const R* xr = in_row(x + o, s.cols, xhat.data());  // f16 rows: into xhat and g (rows as floats)
-    const row_t<Ty>* dyr = in_row(dy + o, s.cols, g.data());
+    const R* xr = in_row(x + o, s.cols, xhat.data());  // f16 rows: into xhat and g or dybuf (rows as floats)
+    const row_t<Ty>* dyr = in_row(dy + o, s.cols, dybuf.empty() ? g.data() : dybuf.data());
     for (int64_t c = 0; c < s.cols; ++c) {
       xhat[c] = (to_float(xr[c]) - pivot - m) * rs;
       g[c] = to_float(dyr[c]) * sc[c];
     }
+    if (ds.wanted()) {  // a loop per sum, not a test per element: both vectorize
+      float* p = ds.row();
+      for (int64_t c = 0; c < s.cols; ++c) p[c] += to_float(dyr[c]) * xhat[c];
+    }
+    if (db.wanted()) {
+      float* p = db.row();
+      for (int64_t c = 0; c < s.cols; ++c) p[c] += to_float(dyr[c]);
+    }
+    ds.end_row(r);
+    db.end_row(r);
     const double sum_gx = sum_in_lanes(s.cols, [&](int64_t c) { return g[c] * xhat[c]; });
     const float mg = kRms ? 0.0f : static_cast<float>(sum_of(g.data(), s.cols) / double(s.cols));
     const float mgx = static_cast<float>(sum_gx / double(s.cols));
@@ -75,13 +89,13 @@ void norm_bwd_dx_rows(const T* x, ParamView scale, const float* mean, const floa
   }
 }
 
-// dscale = Σ dy * xhat and dbias = Σ dy per row group, of columns [c0, c1): summed in row order, column by column
-// (ColumnSums; the columns split the work, so the order, and the result, never depend on the threads).
+// dscale = Σ dy * xhat and dbias = Σ dy per row group, of columns [c0, c1) over every row in order: the column split
+// (cpu_grad_sums.h), beside norm_bwd_rows's dx.
 template <typename T, typename Ty, bool kRms>
 void norm_bwd_param_cols(const T* x, const float* mean, const float* rstd, const Ty* dy, GradView dscale,
                          GradView dbias, RowShape s, int64_t c0, int64_t c1) {
   const int64_t w = c1 - c0;
-  ColumnSums ds(dscale, s, c0, w), db(dbias, s, c0, w);
+  ColumnSums ds(Runs::groups(dscale, s, c0), w), db(Runs::groups(dbias, s, c0), w);
   std::vector<float> xbuf(ds.wanted() ? row_buffer<T>(w) : 0), dybuf(row_buffer<Ty>(w));  // f16 rows as floats
   for (int64_t r = 0; r < s.rows; ++r) {
     const int64_t o = r * s.cols;
@@ -133,7 +147,7 @@ ffi::Error norm_fwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scal
 template <bool kRms>
 ffi::Error norm_bwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, const ffi::AnyBuffer* mean,
                     ffi::AnyBuffer rstd, ffi::AnyBuffer dy, ffi::AnyBuffer dx, ffi::AnyBuffer dscale,
-                    const ffi::AnyBuffer* dbias) {
+                    const ffi::AnyBuffer* dbias, ffi::AnyBuffer workspace) {
   RowShape s;
   ParamView sv;
   GradView dsv, dbv;
@@ -157,13 +171,18 @@ ffi::Error norm_bwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scal
     const float* rp = static_cast<const float*>(rstd.untyped_data());
     const Ty* dyp = static_cast<const Ty*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx.untyped_data());
-    parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) {
-      norm_bwd_dx_rows<T, Ty, kRms>(xp, sv, mp, rp, dyp, dxp, s, r0, r1);
-    });
+    const PartialsView ws = partials_view(workspace, s, dsv, dbv);
+    const auto rows = [&](Runs ra, Runs rb, int64_t r0, int64_t r1, int64_t /*c0 = 0*/, int64_t /*c1 = cols*/) {
+      norm_bwd_rows<T, Ty, kRms>(xp, sv, mp, rp, dyp, dxp, ra, rb, s, r0, r1);
+    };
+    const auto dx_only = [&](int64_t r0, int64_t r1) { rows(Runs{}, Runs{}, r0, r1, 0, s.cols); };
     if (s.rows == 0) {
       zero_grad(dsv, s.cols);
       zero_grad(dbv, s.cols);
-    } else if (dsv.data || dbv.data) {
+    } else if (!dsv.data && !dbv.data) {
+      parallel_for(pool, s.rows, piece_rows(s.cols), dx_only);
+    } else if (!sum_in_runs(pool, ws, s, dsv, dbv, /*tiles_ok=*/false, rows)) {  // else dx by rows, sums by columns
+      parallel_for(pool, s.rows, piece_rows(s.cols), dx_only);
       parallel_for(pool, s.cols, piece_cols(s.rows), [&](int64_t c0, int64_t c1) {
         norm_bwd_param_cols<T, Ty, kRms>(xp, mp, rp, dyp, dsv, dbv, s, c0, c1);
       });
@@ -183,19 +202,19 @@ ffi::Error rms_norm_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer s
   return norm_fwd<true>(pool, x, scale, nullptr, *y, nullptr, *rstd, epsilon);
 }
 
-// The backward handlers take the CUDA kernels' partials workspace (handlers.h) to keep one signature;
-// the CPU sums its parameter gradients column by column (ColumnSums), and leaves the workspace untouched.
+// The backward handlers' workspace (handlers.h): the CUDA kernels' partial rows, which the CPU's row split uses too
+// (cpu_grad_sums.h).
 ffi::Error layer_norm_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer mean,
                           ffi::AnyBuffer rstd, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
                           ffi::Result<ffi::AnyBuffer> dscale, ffi::Result<ffi::AnyBuffer> dbias,
-                          ffi::Result<ffi::AnyBuffer> /*workspace: see the note above*/) {
-  return norm_bwd<false>(pool, x, scale, &mean, rstd, dy, *dx, *dscale, &*dbias);
+                          ffi::Result<ffi::AnyBuffer> workspace) {
+  return norm_bwd<false>(pool, x, scale, &mean, rstd, dy, *dx, *dscale, &*dbias, *workspace);
 }
 
 ffi::Error rms_norm_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer rstd,
                         ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale,
-                        ffi::Result<ffi::AnyBuffer> /*workspace*/) {
-  return norm_bwd<true>(pool, x, scale, nullptr, rstd, dy, *dx, *dscale, nullptr);
+                        ffi::Result<ffi::AnyBuffer> workspace) {
+  return norm_bwd<true>(pool, x, scale, nullptr, rstd, dy, *dx, *dscale, nullptr, *workspace);
 }
 
 }  // namespace

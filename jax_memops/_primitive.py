@@ -90,7 +90,8 @@ def partial_rows(rows: int, groups: int, itemsize: int, cols: int | None = None)
     C = 4096 +7% over 132 — else 132: one block per SM (from 248 blocks the kernel takes 256 threads, below
     that 512; 133..247 blocks of 512 leave a second, partial wave: 0.69x at P = 170, and a second full
     wave of 512-thread teams loses 3-8%). JAX_MEMOPS_NORM_PARTIALS=v29 (read when a backward is traced)
-    gives the norms GELU's rule, as before v30. Never above the rows of a group."""
+    gives the norms GELU's rule, as before v30. Never above the rows of a group. The CPU handlers sum their
+    parameter gradients through the first few of each group's partial rows (cpp/cpu_grad_sums.h)."""
     if rows <= 0 or groups <= 0:
         return 0
     if cols is None or os.environ.get("JAX_MEMOPS_NORM_PARTIALS") == "v29":  # v29: the norms by GELU's rule

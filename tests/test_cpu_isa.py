@@ -54,7 +54,9 @@ for dt in (jnp.float32, jnp.bfloat16, jnp.float16):
 np.savez({path!r}, **out)
 print("OK")
 """
-SHAPES = [(3, 1), (5, 2), (4, 31), (6, 33), (65, 1000), (3, 4097), (2, 50257), (129, 768), (17, 12289)]
+# (264, 4099): the parameter gradients summed in 8 runs of rows through the workspace (cpp/cpu_grad_sums.h); the
+# shapes of 10^5 elements and more before it: by columns.
+SHAPES = [(3, 1), (5, 2), (4, 31), (6, 33), (65, 1000), (3, 4097), (2, 50257), (129, 768), (17, 12289), (264, 4099)]
 OUTPUTS = 3 * len(SHAPES) * (4 * 4 + 2)  # dtypes x shapes x (y and 3 gradients of 4 ops, 2 forwards)
 
 
