@@ -81,9 +81,8 @@ def measure(rows: int, cols: int, calls: int) -> None:
                   f"fwd+bwd {times[1]:6.2f} xla {times[3]:6.2f}", flush=True)
 
 
-def table(paths: list[str]) -> None:
-    """Medians over the processes of each build; XLA's best process (its 16-bit programs run at one of two speeds per
-    process, e.g. RMSNorm's f16 forward at 2.6 or 15 ms, whichever build of ours runs beside them)."""
+def _parse(paths: list[str], key) -> dict:
+    """Each op's four times (fwd, XLA's fwd, fwd+bwd, XLA's fwd+bwd) per process, by (op, dtype, isa, key(path))."""
     runs = collections.defaultdict(list)
     for path in paths:
         with open(path) as f:
@@ -92,7 +91,15 @@ def table(paths: list[str]) -> None:
                 if line.startswith("isa "):
                     isa = line.split()[1]
                 elif (m := _LINE.match(line)) and isa:
-                    runs[(m.group(1), m.group(2), isa)].append(tuple(map(float, m.groups()[2:])))
+                    runs[(m.group(1), m.group(2), isa, key(path))].append(tuple(map(float, m.groups()[2:])))
+    return runs
+
+
+def table(paths: list[str]) -> None:
+    """Medians over the processes of each build; XLA's best process (its 16-bit programs run at one of two speeds per
+    process, e.g. RMSNorm's f16 forward at 2.6 or 15 ms, whichever build of ours runs beside them)."""
+    parsed = _parse(paths, lambda path: None)
+    runs = {(op, dtype, isa): times for (op, dtype, isa, _), times in parsed.items()}
     print("| op | dtype | fwd ms: baseline / AVX2 / AVX-512 | XLA best | fwd+bwd ms: baseline / AVX2 / AVX-512 | XLA best |"
           " AVX-512 over AVX2: fwd, fwd+bwd |")  # XLA: its best process
     print("|---|---|---|---|---|---|---|")
@@ -103,21 +110,6 @@ def table(paths: list[str]) -> None:
             fwd, step = (" / ".join(f"{med[isa][i]:.2f}" for isa in ISAS) for i in (0, 2))
             gain = f"{med['avx2'][0] / med['avx512'][0]:.2f}×, {med['avx2'][2] / med['avx512'][2]:.2f}×"
             print(f"| {op} | {dtype} | {fwd} | {xla[0]:.2f} | {step} | {xla[1]:.2f} | {gain} |")
-
-
-def _parse(paths: list[str], key) -> dict:
-    """Each op's four times (fwd, fwd+bwd, XLA's fwd, XLA's fwd+bwd) per process, by (op, dtype, isa, key(path))."""
-    runs = collections.defaultdict(list)
-    for path in paths:
-        with open(path) as f:
-            isa = None
-            for line in f:
-                if line.startswith("isa "):
-                    isa = line.split()[1]
-                elif (m := _LINE.match(line)) and isa:
-                    t = tuple(map(float, m.groups()[2:]))
-                    runs[(m.group(1), m.group(2), isa, key(path))].append((t[0], t[2], t[1], t[3]))
-    return runs
 
 
 def compare(old: str, new: str, paths: list[str]) -> None:
@@ -135,10 +127,10 @@ def compare(old: str, new: str, paths: list[str]) -> None:
                 if not all(runs[(op, dtype, isa, v)] for v in (old, new)):
                     continue  # a process still running
                 cells = []
-                for i in (0, 1):
+                for i in (0, 2):
                     a, b = (statistics.median(r[i] for r in runs[(op, dtype, isa, v)]) for v in (old, new))
                     cells.append(f"{a:.2f} → {b:.2f} ({a / b:.2f}×)")
-                xla = [min(r[i] for v in (old, new) for r in runs[(op, dtype, isa, v)]) for i in (2, 3)]
+                xla = [min(r[i] for v in (old, new) for r in runs[(op, dtype, isa, v)]) for i in (1, 3)]
                 print(f"| {op} | {dtype} | {cells[0]} | {cells[1]} | {xla[0]:.2f}, {xla[1]:.2f} |")
 
 
