@@ -110,9 +110,10 @@ inline void sum_partials(ffi::ThreadPool& pool, const float* slab, const Partial
   });
 }
 
-// The fewest runs for which the row split is taken, unless x is small. Below it (fewer than 256 rows of one group),
-// the column split's pieces are wider than 128 columns (2^15 elements over the rows), long enough to stream: at 64
-// rows of 50257 it beat GELU's runs in column tiles by 5-25% (RESULTS.md "The CPU handlers, v70").
+// The fewest runs for which the row split is taken, unless x is small. Fewer runs (one group of < 256 rows or < 2^19
+// elements) would leave most threads of a large machine idle, where the column split has a piece per 128 columns or
+// more; below 256 rows its pieces are wider than that and stream (at 64 rows of 50257, GELU's runs in column tiles ran
+// at 0.75-0.96x its speed; RESULTS.md "The CPU handlers, v70").
 inline constexpr int64_t kMinRuns = 8;
 
 // Columns per tile of the row split where a kernel's rows need no row-wide reduction (GELU): a row's working set in
