@@ -84,12 +84,17 @@ class ColumnSums {
 // results.
 inline int64_t piece_cols(int64_t rows) { return std::max<int64_t>(128, piece_rows(rows)); }
 
-// Runs per group of n rows of `cols` elements, at most `per_group` (the workspace's partial rows): runs of at least
-// 2^16 elements and 32 rows, so that writing and reading back a run's partial row costs <= 1/48 of its rows' traffic
-// per gradient (x, dy and dx in f32; 1/24 in 16-bit), and each is a long stream.
-inline int64_t runs_per_group(int64_t n, int64_t cols, int64_t per_group) {
-  const int64_t run_rows = std::max<int64_t>(32, ((int64_t{1} << 16) + cols - 1) / std::max<int64_t>(1, cols));
-  return std::clamp<int64_t>(n / run_rows, 1, std::max<int64_t>(1, per_group));
+// At most this many runs in all: pieces of parallel work for 64 threads; more would only add partial rows.
+inline constexpr int64_t kMaxRuns = 64;
+
+// Runs per group of n rows of `cols` elements, of `groups` groups, at most `per_group` (the workspace's partial rows):
+// runs of at least 32 rows, so that writing and reading back a run's partial row costs <= 1/48 of its rows' traffic per
+// gradient (x, dy and dx in f32; 1/24 in 16-bit), and 2^15 elements (kPieceElems; 2^16 took the column split at
+// 300 x 1024 and 512 x 768, 1.0-1.5x slower: RESULTS.md "The CPU handlers, v70").
+inline int64_t runs_per_group(int64_t n, int64_t cols, int64_t groups, int64_t per_group) {
+  const int64_t run_rows = std::max<int64_t>(32, (kPieceElems + cols - 1) / std::max<int64_t>(1, cols));
+  const int64_t most = std::min(per_group, (kMaxRuns + groups - 1) / groups);
+  return std::clamp<int64_t>(n / run_rows, 1, std::max<int64_t>(1, most));
 }
 
 // g[group][c] = the sum over j < pieces of partial row group * P + j of slab, column c, added in double in j order.
@@ -110,7 +115,7 @@ inline void sum_partials(ffi::ThreadPool& pool, const float* slab, const Partial
   });
 }
 
-// The fewest runs for which the row split is taken, unless x is small. Fewer runs (one group of < 256 rows or < 2^19
+// The fewest runs for which the row split is taken, unless x is small. Fewer runs (one group of < 256 rows or < 2^18
 // elements) would leave most threads of a large machine idle, where the column split has a piece per 128 columns or
 // more; below 256 rows its pieces are wider than that and stream (at 64 rows of 50257, GELU's runs in column tiles ran
 // at 0.75-0.96x its speed; RESULTS.md "The CPU handlers, v70").
@@ -132,7 +137,7 @@ bool sum_in_runs(ffi::ThreadPool& pool, const PartialsView& ws, RowShape s, cons
                  bool tiles_ok, const F& rows_fn) {
   if (a.data && b.data && a.groups != b.groups) return false;
   const int64_t groups = (a.data ? a : b).groups, n = s.rows / groups;
-  const int64_t pieces = runs_per_group(n, s.cols, ws.data ? ws.per_group : 1);
+  const int64_t pieces = runs_per_group(n, s.cols, groups, ws.data ? ws.per_group : 1);
   const int64_t tiles = tiles_ok ? (s.cols + kTileCols - 1) / kTileCols : 1;
   if (groups * pieces < kMinRuns && s.size() > 2 * kPieceElems) return false;
   Runs ra = Runs::groups(a, s, 0), rb = Runs::groups(b, s, 0);

@@ -14,14 +14,15 @@ import memops_testing as mt
 from memops_testing import DTYPE_IDS, DTYPES, GRAD_TOL
 
 # (batch: a vmap over per-example parameters, or None; rows; C) and the CPU's split of the sums: runs of at least 32
-# rows and 2^16 elements, GELU's in tiles of <= 4096 columns, the row split taken from 8 runs in all or for an x of
-# <= 2^16 elements.
+# rows and 2^15 elements, at most 64 in all, GELU's in tiles of <= 4096 columns, the row split taken from 8 runs in
+# all or for an x of <= 2^16 elements.
 CASES = {
     "300x4097": (None, 300, 4097),  # one group in 9 runs (GELU: 2 tiles each): the workspace's partial rows
-    "2x1400x500": (2, 1400, 500),  # two groups of 10 runs each
+    "2x1400x500": (2, 1400, 500),  # two groups of 21 runs each
     "16x40x300": (16, 40, 300),  # 16 groups, a run each, into the gradients' rows
     "260x9001": (None, 260, 9001),  # 8 runs (GELU: of 3 tiles each)
-    "4096x64": (None, 4096, 64),  # one group, 4 runs of a larger x: the column split
+    "4096x64": (None, 4096, 64),  # one group in 8 runs of 512 rows
+    "2000x64": (None, 2000, 64),  # one group, 3 runs of a larger x: the column split
     "3x5x7": (3, 5, 7),  # small: a run per group
 }
 OPS = ["layer_norm", "rms_norm", "gelu"]
