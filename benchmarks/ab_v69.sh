@@ -12,7 +12,10 @@
 #   grid     the bench (device timing), softmax forward and backward at C = 32768, 50257 and 131072, f32 and bf16, under
 #            JAX_MEMOPS_GRID unset and =full (since v69 the cluster kernels and the L2 two-pass rows take it: one
 #            cluster or CTA per row), each its own process, ROUNDS (default "1 2").
-# The call planned (RESULTS.md "v69"): `lib long grid` (~60 s to build, ~80 s a round of long, ~50 s a process of grid).
+#   tests    what of the GPU suite never ran on a GPU: test_gpu_grid (the cluster kernels and the L2 two-pass rows on
+#            full grids) and test_grad_sums' GPU cases, in the time left of a 560 s call (at least 60 s).
+# The call planned (RESULTS.md "v69"): `lib long grid tests` (~60 s to build, ~80 s a round of long, ~50 s a process of
+# grid).
 set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
@@ -33,6 +36,11 @@ stage_long() {
 stage_grid() {
   AB_TIMEOUT=200 ab_rounds grid --var JAX_MEMOPS_GRID --versions "" full --dirs fwd bwd --dtypes float32 bfloat16 \
     --cols 32768 50257 131072 --timing device
+}
+
+stage_tests() {
+  local left=$((560 - SECONDS))
+  ab_gpu_tests tests $((left > 60 ? left : 60)) "gpu_grid or (gpu and test_param_grads)" 200
 }
 
 ab_init "$@"
