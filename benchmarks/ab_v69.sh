@@ -13,7 +13,7 @@
 #            JAX_MEMOPS_GRID unset and =full (since v69 the cluster kernels and the L2 two-pass rows take it: one
 #            cluster or CTA per row), each its own process, ROUNDS (default "1 2").
 #   tests    what of the GPU suite never ran on a GPU: test_gpu_grid (the cluster kernels and the L2 two-pass rows on
-#            full grids) and test_grad_sums' GPU cases, in the time left of a 560 s call (at least 60 s).
+#            full grids) and test_grad_sums' GPU cases, in the time left of a T_END (default 560) s call (at least 60 s).
 # The call planned (RESULTS.md "v69"): `lib long grid tests` (~60 s to build, ~80 s a round of long, ~50 s a process of
 # grid).
 set -uo pipefail
@@ -39,7 +39,7 @@ stage_grid() {
 }
 
 stage_tests() {
-  local left=$((560 - SECONDS))
+  local left=$((${T_END:-560} - SECONDS))
   ab_gpu_tests tests $((left > 60 ? left : 60)) "gpu_grid or (gpu and test_param_grads)" 200
 }
 
