@@ -12,8 +12,10 @@
 #   grid     the bench (device timing), softmax forward and backward at C = 32768, 50257 and 131072, f32 and bf16, under
 #            JAX_MEMOPS_GRID unset and =full (since v69 the cluster kernels and the L2 two-pass rows take it: one
 #            cluster or CTA per row), each its own process, ROUNDS (default "1 2").
+#   v72      the bench's forward under JAX_MEMOPS_SOFTMAX_FWD=v72 and unset (ROUNDS), then test_gpu_fwd_versions[v72].
 #   tests    what of the GPU suite never ran on a GPU: test_gpu_grid (the cluster kernels and the L2 two-pass rows on
-#            full grids) and test_grad_sums' GPU cases, in the time left of a T_END (default 560) s call (at least 60 s).
+#            full grids) and test_grad_sums' GPU cases, in the time left of a
+#            T_END (default 560) s call (at least 60 s).
 # The call planned (RESULTS.md "v69"): `lib long grid tests` (~60 s to build, ~80 s a round of long, ~50 s a process of
 # grid).
 set -uo pipefail
@@ -36,6 +38,14 @@ stage_long() {
 stage_grid() {
   AB_TIMEOUT=200 ab_rounds grid --var JAX_MEMOPS_GRID --versions "" full --dirs fwd bwd --dtypes float32 bfloat16 \
     --cols 32768 50257 131072 --timing device
+}
+
+# v72 (A/B version: v50 with v14's L2 rows on a full grid and bulk-copy rows under 256 KB on grids of 2 rows per
+# cluster) against the default in the bench, the forward, and its version test.
+stage_v72() {
+  AB_TIMEOUT=200 ab_rounds v72- --var JAX_MEMOPS_SOFTMAX_FWD --versions "" v72 --dirs fwd --dtypes float32 bfloat16 \
+    --cols 32768 50257 100000 131072 --timing device
+  ab_gpu_tests v72-tests 300 "fwd_versions and v72" 290
 }
 
 stage_tests() {

@@ -70,11 +70,12 @@ namespace {
 // without its L2 two-pass rows) or "v14" (v20 with streaming loads and stores in the register rows) or "v20" (v21 with
 // streaming loads and stores in the 8-pack rows) or "v21" (v14 with the register rows' x read by __ldg and y stored
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
-// "v23", "v24", "v25", "v26", "v27" or "v49". Any other value: v50.
+// "v23", "v24", "v25", "v26", "v27" or "v49", or "v72" (v50 on grids that hand out rows as SMs free up: launch_fwd_v3).
+// Any other value: v50.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
-  kV26, kV27, kV49, kV50
+  kV26, kV27, kV49, kV50, kV72
 };
 
 FwdVersion fwd_version() {
@@ -86,7 +87,7 @@ FwdVersion fwd_version() {
                   {"v9", FwdVersion::kV9}, {"v14", FwdVersion::kV14}, {"v20", FwdVersion::kV20},
                   {"v21", FwdVersion::kV21}, {"v23", FwdVersion::kV23}, {"v24", FwdVersion::kV24},
                   {"v25", FwdVersion::kV25}, {"v26", FwdVersion::kV26}, {"v27", FwdVersion::kV27},
-                  {"v49", FwdVersion::kV49}},
+                  {"v49", FwdVersion::kV49}, {"v72", FwdVersion::kV72}},
                  FwdVersion::kV50);
   return version;
 }
@@ -178,14 +179,17 @@ bool g_ab_ticket_launch = false;  // benchmarks/softmax_long_ab.cu: the next lau
 
 // Launches plan p of Kernel (a persistent grid of clusters, cluster_grid; `messages`: its merge, for the log);
 // *launched = false (and success) where the launch is refused (a configuration error: the caller's
-// fallback takes the rows). rows_per_cluster (A/B harnesses only; 0: none): a grid of ceil(rows / rows_per_cluster)
-// clusters instead, which the hardware schedules in waves as earlier clusters exit.
+// fallback takes the rows). rows_per_cluster (softmax_long_ab.cu's grids and v72; 0: none): a grid of
+// ceil(rows / rows_per_cluster) clusters instead where that is more than the persistent grid, which the hardware
+// schedules in waves as earlier clusters exit.
 template <auto Kernel, typename T>
 ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p, cudaStream_t stream, RowShape s,
                            const T* x, T* y, bool* launched, int rows_per_cluster = 0) {
   log_tma_plan(variant, messages, s, p.block, p.k, p.chunk, p.smem, p.active, p.ahead, p.keep);
-  const int64_t clusters =
-      rows_per_cluster > 0 ? ceil_div(s.rows, int64_t{rows_per_cluster}) : cluster_grid(s.rows, p.active, p.k);
+  int64_t clusters = cluster_grid(s.rows, p.active, p.k);
+  if (rows_per_cluster > 0) {
+    clusters = std::min<int64_t>(std::max(clusters, ceil_div(s.rows, int64_t{rows_per_cluster})), 0x7fffffff / p.k);
+  }
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), p.block, p.k,
                                                 stream, &attr, static_cast<size_t>(p.smem));
@@ -368,8 +372,11 @@ int l2_share_pct() {
   return pct;
 }
 
+// grid: kPersistent (two CTAs per SM walking the rows, the default), kFull (v72, an A/B version: one CTA per row,
+// the same rows in flight; RESULTS.md "v69 measured": +7.9% at bf16 50257 on an H100, the SMs' uneven ends recovered).
 template <typename T>
-ffi::Error launch_fwd_l2(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y, bool* launched) {
+ffi::Error launch_fwd_l2(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y, bool* launched,
+                         Grid grid_pref = Grid::kPersistent) {
   constexpr auto kernel = smx::softmax_fwd_l2_kernel<T>;
   *launched = false;
   int per_sm = 0;
@@ -385,7 +392,7 @@ ffi::Error launch_fwd_l2(const DeviceInfo& dev, cudaStream_t stream, RowShape s,
   }
   *launched = true;
   // JAX_MEMOPS_GRID=full (A/B, v69): one CTA per row, as many resident (so as many rows in L2) as the persistent grid.
-  const int64_t grid = grid_for(s.rows, in_flight, Grid::kPersistent);
+  const int64_t grid = grid_for(s.rows, in_flight, grid_pref);
   return launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(unsigned{smx::kL2Block}), 0, stream,
                 "softmax_fwd", x, y, s.rows, static_cast<int>(s.cols));
 }
@@ -400,6 +407,11 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
+  // v72 (A/B, not yet measured in the library; RESULTS.md "v69 measured"): v50 but v14's L2 rows on a full grid and the
+  // bulk-copy clusters of rows under 256 KB on a grid of 2 rows per cluster (an H100, in softmax_long_ab.cu: f32
+  // 50257 +6.5%, bf16 50257 +7.9%; rows of 256 KB and more lost 1-3.5% on such grids).
+  const bool v72 = version == FwdVersion::kV72;
+  if (v72) version = FwdVersion::kV50;  // elsewhere v50
   const bool keep_ahead = version == FwdVersion::kV50;
   if (keep_ahead) version = FwdVersion::kV49;  // elsewhere v49
   const int ahead_pct = version == FwdVersion::kV49 ? kTmaAheadPct : 0;
@@ -420,7 +432,10 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (version == FwdVersion::kV14) {
     if constexpr (sizeof(T) == 2) {
       if (s.cols > kWideMaxCols && s.cols <= INT_MAX) {
-        if (auto err = launch_fwd_l2(dev, stream, s, x, y, launched); err.failure() || *launched) return err;
+        if (auto err = launch_fwd_l2(dev, stream, s, x, y, launched, v72 ? Grid::kFull : Grid::kPersistent);
+            err.failure() || *launched) {
+          return err;
+        }
       }
     }
     version = FwdVersion::kV9;  // elsewhere v9
@@ -503,7 +518,9 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   }
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
-  return keep_ahead ? launch_fwd_tma<T, smx::kTmaBlock, true, true>(dev, stream, s, version, x, y, launched, ahead_pct)
+  const int rows_per_cluster = v72 && s.cols * int64_t{sizeof(T)} < (int64_t{1} << 18) ? 2 : 0;
+  return keep_ahead ? launch_fwd_tma<T, smx::kTmaBlock, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,
+                                                                     0, rows_per_cluster)
                     : launch_fwd_tma<T, smx::kTmaBlock, true>(dev, stream, s, version, x, y, launched, ahead_pct);
 }
 

@@ -57,7 +57,7 @@ def _run_fwd_script(shapes, **env_vars):
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9", "v9-wide",
                                      "v9-wide-512", "v14", "v20", "v21", "v23", "v24", "v25", "v26", "v27",
-                                     "v49"])
+                                     "v49", "v72"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
