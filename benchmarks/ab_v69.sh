@@ -2,7 +2,7 @@
 # The v69 device calls (RESULTS.md "v69"): whether the long rows' persistent grid of bulk-copy clusters (softmax
 # forward, issue 4) loses time to clusters that finish their fixed share of rows at different times.
 #   lib      this tree into site-packages, beside softmax_long_ab.cu built for sm_90 with its trace (JM_TRACE_EXITS) and
-#            its ticket variant (JM_AB_TICKETS).
+#            its ticket variant (since v73 the library's).
 #   harness  softmax_long_ab.cu alone, built so.
 #   long     softmax_long_ab over LONG_CASES (default f32:50257 f32:131072 bf16:131072 bf16:50257), LONG_ROUNDS
 #            (default "1 2"), each round its own process, AB_VARIANTS (default: the bulk-copy plan on grids of 1-8 rows
@@ -22,7 +22,7 @@ set -uo pipefail
 source "$(dirname "$0")/ab_lib.sh"
 
 stage_harness() {
-  ab_nvcc_harness softmax_long_ab.cu /tmp/softmax_long_ab cpp/softmax_ladder.cu -DJM_TRACE_EXITS -DJM_AB_TICKETS
+  ab_nvcc_harness softmax_long_ab.cu /tmp/softmax_long_ab cpp/softmax_ladder.cu -DJM_TRACE_EXITS
 }
 
 stage_lib() {

@@ -1,20 +1,19 @@
 // The softmax forward's long rows inside one process (issue 4: C = 50257 / 131072 at 78-86% of the copy; the method:
-// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v50: v49's
-// prefetch at L2's evict_last priority) against v27 (no prefetch into L2), v49, the bulk-copy cluster alone
-// under other plans than the rule's (v50's calls: cluster size k, CTAs of 256 / 512 / 1024 threads, 75 or 100% of each
-// CTA's next share prefetched into L2, at L2's evict_last priority or not, two buffers prefetching the row after
-// next), v14's two-pass kernel and three copies of the same bytes. (v36's pipelined two-pass kernel, v49's
-// prefetch sizes: RESULTS.md and git history; v51's prefetches 2-3 rows ahead and v14's kernel prefetching its next
-// row: RESULTS.md, branch v51-depth.) Per variant: GB/s (x read, y written), its ratio to the default
-// (median of the per-sample ratios); the default twice (A/A). Every output checked against float64 on sampled rows,
-// NaN poured into the outputs first.
+// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v74: v50
+// with v14's rows on a full grid; v50: v49's prefetch at L2's evict_last priority) against v50, v72, v73, v27 (no
+// prefetch into L2), v49, the bulk-copy cluster alone under other plans than the rule's (v50's calls: cluster size k,
+// CTAs of 256 / 512 / 1024 threads, 75 or 100% of each CTA's next share prefetched into L2, at L2's evict_last priority
+// or not, two buffers prefetching the row after next), v14's two-pass kernel and three copies of the same bytes. (v36's
+// pipelined two-pass kernel, v49's prefetch sizes: RESULTS.md and git history; v51's prefetches 2-3 rows ahead and
+// v14's kernel prefetching its next row: RESULTS.md, branch v51-depth.) Per variant: GB/s (x read, y written), its
+// ratio to the default (median of the per-sample ratios); the default twice (A/A). Every output checked against float64
+// on sampled rows, NaN poured into the outputs first.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/softmax_long_ab.cu \
 //        cpp/softmax_ladder.cu -o /tmp/softmax_long_ab && /tmp/softmax_long_ab [f32:C | bf16:C ...]
 // AB_VARIANTS=v27,v49 (name fragments) times the default and those variants alone (the copies always). Built with
-// -DJM_TRACE_EXITS, AB_TRACE=1 also traces each CTA's start and exit (trace_exits below); with -DJM_AB_TICKETS the
-// variant "tickets" runs (softmax_fwd_tma.cuh's g_tickets).
+// -DJM_TRACE_EXITS, AB_TRACE=1 also traces each CTA's start and exit (trace_exits below).
 #include <algorithm>
 #include <string_view>
 
@@ -108,16 +107,21 @@ bool run_case(const char* dtype, int cols, int sms) {
   // (0: the rule's).
   // keep: the prefetches at L2's evict_last priority (launch_fwd_tma's kKeep).
   // rpc: rows per cluster (0: the persistent grid; else a grid of rows / rpc clusters in waves).
-  const auto tma = [&](auto block, auto keep, int ahead_pct, int k, FwdVersion version, int rpc = 0) {
+  // tickets: the persistent grid's rows past each cluster's first two from a counter (v73).
+  const auto tma_tickets = [&](auto tickets, auto block, auto keep, int ahead_pct, int k, FwdVersion version,
+                               int rpc) {
     return [&, ahead_pct, k, version, rpc](const T* x, T* y) {
       bool launched = false;
-      if (jm::cuda::launch_fwd_tma<T, decltype(block)::value, true, decltype(keep)::value>(
+      if (jm::cuda::launch_fwd_tma<T, decltype(block)::value, true, decltype(keep)::value, decltype(tickets)::value>(
               dev, nullptr, s, version, x, y, &launched, ahead_pct, k, rpc)
               .failure()) {
         std::exit(1);
       }
       return launched;
     };
+  };
+  const auto tma = [&](auto block, auto keep, int ahead_pct, int k, FwdVersion version, int rpc = 0) {
+    return tma_tickets(std::false_type{}, block, keep, ahead_pct, k, version, rpc);
   };
   const auto bulk_copy = [&](auto block, int ahead_pct, int k = 0, FwdVersion version = FwdVersion::kV5) {
     return tma(block, std::false_type{}, ahead_pct, k, version);
@@ -126,8 +130,11 @@ bool run_case(const char* dtype, int cols, int sms) {
   using B512 = std::integral_constant<int, 512>;
   using B1024 = std::integral_constant<int, 1024>;
   std::vector<Kernel> ks = {
-      {"default (v50)", handler(FwdVersion::kV50)},
-      {"default again (A/A)", handler(FwdVersion::kV50)},
+      {"default (v74)", handler(FwdVersion::kV74)},
+      {"default again (A/A)", handler(FwdVersion::kV74)},
+      {"v73 (tickets)", handler(FwdVersion::kV73)},
+      {"v50 (fixed rows per cluster, v14 persistent)", handler(FwdVersion::kV50)},
+      {"v72 (grids of 2 rows per cluster under 256 KB)", handler(FwdVersion::kV72)},
       {"v27 (no prefetch)", handler(FwdVersion::kV27)},
       {"v49 (the prefetch at the normal priority)", handler(FwdVersion::kV49)},
       {"bulk copy, rule's k, 75%", bulk_copy(B256{}, 75)},
@@ -153,16 +160,8 @@ bool run_case(const char* dtype, int cols, int sms) {
       {"grid, 2 rows per cluster (75%, kept)", tma(B256{}, std::true_type{}, 75, 0, FwdVersion::kV5, 2)},
       {"grid, 4 rows per cluster (75%, kept)", tma(B256{}, std::true_type{}, 75, 0, FwdVersion::kV5, 4)},
       {"grid, 8 rows per cluster (75%, kept)", tma(B256{}, std::true_type{}, 75, 0, FwdVersion::kV5, 8)},
-#ifdef JM_AB_TICKETS
-      // ... and the persistent grid whose rows past each cluster's first two come from a counter (tickets).
-      {"tickets (75%, kept)",
-       [&, f = tma(B256{}, std::true_type{}, 75, 0, FwdVersion::kV5)](const T* x, T* y) {
-         jm::cuda::g_ab_ticket_launch = true;
-         const bool launched = f(x, y);
-         jm::cuda::g_ab_ticket_launch = false;
-         return launched;
-       }},
-#endif
+      // ... and the persistent grid whose rows past each cluster's first two come from a counter (v73's tickets).
+      {"tickets (75%, kept)", tma_tickets(std::true_type{}, B256{}, std::true_type{}, 75, 0, FwdVersion::kV5, 0)},
       {"v14 two-pass, 512 x 2 per SM",
        [&](const T* x, T* y) { return resident(smx::softmax_fwd_l2_kernel<T>, smx::kL2Block, x, y); }},
       {"v14 two-pass, 512 x 2 per SM, full grid",
@@ -188,14 +187,6 @@ bool run_case(const char* dtype, int cols, int sms) {
     }
     ks = std::move(kept);
   }
-#ifdef JM_AB_TICKETS
-  static unsigned* tickets = nullptr;  // the ticket variants' counters, zeroed once (each launch's last CTA re-zeroes)
-  if (tickets == nullptr) {
-    CK(cudaMalloc(&tickets, 2 * sizeof(unsigned)));
-    CK(cudaMemset(tickets, 0, 2 * sizeof(unsigned)));
-    CK(cudaMemcpyToSymbol(smx::g_tickets, &tickets, sizeof(tickets)));
-  }
-#endif
   T* x;
   CK(cudaMalloc(&x, bytes));
   fill_x<<<1024, 256>>>(x, n, 7u + cols);

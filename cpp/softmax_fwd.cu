@@ -44,7 +44,9 @@ namespace ffi = xla::ffi;
 namespace jm::cuda {
 namespace {
 
-// Which forward kernels "auto" runs. v50 by default: v49 with its prefetches at L2's evict_last priority
+// Which forward kernels "auto" runs. v74 by default: v50, but v14's L2 rows on a full grid (one CTA per row; RESULTS.md
+// "v73 and v74"). v73 (A/B): v74, and the bulk-copy clusters (one buffer or registers) take their rows past the first
+// two by tickets (softmax_fwd_tma.cuh). v50: v49 with its prefetches at L2's evict_last priority
 // (launch_fwd_tma's kKeep; measured beside kTmaAheadPct below). v49: v27, but each CTA of the bulk-copy cluster
 // prefetches into L2 the first kTmaAheadPct % of its share of its next row once this row's share has landed
 // (softmax_fwd_tma.cuh's `ahead`).
@@ -70,12 +72,12 @@ namespace {
 // without its L2 two-pass rows) or "v14" (v20 with streaming loads and stores in the register rows) or "v20" (v21 with
 // streaming loads and stores in the 8-pack rows) or "v21" (v14 with the register rows' x read by __ldg and y stored
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
-// "v23", "v24", "v25", "v26", "v27" or "v49", or "v72" (v50 on grids that hand out rows as SMs free up: launch_fwd_v3).
-// Any other value: v50.
+// "v23", "v24", "v25", "v26", "v27", "v49" or "v50", or "v72" / "v73" (v50 on grids that hand out rows as SMs free up;
+// launch_fwd_v3). Any other value: v74.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
-  kV26, kV27, kV49, kV50, kV72
+  kV26, kV27, kV49, kV50, kV72, kV73, kV74
 };
 
 FwdVersion fwd_version() {
@@ -87,8 +89,9 @@ FwdVersion fwd_version() {
                   {"v9", FwdVersion::kV9}, {"v14", FwdVersion::kV14}, {"v20", FwdVersion::kV20},
                   {"v21", FwdVersion::kV21}, {"v23", FwdVersion::kV23}, {"v24", FwdVersion::kV24},
                   {"v25", FwdVersion::kV25}, {"v26", FwdVersion::kV26}, {"v27", FwdVersion::kV27},
-                  {"v49", FwdVersion::kV49}, {"v72", FwdVersion::kV72}},
-                 FwdVersion::kV50);
+                  {"v49", FwdVersion::kV49}, {"v50", FwdVersion::kV50}, {"v72", FwdVersion::kV72},
+                  {"v73", FwdVersion::kV73}},
+                 FwdVersion::kV74);
   return version;
 }
 
@@ -126,15 +129,16 @@ int forced_cluster_k() {
 // size, chunk, shared memory, clusters resident, packs prefetched ahead and whether at evict_last), for A/B runs and
 // the tests.
 void log_tma_plan(const char* variant, bool messages, RowShape s, int block, int k, int64_t chunk, int64_t smem,
-                  int active, int ahead, bool keep) {
+                  int active, int ahead, bool keep, bool tickets) {
   static std::atomic<int64_t> last{-1};
   const int64_t key = ((s.cols * 64 + k * 2 + messages) * 1000003) ^
                       static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
   if (!plan_log_due(last, key)) return;
   std::fprintf(stderr, "softmax_fwd plan: %s%s x %d threads rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB "
-               "clusters=%d ahead=%d packs%s\n", variant, messages ? ", messages" : "", block,
+               "clusters=%d ahead=%d packs%s%s\n", variant, messages ? ", messages" : "", block,
                static_cast<long long>(s.rows), static_cast<long long>(s.cols), k, static_cast<long long>(chunk),
-               static_cast<long long>(smem / 1024), active, ahead, keep ? " (evict_last)" : "");
+               static_cast<long long>(smem / 1024), active, ahead, keep ? " (evict_last)" : "",
+               tickets ? " tickets" : "");
 }
 
 // One plan of a bulk-copy kernel: cluster size k, chunk = ceil(packs / k) packs per CTA in each of
@@ -173,19 +177,23 @@ TmaPlan tma_plan(const DeviceInfo& dev, int64_t packs, int k, int stages, int64_
   return {k, active, block, chunk, smem, score};
 }
 
-#ifdef JM_AB_TICKETS
-bool g_ab_ticket_launch = false;  // benchmarks/softmax_long_ab.cu: the next launches take their rows by tickets
-#endif
+// The next slot of the tickets' ring (softmax_fwd_tma.cuh g_ticket_ring), in turn over the launches of this process.
+int ticket_slot() {
+  static std::atomic<unsigned> next{0};
+  return static_cast<int>(next.fetch_add(1, std::memory_order_relaxed) % smx::kTicketSlots);
+}
 
 // Launches plan p of Kernel (a persistent grid of clusters, cluster_grid; `messages`: its merge, for the log);
-// *launched = false (and success) where the launch is refused (a configuration error: the caller's
-// fallback takes the rows). rows_per_cluster (softmax_long_ab.cu's grids and v72; 0: none): a grid of
-// ceil(rows / rows_per_cluster) clusters instead where that is more than the persistent grid, which the hardware
-// schedules in waves as earlier clusters exit.
+// *launched = false (and success) where the launch is refused (a configuration error: the caller's fallback takes the
+// rows). rows_per_cluster (softmax_long_ab.cu's grids and v72; 0: none): a grid of ceil(rows / rows_per_cluster)
+// clusters instead where that is more than the persistent grid, which the hardware schedules in waves as earlier
+// clusters exit. tickets (v73, an A/B version; one-buffer and register kernels): the persistent grid's rows past each
+// cluster's first two drawn from a counter of softmax_fwd_tma.cuh's ring (ticket_slot).
 template <auto Kernel, typename T>
 ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p, cudaStream_t stream, RowShape s,
-                           const T* x, T* y, bool* launched, int rows_per_cluster = 0) {
-  log_tma_plan(variant, messages, s, p.block, p.k, p.chunk, p.smem, p.active, p.ahead, p.keep);
+                           const T* x, T* y, bool* launched, int rows_per_cluster = 0, bool tickets = false) {
+  tickets = tickets && rows_per_cluster == 0 && s.rows <= INT_MAX;
+  log_tma_plan(variant, messages, s, p.block, p.k, p.chunk, p.smem, p.active, p.ahead, p.keep, tickets);
   int64_t clusters = cluster_grid(s.rows, p.active, p.k);
   if (rows_per_cluster > 0) {
     clusters = std::min<int64_t>(std::max(clusters, ceil_div(s.rows, int64_t{rows_per_cluster})), 0x7fffffff / p.k);
@@ -193,12 +201,8 @@ ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p,
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), p.block, p.k,
                                                 stream, &attr, static_cast<size_t>(p.smem));
-  int ahead = p.ahead;
-#ifdef JM_AB_TICKETS
-  if (g_ab_ticket_launch) ahead |= smx::kTicketFlag;
-#endif
-  if (cudaLaunchKernelEx(&cfg, Kernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk), ahead) !=
-      cudaSuccess) {
+  if (cudaLaunchKernelEx(&cfg, Kernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk), p.ahead,
+                         tickets ? ticket_slot() : -1) != cudaSuccess) {
     (void)cudaGetLastError();
     return ffi::Error::Success();
   }
@@ -240,13 +244,15 @@ constexpr int kTmaAheadPct = 75;
 // classes.
 // force_k (A/B harnesses; 0: forced_cluster_k()): the plans of cluster size force_k alone, any k in 1..16.
 // kKeep (v50): the kernels' prefetches at L2's evict_last priority (softmax_fwd_tma.cuh kKeepAhead).
-template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false>
+// kTickets (v73): rows by tickets on the persistent grid (launch_tma_plan; not the two buffers').
+template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false, bool kTickets = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
                           T* y, bool* launched, int ahead_pct = 0, int force_k = 0, int rows_per_cluster = 0) {
   constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush, kKeep>;
-  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kKeep>;
-  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep>;
-  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B, kPush, kKeep>;
+  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kKeep, kTickets>;
+  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep, kTickets>;
+  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B, kPush, kKeep, kTickets>;
+  constexpr bool tickets = kTickets;
   constexpr int64_t kAny = INT_MAX;
   *launched = false;
   const int64_t packs = ceil_div(s.cols, kVec<T>);
@@ -294,20 +300,22 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   if (best.first.k == 0) return ffi::Error::Success();
   if constexpr (kPush) {  // the plans are those of the message kernels; below push_min_cluster, the barrier's
     if (best.first.k < push_min_cluster()) {
-      return launch_fwd_tma<T, B, false, kKeep>(dev, stream, s, version, x, y, launched, ahead_pct, force_k,
-                                                rows_per_cluster);
+      return launch_fwd_tma<T, B, false, kKeep, kTickets>(dev, stream, s, version, x, y, launched, ahead_pct, force_k,
+                                                          rows_per_cluster);
     }
   }
   best.first.ahead = static_cast<int>(ceil_div(best.first.chunk * ahead_pct, int64_t{100}));
   best.first.keep = kKeep && best.first.ahead > 0;
   switch (best.second) {
     case kOne:
-      return launch_tma_plan<kOneStage>("one buffer", kPush, best.first, stream, s, x, y, launched, rows_per_cluster);
+      return launch_tma_plan<kOneStage>("one buffer", kPush, best.first, stream, s, x, y, launched, rows_per_cluster,
+                                        tickets);
     case kR8:
-      return launch_tma_plan<kRegs8>("registers (8)", kPush, best.first, stream, s, x, y, launched, rows_per_cluster);
+      return launch_tma_plan<kRegs8>("registers (8)", kPush, best.first, stream, s, x, y, launched, rows_per_cluster,
+                                     tickets);
     case kR16:
       return launch_tma_plan<kRegs16>("registers (16)", kPush, best.first, stream, s, x, y, launched,
-                                      rows_per_cluster);
+                                      rows_per_cluster, tickets);
     default:
       return launch_tma_plan<kTwoStages>("two buffers", kPush, best.first, stream, s, x, y, launched,
                                          rows_per_cluster);
@@ -372,8 +380,8 @@ int l2_share_pct() {
   return pct;
 }
 
-// grid: kPersistent (two CTAs per SM walking the rows, the default), kFull (v72, an A/B version: one CTA per row,
-// the same rows in flight; RESULTS.md "v69 measured": +7.9% at bf16 50257 on an H100, the SMs' uneven ends recovered).
+// grid: kPersistent (two CTAs per SM walking the rows; v14-v50), kFull (v72-v74, the default: one CTA per row, the
+// same rows in flight; bf16 50257 +7.9% on an H100, +5.6..7.5% on the H200: the SMs' uneven ends recovered).
 template <typename T>
 ffi::Error launch_fwd_l2(const DeviceInfo& dev, cudaStream_t stream, RowShape s, const T* x, T* y, bool* launched,
                          Grid grid_pref = Grid::kPersistent) {
@@ -407,11 +415,14 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
-  // v72 (A/B, not yet measured in the library; RESULTS.md "v69 measured"): v50 but v14's L2 rows on a full grid and the
-  // bulk-copy clusters of rows under 256 KB on a grid of 2 rows per cluster (an H100, in softmax_long_ab.cu: f32
-  // 50257 +6.5%, bf16 50257 +7.9%; rows of 256 KB and more lost 1-3.5% on such grids).
+  // v74 (the default): v50 with v14's L2 rows on a full grid (the H200's bench: bf16 50257 +7.5..7.6%, 65536 +4%;
+  // softmax_long_ab.cu: +5.6..6.9%; RESULTS.md "v73 and v74"). v73 (A/B): v74 with the bulk-copy clusters' rows by
+  // tickets. v72 (A/B): v74 with the bulk-copy clusters of rows under 256 KB on a grid of 2 rows per cluster (an H100:
+  // f32 50257 +6.5%; the H200's bench: f32 50257 -0.6..-0.9%, bf16 100000 -2.4%).
+  const bool tickets = version == FwdVersion::kV73;
   const bool v72 = version == FwdVersion::kV72;
-  if (v72) version = FwdVersion::kV50;  // elsewhere v50
+  const bool l2_full = tickets || v72 || version == FwdVersion::kV74;
+  if (l2_full) version = FwdVersion::kV50;  // elsewhere v50
   const bool keep_ahead = version == FwdVersion::kV50;
   if (keep_ahead) version = FwdVersion::kV49;  // elsewhere v49
   const int ahead_pct = version == FwdVersion::kV49 ? kTmaAheadPct : 0;
@@ -432,7 +443,7 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (version == FwdVersion::kV14) {
     if constexpr (sizeof(T) == 2) {
       if (s.cols > kWideMaxCols && s.cols <= INT_MAX) {
-        if (auto err = launch_fwd_l2(dev, stream, s, x, y, launched, v72 ? Grid::kFull : Grid::kPersistent);
+        if (auto err = launch_fwd_l2(dev, stream, s, x, y, launched, l2_full ? Grid::kFull : Grid::kPersistent);
             err.failure() || *launched) {
           return err;
         }
@@ -519,6 +530,9 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
   const int rows_per_cluster = v72 && s.cols * int64_t{sizeof(T)} < (int64_t{1} << 18) ? 2 : 0;
+  if (tickets) {
+    return launch_fwd_tma<T, smx::kTmaBlock, true, true, true>(dev, stream, s, version, x, y, launched, ahead_pct);
+  }
   return keep_ahead ? launch_fwd_tma<T, smx::kTmaBlock, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,
                                                                      0, rows_per_cluster)
                     : launch_fwd_tma<T, smx::kTmaBlock, true>(dev, stream, s, version, x, y, launched, ahead_pct);

@@ -32,17 +32,18 @@
 
 namespace jm::cuda::smx {
 
-#ifdef JM_AB_TICKETS
-// benchmarks/softmax_long_ab.cu's ticket variants (built with -DJM_AB_TICKETS; never in the library): where the kernel
-// argument `ahead` carries kTicketFlag, rows past the first two of each cluster come from a counter (g_tickets[0]: the
-// next row is 2 * clusters + its value), so that clusters that run faster take more rows; g_tickets[1] counts the CTAs
-// that exit, and the last one zeroes both for the next launch. Rank 0 draws row i + 2 at the top of row i and sends it
-// to every CTA of its cluster (st.async into tk_inbox[i & 1], completing tk_bar[i & 1]); each CTA takes row i + 1 at
-// the top of row i. Reuse of a slot: rank 0 rewrites tk_inbox[i & 1] only after row i - 1's merge, which needs every
-// CTA's row i - 1 value, sent after that CTA took row i (at the top of row i - 1).
-constexpr int kTicketFlag = 1 << 30;
-__device__ unsigned* g_tickets = nullptr;
-#endif
+// Tickets (v73, an A/B version; RESULTS.md "v69 measured", "v73 and v74"): a persistent grid whose clusters take their
+// rows past the first two from a counter, so that clusters that run faster take more rows (with fixed shares the SMs
+// finished up to a third of the span apart). The counters: a ring of kTicketSlots pairs per device, zero at load; the
+// host gives each launch the next slot (ticket_slot; -1: fixed shares), and each launch's last CTA to exit zeroes its
+// pair for the slot's next launch. [0]: draws (the next row is 2 * clusters + its value); [1]: CTAs exited. Launches
+// that share a slot must not overlap: they would be kTicketSlots launches apart, on streams that run at once.
+// Rank 0 draws row i + 2 at the top of row i and sends it to every CTA of its cluster after row i's merge (st.async
+// into tk_inbox[i & 1], completing tk_bar[i & 1]); each CTA takes row i + 1 at the top of row i. Reuse of a slot: rank
+// 0 rewrites tk_inbox[i & 1] only after row i's merge, which needs every CTA's row i value, computed after that CTA
+// took row i (at the top of row i - 1).
+constexpr int kTicketSlots = 1024;
+__device__ unsigned g_ticket_ring[kTicketSlots][2];
 
 constexpr int kTmaBlock = 256;           // threads per CTA
 
@@ -70,13 +71,16 @@ struct TmaShare {
 //   pass, and the next row's bulk copy is served mostly by L2. softmax_fwd.cu takes 75% of the share (the whole share
 //   measured 1-2 points slower; issued beside the row's own bulk copy, the prefetch competes with it for HBM: at 100%
 //   no gain; RESULTS.md "v49").
-// kKeepAhead (v50, the default; JAX_MEMOPS_SOFTMAX_FWD=v49 runs without): those prefetches at L2's evict_last priority
+// kTickets, ticket_slot (v73): rows by tickets (above) where ticket_slot >= 0 and S = 1.
+// kKeepAhead (v50; JAX_MEMOPS_SOFTMAX_FWD=v49 runs without): those prefetches at L2's evict_last priority
 //   (prefetch_l2's kKeep), so that the streaming lines (x's bulk copies, y's stores) are evicted before them: v49's
 //   prefetch left 2% of x to be read from HBM twice; in one process the hint read 2-5% faster than v49 in f32 and 0-2%
 //   in bf16 (RESULTS.md "v50", "v51").
-template <typename T, int S, int NP, int B = kTmaBlock, bool kPush = false, bool kKeepAhead = false>
+template <typename T, int S, int NP, int B = kTmaBlock, bool kPush = false, bool kKeepAhead = false,
+          bool kTickets = false>
 __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
-    softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk, int ahead) {
+    softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk, int ahead,
+                           int ticket_slot) {
   static_assert(S == 1 || S == 2, "one or two stages");
   static_assert(NP == 0 || S == 1, "the register variant needs one stage");
 #if JM_BULK_COPY
@@ -104,18 +108,16 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
 
   __shared__ ClusterMail<MaxSum> mail;  // kPush: the (max, sum) messages (softmax_rows.cuh)
   if constexpr (kPush) mail_init(mail);
-#ifdef JM_AB_TICKETS
   __shared__ uint32_t tk_inbox[2];
   __shared__ uint64_t tk_bar[2];
-  const bool tickets = S == 1 && (ahead & kTicketFlag) != 0;
-  ahead &= ~kTicketFlag;
-  if (tid == 0) {
+  // (a template parameter, so that the kernels without keep their registers: the ticket code spills 4-28 bytes at
+  // the register kernels' bounds)
+  unsigned* const tk = kTickets && S == 1 && ticket_slot >= 0 ? g_ticket_ring[ticket_slot] : nullptr;
+  const bool tickets = kTickets && tk != nullptr;
+  if (tickets && tid == 0) {
     mbar_init(&tk_bar[0]);
     mbar_init(&tk_bar[1]);
   }
-#else
-  constexpr bool tickets = false;
-#endif
   if (tid == 0) {
     for (int st = 0; st < S; ++st) mbar_init(&bar[st]);
     // The first row ahead of the loop where a copy is in flight across the loop's top (not S = 1, NP = 0).
@@ -124,8 +126,8 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
   __syncthreads();  // the barriers are initialized before anyone waits on them
   if (kPush || tickets) cluster_sync();  // ... and before any CTA of the cluster sends to them
   int i = 0;
-#ifdef JM_AB_TICKETS
   int64_t row_next = it.base + it.step;  // the row after `row` (tickets: from rank 0's message)
+  unsigned drawn = 0;                    // tickets, rank 0's thread 0: the ticket drawn at the top of this row
   for (int64_t row = it.base; row < rows; row = row_next, ++i) {
     row_next = row + it.step;
     if (tickets) {
@@ -135,18 +137,12 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
         mbar_wait(&tk_bar[p], static_cast<uint32_t>((i - 1) >> 1) & 1u);
         row_next = tk_inbox[p];
       }
-      if (rank == 0 && tid == 0 && row_next < rows) {  // row i + 2, which every CTA takes at the top of row i + 1
-        const int64_t r = 2 * it.step + atomicAdd(&g_tickets[0], 1u);
-        const uint32_t v = static_cast<uint32_t>(r < rows ? r : rows);
-        const uint32_t slot = smem_addr(&tk_inbox[i & 1]), tb = smem_addr(&tk_bar[i & 1]);
-        for (int c = 0; c < cluster_blocks(); ++c) {
-          push_one(cluster_map(slot, c), __uint_as_float(v), cluster_map(tb, c));
-        }
-      }
+      // Row i + 2, which every CTA takes at the top of row i + 1: drawn here, sent after this row's merge (the
+      // atomic's round trip, ~1 us, then overlaps the row's loads and reductions; drawn and sent here, it held rank 0
+      // and with it the cluster's merge: f32 131072 -4%, bf16 131072 -7.6% against v50 on the H200; RESULTS.md "v73
+      // and v74").
+      if (rank == 0 && tid == 0 && row_next < rows) drawn = atomicAdd(&tk[0], 1u);
     }
-#else
-  for (int64_t row = it.base; row < rows; row += it.step, ++i) {
-#endif
     const int st = S == 2 ? (i & 1) : 0;
     // bar[st]'s phase for this row: row i is stage st's (i / S)-th fill.
     const uint32_t parity = static_cast<uint32_t>(S == 2 ? i >> 1 : i) & 1u;
@@ -168,14 +164,9 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     T* yb = yr + sp.head + int64_t{share.lo} * V;
     mbar_wait(&bar[st], parity);
     // v49: the first packs of the next row whose copy is not yet in flight into L2 (above); S = 2: the row after next.
-#ifdef JM_AB_TICKETS
     const int64_t row_ahead = S == 2 ? row + 2 * it.step : row_next;
     if (tid == 0 && ahead > 0 && row_ahead < rows) {
       const T* xn = x + row_ahead * int64_t{cols};
-#else
-    if (tid == 0 && ahead > 0 && row + S * it.step < rows) {
-      const T* xn = xr + S * it.step * int64_t{cols};
-#endif
       const RowSpan<T, V, int> sn(xn, cols, true);
       const TmaShare sh(sn.body, rank, chunk);
       prefetch_l2<kKeepAhead>(xn + sn.head + int64_t{sh.lo} * V, int64_t{min(sh.n, ahead)} * int64_t{sizeof(P)});
@@ -188,17 +179,10 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
         if (tid + j * nt < share.n) v[j] = load_shared(buf + tid + j * nt);
       }
       __syncthreads();  // every thread holds its packs: the stage takes the next row now
-#ifdef JM_AB_TICKETS
       if (tid == 0 && row_next < rows) {
         fence_proxy_async_smem();
         issue(row_next, 0);
       }
-#else
-      if (tid == 0 && row + it.step < rows) {
-        fence_proxy_async_smem();
-        issue(row + it.step, 0);
-      }
-#endif
     }
     // f(q, pack) for each of this thread's packs q of the share: from registers (NP > 0) or the stage.
     // The passes convert with unpack_fresh: 16-bit packs held in registers stay raw across the passes
@@ -230,6 +214,12 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     } else {
       row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
     }
+    if (tickets && rank == 0 && tid == 0 && row_next < rows) {  // row i + 2 to every CTA of the cluster
+      const int64_t r = 2 * it.step + int64_t{drawn};
+      const uint32_t v = static_cast<uint32_t>(r < rows ? r : rows);
+      const uint32_t slot = smem_addr(&tk_inbox[i & 1]), tb = smem_addr(&tk_bar[i & 1]);
+      for (int c = 0; c < cluster_blocks(); ++c) push_one(cluster_map(slot, c), __uint_as_float(v), cluster_map(tb, c));
+    }
     const float inv_s = 1.0f / row_ms.s;
     for_packs([&](int q, const P& pk) {
       float f[V];
@@ -244,15 +234,13 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
 #ifdef JM_TRACE_EXITS
   trace_exit(1);
 #endif
-#ifdef JM_AB_TICKETS
   if (tickets && tid == 0) {
     __threadfence();  // this CTA's draws before its exit's count
-    if (atomicAdd(&g_tickets[1], 1u) == gridDim.x - 1) {
-      g_tickets[0] = 0;
-      g_tickets[1] = 0;
+    if (atomicAdd(&tk[1], 1u) == gridDim.x - 1) {
+      tk[0] = 0;
+      tk[1] = 0;
     }
   }
-#endif
   cluster_sync();  // keep this CTA's shared memory (the reduction slots) alive for the others' reads
 #else
   __trap();  // sm_80 builds: the host launches this kernel only on sm_90+

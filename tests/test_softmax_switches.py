@@ -57,9 +57,54 @@ def _run_fwd_script(shapes, **env_vars):
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9", "v9-wide",
                                      "v9-wide-512", "v14", "v20", "v21", "v23", "v24", "v25", "v26", "v27",
-                                     "v49", "v72"])
+                                     "v49", "v50", "v72", "v73"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
+
+
+# v73 (an A/B version; cpp/softmax_fwd_tma.cuh): the bulk-copy clusters of one buffer or registers take their rows past
+# the first two by tickets, from a ring of counter pairs that each launch's last CTA zeroes for the slot's next launch.
+# TICKET_SHAPES on the ticket kernels (many rows per cluster; one row; misaligned; f32 one buffer, 16-bit registers; the
+# message merge and the barrier's at the forced k), each launched TICKET_LAUNCHES times, more than the ring's 1024
+# slots, so every slot is reused: every output bitwise the first, which matches float64. The plan log must say tickets
+# for every bulk-copy launch of one buffer or registers under v73 alone (not the default v74, not v50).
+TICKET_SHAPES = [(320, 50257), (1, 50257), (130, 131072), (261, 131073)]
+TICKET_LAUNCHES = 1100
+_TICKET_SCRIPT = r"""
+import jax, numpy as np, jax.numpy as jnp, jax_memops as jm, sys
+sys.path.insert(0, {tests!r})
+import memops_testing as mt
+rng = np.random.default_rng(1)
+f = jax.jit(jm.softmax)
+count = jax.jit(lambda n, y, y0: n + jnp.logical_not(jnp.array_equal(y, y0, equal_nan=True)).astype(jnp.int32))
+for dtype in (mt.F32, mt.BF16):
+    for rows, c in {shapes!r}:
+        x = mt.randn(rng, (rows, c), np.float32, scale=3.0)
+        if rows >= 12:
+            x[-10:] = mt.special_rows(rng, c, np.float32)
+        x = x.astype(dtype)
+        xd = jax.device_put(x, jax.devices("gpu")[0])
+        y0 = f(xd)
+        mt.assert_close(y0, mt.ref_softmax(x), mt.FWD_TOL[dtype], dtype=dtype, what=f"{{dtype}} {{(rows, c)}}")
+        differ = jnp.int32(0)
+        for _ in range({launches}):
+            differ = count(differ, f(xd), y0)
+        assert int(differ) == 0, f"{{dtype}} {{(rows, c)}}: {{int(differ)}} launches differ from the first"
+print("OK")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("version,k", [("v73", ""), ("v73", "1"), ("v73", "2"), ("v73", "16"), ("", ""), ("v50", "")])
+def test_gpu_fwd_tickets(gpu, version, k):
+    env = dict(JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
+    err = mt.run_script(_TICKET_SCRIPT, env=env, compile_cache=True, shapes=TICKET_SHAPES, launches=TICKET_LAUNCHES)
+    plans = re.findall(r"softmax_fwd plan: (one buffer|registers \(\d+\)).* k=(\d+) .*", err)
+    assert plans, "no bulk-copy launch:\n" + err[-4000:]
+    for line in re.findall(r"softmax_fwd plan: (?:one buffer|registers).*", err):
+        assert line.endswith(" tickets") == (version == "v73"), f"{version or 'default'}: {line}\n" + err[-4000:]
+    assert not k or all(kk == k for _, kk in plans), err[-4000:]
 
 
 # v14: 16-bit rows of 32768 < C whose rows in flight (two 512-thread CTAs per SM, or the row count) fit
@@ -161,12 +206,12 @@ def test_gpu_fwd_cluster_plans(gpu, version, k):
     assert not k or f" k={k} " in err, f"no bulk-copy launch at k = {k}:\n" + err[-4000:]
 
 
-# v50 (the default; cpp/softmax_fwd.cu kTmaAheadPct): once a bulk-copy CTA's share of a row has landed, it prefetches the
-# first 75% of its share of its next row into L2 at L2's evict_last priority; v49 the same at the normal priority; v27
-# prefetches nothing. CLUSTER_SHAPES (many rows per cluster, one row, misaligned rows, shares cut short at the row's
-# end) against float64 under each ("v50" names the default), at the rule's cluster sizes and at k = 1, 3 and 16; the
-# plan log must show each launch's prefetch as the version gives (ceil(0.75 chunk) or 0 packs, "(evict_last)" for the
-# default alone).
+# v50 (in the default; cpp/softmax_fwd.cu kTmaAheadPct): once a bulk-copy CTA's share of a row has landed, it
+# prefetches the first 75% of its share of its next row into L2 at L2's evict_last priority; v49 the same at the normal
+# priority; v27 prefetches nothing. CLUSTER_SHAPES (many rows per cluster, one row, misaligned rows, shares cut short at
+# the row's end) against float64 under each ("v50" without tickets), at the rule's cluster sizes and at k = 1, 3 and
+# 16; the plan log must show each launch's prefetch as the version gives (ceil(0.75 chunk) or 0 packs, "(evict_last)"
+# for the default and v50 alone).
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("version,k", [("", ""), ("", "1"), ("", "3"), ("", "16"), ("v50", "16"), ("v49", ""),
