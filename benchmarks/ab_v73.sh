@@ -7,7 +7,7 @@
 #            LONG_ROUNDS (default 1), the default (v74) against v50, v72, v73 and the ticket plan alone, traced
 #            (AB_TRACE=1).
 #   bench    the bench's forward (device timing) under the default and JAX_MEMOPS_SOFTMAX_FWD=v50 and v73, ROUNDS
-#            (default 1), C = 32768 .. 262144, f32 and bf16.
+#            (default 1), C = BENCH_COLS (default 32768 .. 262144), f32 and bf16.
 #   check    beside each other: the GPU tests of the tickets and of the versions and grids they touch (TESTS_K), and
 #            compute-sanitizer racecheck (the merge rule; messages at every k) and memcheck over cluster_race.py's
 #            bulk-copy and two-pass shapes under SAN_FWD (default v73), in the time left of a T_END (default 560) s
@@ -30,7 +30,7 @@ stage_long() {
 
 stage_bench() {
   ROUNDS=${ROUNDS:-1} AB_TIMEOUT=200 ab_rounds v73- --var JAX_MEMOPS_SOFTMAX_FWD --versions "" v50 v73 --dirs fwd \
-    --dtypes float32 bfloat16 --cols 32768 50257 65536 100000 131072 262144 --timing device
+    --dtypes float32 bfloat16 --cols ${BENCH_COLS:-32768 50257 65536 100000 131072 262144} --timing device
 }
 
 stage_check() {
