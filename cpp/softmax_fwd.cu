@@ -417,8 +417,9 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (auto err = device_info(&dev); err.failure()) return err;
   // v74 (the default): v50 with v14's L2 rows on a full grid (the H200's bench: bf16 50257 +7.5..7.6%, 65536 +4%;
   // softmax_long_ab.cu: +5.6..6.9%; RESULTS.md "v73 and v74"). v73 (A/B): v74 with the bulk-copy clusters' rows by
-  // tickets. v72 (A/B): v74 with the bulk-copy clusters of rows under 256 KB on a grid of 2 rows per cluster (an H100:
-  // f32 50257 +6.5%; the H200's bench: f32 50257 -0.6..-0.9%, bf16 100000 -2.4%).
+  // tickets (an H100, two rounds: f32 50257..262144 +1.4..3.4% over v74, bf16 100000..262144 -0.8..+0.9%). v72 (A/B):
+  // v74 with the bulk-copy clusters of rows under 256 KB on a grid of 2 rows per cluster (an H100: f32 50257 +6.5%; the
+  // H200's bench: f32 50257 -0.6..-0.9%, bf16 100000 -2.4%).
   const bool tickets = version == FwdVersion::kV73;
   const bool v72 = version == FwdVersion::kV72;
   const bool l2_full = tickets || v72 || version == FwdVersion::kV74;
