@@ -252,7 +252,6 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kKeep, kTickets>;
   constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep, kTickets>;
   constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B, kPush, kKeep, kTickets>;
-  constexpr bool tickets = kTickets;
   constexpr int64_t kAny = INT_MAX;
   *launched = false;
   const int64_t packs = ceil_div(s.cols, kVec<T>);
@@ -309,13 +308,13 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   switch (best.second) {
     case kOne:
       return launch_tma_plan<kOneStage>("one buffer", kPush, best.first, stream, s, x, y, launched, rows_per_cluster,
-                                        tickets);
+                                        kTickets);
     case kR8:
       return launch_tma_plan<kRegs8>("registers (8)", kPush, best.first, stream, s, x, y, launched, rows_per_cluster,
-                                     tickets);
+                                     kTickets);
     case kR16:
       return launch_tma_plan<kRegs16>("registers (16)", kPush, best.first, stream, s, x, y, launched,
-                                      rows_per_cluster, tickets);
+                                      rows_per_cluster, kTickets);
     default:
       return launch_tma_plan<kTwoStages>("two buffers", kPush, best.first, stream, s, x, y, launched,
                                          rows_per_cluster);
