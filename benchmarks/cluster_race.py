@@ -23,9 +23,9 @@ SHAPES = (((3, 50257), np.float32), ((68, 131072), np.float32), ((9, 262147), np
           ((300, 40001), jnp.float16), ((2, 262144), np.float32), ((2, 524288), jnp.bfloat16),
           ((3, 327680), jnp.float16), ((2, 524288), np.float32), ((1, 1000003), jnp.bfloat16),
           ((2, 100000), np.float32), ((3, 150001), jnp.bfloat16))
-# The forward alone where the bulk-copy clusters take more than two rows each, so that rows come by tickets (v73: the
-# draws, the messages to the cluster, the last CTA's reset): f32 50257 (124 clusters of 4 CTAs), 131072 (45 of 8), bf16
-# 131072 and 100000 on their register or one-buffer plans.
+# The forward alone where the bulk-copy clusters take more than two rows each, so that rows come by tickets (the
+# default v75's f32, every dtype under v73: the draws, the messages to the cluster, the last CTA's reset): f32 50257
+# (124 clusters of 4 CTAs), 131072 (45 of 8), bf16 131072 and 100000 on their register or one-buffer plans.
 TICKET_SHAPES = (((300, 50257), np.float32), ((200, 131072), np.float32), ((300, 131072), jnp.bfloat16),
                  ((400, 100000), jnp.bfloat16))
 Y_TOL = {np.float32: 1e-5, jnp.bfloat16: 1e-2, jnp.float16: 2e-3}  # of max |y|

@@ -1,13 +1,13 @@
 // The softmax forward's long rows inside one process (issue 4: C = 50257 / 131072 at 78-86% of the copy; the method:
-// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v74: v50
-// with v14's rows on a full grid; v50: v49's prefetch at L2's evict_last priority) against v50, v72, v73, v27 (no
-// prefetch into L2), v49, the bulk-copy cluster alone under other plans than the rule's (v50's calls: cluster size k,
-// CTAs of 256 / 512 / 1024 threads, 75 or 100% of each CTA's next share prefetched into L2, at L2's evict_last priority
-// or not, two buffers prefetching the row after next), v14's two-pass kernel and three copies of the same bytes. (v36's
-// pipelined two-pass kernel, v49's prefetch sizes: RESULTS.md and git history; v51's prefetches 2-3 rows ahead and
-// v14's kernel prefetching its next row: RESULTS.md, branch v51-depth.) Per variant: GB/s (x read, y written), its
-// ratio to the default (median of the per-sample ratios); the default twice (A/A). Every output checked against float64
-// on sampled rows, NaN poured into the outputs first.
+// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v75: v74
+// with f32 rows by tickets; v74: v50 with v14's rows on a full grid; v50: v49's prefetch at L2's evict_last priority)
+// against v74, v50, v72, v73, v27 (no prefetch into L2), v49, the bulk-copy cluster alone under other plans than the
+// rule's (v50's calls: cluster size k, CTAs of 256 / 512 / 1024 threads, 75 or 100% of each CTA's next share prefetched
+// into L2, at L2's evict_last priority or not, two buffers prefetching the row after next), v14's two-pass kernel and
+// three copies of the same bytes. (v36's pipelined two-pass kernel, v49's prefetch sizes: RESULTS.md and git history;
+// v51's prefetches 2-3 rows ahead and v14's kernel prefetching its next row: RESULTS.md, branch v51-depth.) Per
+// variant: GB/s (x read, y written), its ratio to the default (median of the per-sample ratios); the default twice
+// (A/A). Every output checked against float64 on sampled rows, NaN poured into the outputs first.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/softmax_long_ab.cu \
@@ -130,8 +130,9 @@ bool run_case(const char* dtype, int cols, int sms) {
   using B512 = std::integral_constant<int, 512>;
   using B1024 = std::integral_constant<int, 1024>;
   std::vector<Kernel> ks = {
-      {"default (v74)", handler(FwdVersion::kV74)},
-      {"default again (A/A)", handler(FwdVersion::kV74)},
+      {"default (v75)", handler(FwdVersion::kV75)},
+      {"default again (A/A)", handler(FwdVersion::kV75)},
+      {"v74 (fixed rows per cluster, L2 rows on a full grid)", handler(FwdVersion::kV74)},
       {"v73 (tickets)", handler(FwdVersion::kV73)},
       {"v50 (fixed rows per cluster, v14 persistent)", handler(FwdVersion::kV50)},
       {"v72 (grids of 2 rows per cluster under 256 KB)", handler(FwdVersion::kV72)},

@@ -44,12 +44,12 @@ namespace ffi = xla::ffi;
 namespace jm::cuda {
 namespace {
 
-// Which forward kernels "auto" runs. v74 by default: v50, but v14's L2 rows on a full grid (one CTA per row; RESULTS.md
-// "v73 and v74"). v73 (A/B): v74, and the bulk-copy clusters (one buffer or registers) take their rows past the first
-// two by tickets (softmax_fwd_tma.cuh); v75 (A/B): v73's tickets in the one-buffer kernels alone. v50: v49 with its
-// prefetches at L2's evict_last priority (launch_fwd_tma's kKeep; measured beside kTmaAheadPct below). v49: v27, but
-// each CTA of the bulk-copy cluster prefetches into L2 the first kTmaAheadPct % of its share of its next row once this
-// row's share has landed (softmax_fwd_tma.cuh's `ahead`).
+// Which forward kernels "auto" runs. v75 by default: v74, but the f32 rows of the bulk-copy clusters past each
+// cluster's first two come by tickets (softmax_fwd_tma.cuh; RESULTS.md "v75"). v74: v50, but v14's L2 rows on a full
+// grid (one CTA per row; RESULTS.md "v73 and v74"). v73 (A/B): v74 with tickets in every bulk-copy cluster of one
+// buffer or registers, 16-bit too. v50: v49 with its prefetches at L2's evict_last priority (launch_fwd_tma's kKeep;
+// measured beside kTmaAheadPct below). v49: v27, but each CTA of the bulk-copy cluster prefetches into L2 the first
+// kTmaAheadPct % of its share of its next row once this row's share has landed (softmax_fwd_tma.cuh's `ahead`).
 // v27: v26 with the rows that 2 packs fill on 16 threads (16-bit C =
 // 256, blocks of 128, before v23's 8-pack rows) and on 32 (f32 C = 256, unbounded) (RESULTS.md "v25": +2..3% and +3%
 // in one process). v26: v25 with the rows that 2 packs per thread fill exactly, up to 8
@@ -72,8 +72,8 @@ namespace {
 // without its L2 two-pass rows) or "v14" (v20 with streaming loads and stores in the register rows) or "v20" (v21 with
 // streaming loads and stores in the 8-pack rows) or "v21" (v14 with the register rows' x read by __ldg and y stored
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
-// "v23", "v24", "v25", "v26", "v27", "v49" or "v50", or "v72" / "v73" / "v75" (v50 on grids that hand out rows as SMs
-// free up; launch_fwd_v3). Any other value: v74.
+// "v23", "v24", "v25", "v26", "v27", "v49" or "v50", or "v72" / "v73" (v50 on grids that hand out rows as SMs free up;
+// launch_fwd_v3), or "v74". Any other value: v75.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
@@ -90,8 +90,8 @@ FwdVersion fwd_version() {
                   {"v21", FwdVersion::kV21}, {"v23", FwdVersion::kV23}, {"v24", FwdVersion::kV24},
                   {"v25", FwdVersion::kV25}, {"v26", FwdVersion::kV26}, {"v27", FwdVersion::kV27},
                   {"v49", FwdVersion::kV49}, {"v50", FwdVersion::kV50}, {"v72", FwdVersion::kV72},
-                  {"v73", FwdVersion::kV73}, {"v75", FwdVersion::kV75}},
-                 FwdVersion::kV74);
+                  {"v73", FwdVersion::kV73}, {"v74", FwdVersion::kV74}},
+                 FwdVersion::kV75);
   return version;
 }
 
@@ -125,18 +125,19 @@ int forced_cluster_k() {
 }
 
 // Under plan_log_on(): each bulk-copy launch whose plan differs from the previous one is described on
-// stderr (variant and ", messages" where the kernel merges by messages, CTA size, cluster
-// size, chunk, shared memory, clusters resident, packs prefetched ahead and whether at evict_last), for A/B runs and
-// the tests.
-void log_tma_plan(const char* variant, bool messages, RowShape s, int block, int k, int64_t chunk, int64_t smem,
-                  int active, int ahead, bool keep, bool tickets) {
+// stderr (variant and ", messages" where the kernel merges by messages, CTA size, cluster size, element size, chunk,
+// shared memory, clusters resident, packs prefetched ahead and whether at evict_last, and whether by tickets), for A/B
+// runs and the tests.
+void log_tma_plan(const char* variant, bool messages, RowShape s, int elem_bytes, int block, int k, int64_t chunk,
+                  int64_t smem, int active, int ahead, bool keep, bool tickets) {
   static std::atomic<int64_t> last{-1};
-  const int64_t key = ((s.cols * 64 + k * 2 + messages) * 1000003) ^
+  const int64_t key = ((s.cols * 64 + k * 2 + messages) * 1000003 + elem_bytes * 7 + tickets) ^
                       static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
   if (!plan_log_due(last, key)) return;
-  std::fprintf(stderr, "softmax_fwd plan: %s%s x %d threads rows=%lld cols=%lld k=%d chunk=%lld packs smem=%lld KB "
-               "clusters=%d ahead=%d packs%s%s\n", variant, messages ? ", messages" : "", block,
-               static_cast<long long>(s.rows), static_cast<long long>(s.cols), k, static_cast<long long>(chunk),
+  std::fprintf(stderr, "softmax_fwd plan: %s%s x %d threads rows=%lld cols=%lld k=%d elem=%dB chunk=%lld packs "
+               "smem=%lld KB clusters=%d ahead=%d packs%s%s\n", variant, messages ? ", messages" : "", block,
+               static_cast<long long>(s.rows), static_cast<long long>(s.cols), k, elem_bytes,
+               static_cast<long long>(chunk),
                static_cast<long long>(smem / 1024), active, ahead, keep ? " (evict_last)" : "",
                tickets ? " tickets" : "");
 }
@@ -187,13 +188,13 @@ int ticket_slot() {
 // *launched = false (and success) where the launch is refused (a configuration error: the caller's fallback takes the
 // rows). rows_per_cluster (softmax_long_ab.cu's grids and v72; 0: none): a grid of ceil(rows / rows_per_cluster)
 // clusters instead where that is more than the persistent grid, which the hardware schedules in waves as earlier
-// clusters exit. tickets (v73, an A/B version; one-buffer and register kernels): the persistent grid's rows past each
-// cluster's first two drawn from a counter of softmax_fwd_tma.cuh's ring (ticket_slot).
+// clusters exit. tickets (v75: f32; v73, an A/B version: one-buffer and register kernels): the persistent grid's rows
+// past each cluster's first two drawn from a counter of softmax_fwd_tma.cuh's ring (ticket_slot).
 template <auto Kernel, typename T>
 ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p, cudaStream_t stream, RowShape s,
                            const T* x, T* y, bool* launched, int rows_per_cluster = 0, bool tickets = false) {
   tickets = tickets && rows_per_cluster == 0 && s.rows <= INT_MAX;
-  log_tma_plan(variant, messages, s, p.block, p.k, p.chunk, p.smem, p.active, p.ahead, p.keep, tickets);
+  log_tma_plan(variant, messages, s, int{sizeof(T)}, p.block, p.k, p.chunk, p.smem, p.active, p.ahead, p.keep, tickets);
   int64_t clusters = cluster_grid(s.rows, p.active, p.k);
   if (rows_per_cluster > 0) {
     clusters = std::min<int64_t>(std::max(clusters, ceil_div(s.rows, int64_t{rows_per_cluster})), 0x7fffffff / p.k);
@@ -244,16 +245,14 @@ constexpr int kTmaAheadPct = 75;
 // classes.
 // force_k (A/B harnesses; 0: forced_cluster_k()): the plans of cluster size force_k alone, any k in 1..16.
 // kKeep (v50): the kernels' prefetches at L2's evict_last priority (softmax_fwd_tma.cuh kKeepAhead).
-// kTickets (v73, v75): rows by tickets on the persistent grid (launch_tma_plan) in the one-buffer kernels, and in the
-// register kernels where kRegTickets (v73; v75 keeps their fixed rows: the tickets spill 4-28 bytes there).
-template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false, bool kTickets = false,
-          bool kRegTickets = kTickets>
+// kTickets (v73, v75): rows by tickets on the persistent grid (launch_tma_plan; not the two buffers').
+template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false, bool kTickets = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
                           T* y, bool* launched, int ahead_pct = 0, int force_k = 0, int rows_per_cluster = 0) {
   constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush, kKeep>;
   constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kKeep, kTickets>;
-  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep, kRegTickets>;
-  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B, kPush, kKeep, kRegTickets>;
+  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep, kTickets>;
+  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B, kPush, kKeep, kTickets>;
   constexpr int64_t kAny = INT_MAX;
   *launched = false;
   const int64_t packs = ceil_div(s.cols, kVec<T>);
@@ -301,8 +300,8 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   if (best.first.k == 0) return ffi::Error::Success();
   if constexpr (kPush) {  // the plans are those of the message kernels; below push_min_cluster, the barrier's
     if (best.first.k < push_min_cluster()) {
-      return launch_fwd_tma<T, B, false, kKeep, kTickets, kRegTickets>(dev, stream, s, version, x, y, launched,
-                                                                       ahead_pct, force_k, rows_per_cluster);
+      return launch_fwd_tma<T, B, false, kKeep, kTickets>(dev, stream, s, version, x, y, launched, ahead_pct, force_k,
+                                                          rows_per_cluster);
     }
   }
   best.first.ahead = static_cast<int>(ceil_div(best.first.chunk * ahead_pct, int64_t{100}));
@@ -313,10 +312,10 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
                                         kTickets);
     case kR8:
       return launch_tma_plan<kRegs8>("registers (8)", kPush, best.first, stream, s, x, y, launched, rows_per_cluster,
-                                     kRegTickets);
+                                     kTickets);
     case kR16:
       return launch_tma_plan<kRegs16>("registers (16)", kPush, best.first, stream, s, x, y, launched,
-                                      rows_per_cluster, kRegTickets);
+                                      rows_per_cluster, kTickets);
     default:
       return launch_tma_plan<kTwoStages>("two buffers", kPush, best.first, stream, s, x, y, launched,
                                          rows_per_cluster);
@@ -416,16 +415,16 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
-  // v74 (the default): v50 with v14's L2 rows on a full grid (the H200's bench: bf16 50257 +7.5..7.6%, 65536 +4%;
-  // softmax_long_ab.cu: +5.6..6.9%; RESULTS.md "v73 and v74"). v73 (A/B): v74 with the bulk-copy clusters' rows by
-  // tickets (an H100, two rounds: f32 50257..262144 +1.4..3.4% over v74, bf16 100000..262144 -0.8..+0.9%). v72 (A/B):
+  // v75 (the default): v74 with the f32 bulk-copy clusters' rows by tickets (an H100's bench: f32 50257..131072
+  // +1.2..1.9%, 262144 +0.4%; softmax_long_ab.cu, three rounds in two sessions: +1.4..3.6%; RESULTS.md "v75"); 16-bit
+  // rows keep v74's (tickets there: -1.1..+0.5%). v74: v50 with v14's L2 rows on a full grid (the H200's bench: bf16
+  // 50257 +7.5..7.6%, 65536 +4%; softmax_long_ab.cu: +5.6..6.9%; RESULTS.md "v73 and v74"). v73 (A/B): v74 with every
+  // bulk-copy cluster's rows by tickets. v72 (A/B):
   // v74 with the bulk-copy clusters of rows under 256 KB on a grid of 2 rows per cluster (an H100: f32 50257 +6.5%; the
-  // H200's bench: f32 50257 -0.6..-0.9%, bf16 100000 -2.4%). v75 (A/B): v73's tickets in the one-buffer kernels alone
-  // (every f32 plan; the 16-bit rows that read the buffer), the register kernels' rows fixed as in v74.
-  const bool reg_tickets = version == FwdVersion::kV73;
-  const bool tickets = reg_tickets || version == FwdVersion::kV75;
+  // H200's bench: f32 50257 -0.6..-0.9%, bf16 100000 -2.4%).
+  const bool tickets = version == FwdVersion::kV73 || (version == FwdVersion::kV75 && sizeof(T) == 4);
   const bool v72 = version == FwdVersion::kV72;
-  const bool l2_full = tickets || v72 || version == FwdVersion::kV74;
+  const bool l2_full = tickets || v72 || version == FwdVersion::kV74 || version == FwdVersion::kV75;
   if (l2_full) version = FwdVersion::kV50;  // elsewhere v50
   const bool keep_ahead = version == FwdVersion::kV50;
   if (keep_ahead) version = FwdVersion::kV49;  // elsewhere v49
@@ -534,12 +533,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
   const int rows_per_cluster = v72 && s.cols * int64_t{sizeof(T)} < (int64_t{1} << 18) ? 2 : 0;
-  if (reg_tickets) {
-    return launch_fwd_tma<T, smx::kTmaBlock, true, true, true>(dev, stream, s, version, x, y, launched, ahead_pct);
-  }
   if (tickets) {
-    return launch_fwd_tma<T, smx::kTmaBlock, true, true, true, false>(dev, stream, s, version, x, y, launched,
-                                                                       ahead_pct);
+    return launch_fwd_tma<T, smx::kTmaBlock, true, true, true>(dev, stream, s, version, x, y, launched, ahead_pct);
   }
   return keep_ahead ? launch_fwd_tma<T, smx::kTmaBlock, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,
                                                                      0, rows_per_cluster)

@@ -1,7 +1,8 @@
 """GPU-only tests (skipped with a reason when JAX sees no GPU or jax_memops has no CUDA kernels):
 
 * tensors of more than 2**31 elements (64-bit indexing) in bfloat16: softmax forward (every
-  algorithm but the one-thread-per-row ones, v1 and v5, too slow there) and backward, layer_norm forward, rms_norm forward, scale_bias_gelu forward. The data
+  algorithm but the one-thread-per-row ones, v1 and v5, too slow there) and backward, layer_norm forward, rms_norm
+  forward, scale_bias_gelu forward; in float32 the softmax forward's bulk-copy clusters (rows by tickets). The data
   is generated on the GPU (softmax "auto" also in its cluster class: 16385 rows of 131072, forward
   and backward); rows near the start, just before and beyond element 2**31 are checked
   against the float64 NumPy reference of those rows only, and every row is checked on the device
@@ -9,7 +10,7 @@
 * bitwise determinism of the backward kernels (layer_norm, rms_norm, gelu with array params).
 * the norms' size classes, forward and backward (the A/B switches' version scripts: test_norm_switches.py).
 
-Memory stays well below 40 GB: x (4 GiB bf16) plus at most three tensors of the same size.
+Memory stays well below 40 GB: x (4 GiB bf16) plus at most three tensors of the same size (f32: two of 8 GiB).
 """
 
 from __future__ import annotations
@@ -162,6 +163,28 @@ def test_big_softmax_size_class(gpu, cols):
     assert finite, "non-finite entries in y"
     assert err <= 1e-6, f"some row of y deviates from XLA's float32 softmax: {err}"
     for a in (x, dy, y, dx):
+        a.delete()
+    gc.collect()
+
+
+# The f32 bulk-copy clusters past element 2**31, whose rows past each cluster's first two come by tickets (v75, the
+# default; softmax_fwd_tma.cuh): 16385 rows of 131072 (8 GiB a tensor) and 42731 rows of 50257 (misaligned rows: scalar
+# heads and tails). Forward only; the rows at both ends against float64, every row on the device against XLA.
+@pytest.mark.slow
+@pytest.mark.parametrize("cols", [131072, 50257])
+def test_big_softmax_forward_f32(gpu, cols):
+    n = 2**31 // cols + 1
+    key = jax.device_put(jax.random.key(13), gpu)
+    x = jax.jit(lambda k: 3.0 * jax.random.normal(k, (n, cols), jnp.float32))(key)
+    assert x.size > 2**31
+    y = jax.jit(jm.softmax)(x)
+    rows = jnp.asarray([0, 1, n - 2, n - 1])
+    mt.assert_close(np.asarray(y[rows]), mt.ref_softmax(np.asarray(x[rows])), mt.FWD_TOL[mt.F32], dtype=mt.F32,
+                    what="rows of y")
+    err, finite = _device_max_err(y, lambda t: jax.nn.softmax(t, axis=-1), x)
+    assert finite, "non-finite entries in y"
+    assert err <= 1e-6, f"some row of y deviates from XLA's float32 softmax: {err}"
+    for a in (x, y):
         a.delete()
     gc.collect()
 

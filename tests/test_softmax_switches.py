@@ -57,18 +57,19 @@ def _run_fwd_script(shapes, **env_vars):
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9", "v9-wide",
                                      "v9-wide-512", "v14", "v20", "v21", "v23", "v24", "v25", "v26", "v27",
-                                     "v49", "v50", "v72", "v73", "v75"])
+                                     "v49", "v50", "v72", "v73", "v74"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
 
-# v73 (an A/B version; cpp/softmax_fwd_tma.cuh): the bulk-copy clusters of one buffer or registers take their rows past
-# the first two by tickets, from a ring of counter pairs that each launch's last CTA zeroes for the slot's next launch.
+# v75 (the default) and v73 (an A/B version; cpp/softmax_fwd_tma.cuh): the bulk-copy clusters (v75: of f32; v73: of one
+# buffer or registers, 16-bit too) take their rows past the first two by tickets, from a ring of counter pairs that
+# each launch's last CTA zeroes for the slot's next launch.
 # TICKET_SHAPES on the ticket kernels (many rows per cluster; one row; misaligned; f32 one buffer, 16-bit registers; the
 # message merge and the barrier's at the forced k), each launched TICKET_LAUNCHES times, more than the ring's 1024
 # slots, so every slot is reused: every output bitwise the first, which matches float64. The plan log must say tickets
-# for every bulk-copy launch of one buffer or registers under v73, of one buffer under v75 (its register kernels keep
-# fixed rows), and for none under the default v74 or v50.
+# for every bulk-copy launch of one buffer or registers under v73, for the f32 launches under the default, and for none
+# under v74 or v50.
 TICKET_SHAPES = [(320, 50257), (1, 50257), (130, 131072), (261, 131073)]
 TICKET_LAUNCHES = 1100
 _TICKET_SCRIPT = r"""
@@ -97,15 +98,18 @@ print("OK")
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("version,k", [("v73", ""), ("v73", "1"), ("v73", "2"), ("v73", "16"), ("v75", ""), ("v75", "16"),
-                                       ("", ""), ("v50", "")])
+@pytest.mark.parametrize("version,k", [("v73", ""), ("v73", "1"), ("v73", "2"), ("v73", "16"), ("", ""), ("", "16"),
+                                       ("v74", ""), ("v50", "")])
 def test_gpu_fwd_tickets(gpu, version, k):
     env = dict(JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
     err = mt.run_script(_TICKET_SCRIPT, env=env, compile_cache=True, shapes=TICKET_SHAPES, launches=TICKET_LAUNCHES)
     plans = re.findall(r"softmax_fwd plan: (one buffer|registers \(\d+\)).* k=(\d+) .*", err)
     assert plans, "no bulk-copy launch:\n" + err[-4000:]
-    for line in re.findall(r"softmax_fwd plan: (?:one buffer|registers).*", err):
-        want = version == "v73" or (version == "v75" and line.startswith("softmax_fwd plan: one buffer"))
+    lines = re.findall(r"softmax_fwd plan: (?:one buffer|registers).*", err)
+    if not k:  # under the rule's k, bulk-copy launches of both sizes (a forced k = 1 fits no 16-bit row here)
+        assert {re.search(r" elem=(\d)B ", line)[1] for line in lines} == {"2", "4"}, err[-4000:]
+    for line in lines:
+        want = version == "v73" or (version == "" and " elem=4B " in line)
         assert line.endswith(" tickets") == want, f"{version or 'default'}: {line}\n" + err[-4000:]
     assert not k or all(kk == k for _, kk in plans), err[-4000:]
 

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The v75 device call (RESULTS.md "v75"): the softmax forward's default since v75 (v74 with the f32 bulk-copy clusters'
+# rows by tickets) against v74 and v73, and its checks.
+#   lib      this tree into site-packages, beside softmax_long_ab.cu built for sm_90 (ab_v73.sh's harness stage).
+#   long     softmax_long_ab over LONG_CASES (default f32 50257 .. 262144, bf16 131072), LONG_ROUNDS (default 1), the
+#            default (v75) against AB_VARIANTS (default v74 and v73).
+#   bench    the bench's forward (device timing) under the default and JAX_MEMOPS_SOFTMAX_FWD=v74, ROUNDS (default 1),
+#            C = BENCH_COLS (default 32768 .. 262144), f32 and bf16.
+#   check    beside each other: the GPU tests of the tickets, of v74 and of the f32 forward past element 2**31
+#            (TESTS_K), and compute-sanitizer racecheck (the merge rule; messages at every k) and memcheck over
+#            cluster_race.py under the default, in the time left of a T_END (default 560) s call.
+set -uo pipefail
+here=$(dirname "$0")
+source "$here/ab_lib.sh"
+
+stage_harness() { ab_nvcc_harness softmax_long_ab.cu /tmp/softmax_long_ab cpp/softmax_ladder.cu; }
+
+stage_lib() {
+  ab_build_beside harness || return 1
+}
+
+stage_long() {
+  LONG_ROUNDS=${LONG_ROUNDS:-1} ab_long_rounds "${AB_VARIANTS:-v74,v73}" \
+    "${LONG_CASES:-f32:50257 f32:65536 f32:100000 f32:131072 f32:262144 bf16:131072}" 150
+}
+
+stage_bench() {
+  ROUNDS=${ROUNDS:-1} AB_TIMEOUT=200 ab_rounds v75- --var JAX_MEMOPS_SOFTMAX_FWD --versions "" v74 --dirs fwd \
+    --dtypes float32 bfloat16 --cols ${BENCH_COLS:-32768 50257 65536 100000 131072 262144} --timing device
+}
+
+stage_check() {
+  local left=$((${T_END:-560} - SECONDS)) run tool push
+  left=$((left > 90 ? left : 90))
+  ab_gpu_tests tests "$left" "${TESTS_K:-fwd_tickets or fwd_versions[v74] or fwd_l2_ahead or gpu_grid or \
+big_softmax_forward_f32}" "$((left - 10))" &
+  for run in racecheck: racecheck:1 memcheck:; do
+    tool=${run%%:*}
+    push=${run#*:}
+    JAX_MEMOPS_SOFTMAX_PUSH="$push" JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 XLA_PYTHON_CLIENT_PREALLOCATE=false \
+      XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout "$((left - 5))" \
+      compute-sanitizer --tool "$tool" --kernel-name kns=softmax_ --error-exitcode 3 python3 benchmarks/cluster_race.py \
+      > "$out/$tool-push${push:-rule}.log" 2>&1 &
+  done
+  wait
+  for run in racecheck-pushrule racecheck-push1 memcheck-pushrule; do
+    echo "$run: $(grep -E 'SUMMARY|OK' "$out/$run.log" | tail -2 | tr '\n' ' ') \
+tickets plans: $(grep -c 'tickets$' "$out/$run.log")"
+  done
+}
+
+ab_init "$@"
+ab_run v75
