@@ -32,21 +32,23 @@ stage_long() {
 }
 
 stage_bench() {
-  ROUNDS=${ROUNDS:-1} AB_TIMEOUT=200 ab_rounds v73- --var JAX_MEMOPS_SOFTMAX_FWD --versions "" ${BENCH_VERSIONS:-v74 v73} --dirs fwd \
-    --dtypes float32 bfloat16 --cols ${BENCH_COLS:-32768 50257 65536 100000 131072 262144} --timing device
+  ROUNDS=${ROUNDS:-1} AB_TIMEOUT=200 ab_rounds v73- --var JAX_MEMOPS_SOFTMAX_FWD \
+    --versions "" ${BENCH_VERSIONS:-v74 v73} --dirs fwd --dtypes float32 bfloat16 \
+    --cols ${BENCH_COLS:-32768 50257 65536 100000 131072 262144} --timing device
 }
 
 stage_check() {
   local left=$((${T_END:-560} - SECONDS)) run tool push
   left=$((left > 90 ? left : 90))
-  ab_gpu_tests tests "$left" "${TESTS_K:-fwd_tickets or fwd_versions[v50] or fwd_versions[v73] or fwd_versions[v74] or gpu_grid or \
-fwd_l2_ahead or fwd_l2_rule}" "$((left - 10))" &
+  ab_gpu_tests tests "$left" "${TESTS_K:-fwd_tickets or fwd_versions[v50] or fwd_versions[v73] or fwd_versions[v74] \
+or gpu_grid or fwd_l2_ahead or fwd_l2_rule}" "$((left - 10))" &
   for run in racecheck: racecheck:1 memcheck:; do
     tool=${run%%:*}
     push=${run#*:}
     JAX_MEMOPS_SOFTMAX_FWD=${SAN_FWD:-v73} JAX_MEMOPS_SOFTMAX_PUSH="$push" JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 \
       XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout "$((left - 5))" \
-      compute-sanitizer --tool "$tool" --kernel-name kns=softmax_ --error-exitcode 3 python3 benchmarks/cluster_race.py \
+      compute-sanitizer --tool "$tool" --kernel-name kns=softmax_ --error-exitcode 3 \
+        python3 benchmarks/cluster_race.py \
       > "$out/$tool-push${push:-rule}.log" 2>&1 &
   done
   wait

@@ -39,7 +39,8 @@ big_softmax_forward_f32}" "$((left - 10))" &
     push=${run#*:}
     JAX_MEMOPS_SOFTMAX_PUSH="$push" JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 XLA_PYTHON_CLIENT_PREALLOCATE=false \
       XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout "$((left - 5))" \
-      compute-sanitizer --tool "$tool" --kernel-name kns=softmax_ --error-exitcode 3 python3 benchmarks/cluster_race.py \
+      compute-sanitizer --tool "$tool" --kernel-name kns=softmax_ --error-exitcode 3 \
+        python3 benchmarks/cluster_race.py \
       > "$out/$tool-push${push:-rule}.log" 2>&1 &
   done
   wait
