@@ -10,7 +10,7 @@
 #   ab_sanitize_resume, ab_against_old, ab_rounds, ab_softmax_final, ab_cluster_race, ab_ncu_cases, ab_inproc,
 #   ab_smxab, ab_san_cpu, ab_dbench, ab_version_table, ab_norm_btest, ab_norm_versions, ab_norm_ptest,
 #   ab_norm_sanr, ab_norm_verify, ab_norm_big, ab_norm_nver, ab_norm_nbench, ab_bwd_vtest, ab_full, ab_build_beside,
-#   ab_long_rounds: below
+#   ab_long_rounds, ab_race_run, ab_cluster_race_beside: below
 
 ab_init() {
   out=${OUT:-$PWD/ab-out}
@@ -223,21 +223,46 @@ ab_softmax_final() {
   grep -E "^softmax" "$out/final.log"
 }
 
-# ab_cluster_race TAG [VAR=VALUE...]: compute-sanitizer racecheck (the merge rule, then PUSH=1: messages at
-# every k) and memcheck (the rule) over the cluster kernels alone (benchmarks/cluster_race.py, kernel
-# filter kns=softmax_), with the given environment; logs $out/<tool>-TAG-push<rule|1>.log, a line each.
+# ab_race_run TOOL PUSH LOG SECONDS [VAR=VALUE...]: compute-sanitizer TOOL over the cluster kernels alone
+# (benchmarks/cluster_race.py, kernel filter kns=softmax_) with JAX_MEMOPS_SOFTMAX_PUSH=PUSH and the given environment,
+# at most SECONDS, into LOG; the tool's status.
+ab_race_run() {
+  local tool=$1 push=$2 log=$3 secs=$4
+  shift 4
+  env "$@" JAX_MEMOPS_SOFTMAX_PUSH="$push" XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout "$secs" compute-sanitizer --tool "$tool" \
+    --kernel-name kns=softmax_ --error-exitcode 3 python3 benchmarks/cluster_race.py > "$log" 2>&1
+}
+
+# ab_cluster_race TAG [VAR=VALUE...]: racecheck (the merge rule, then PUSH=1: messages at every k) and memcheck (the
+# rule), one after another (ab_race_run, 150 s each); logs $out/<tool>-TAG-push<rule|1>.log, a line each.
 ab_cluster_race() {
-  local tag=$1 tool push run
+  local tag=$1 tool push run log
   shift
   for run in racecheck: racecheck:1 memcheck:; do
     tool=${run%%:*}
     push=${run#*:}
-    env "$@" JAX_MEMOPS_SOFTMAX_PUSH="$push" XLA_PYTHON_CLIENT_PREALLOCATE=false \
-      XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 150 compute-sanitizer --tool "$tool" \
-      --kernel-name kns=softmax_ --error-exitcode 3 python3 benchmarks/cluster_race.py \
-      > "$out/$tool-$tag-push${push:-rule}.log" 2>&1
-    echo "$tool push=${push:-rule} rc=$? $(grep -E 'SUMMARY|OK' "$out/$tool-$tag-push${push:-rule}.log" \
-      | tail -2 | tr '\n' ' ')"
+    log=$out/$tool-$tag-push${push:-rule}.log
+    ab_race_run "$tool" "$push" "$log" 150 "$@"
+    echo "$tool push=${push:-rule} rc=$? $(grep -E 'SUMMARY|OK' "$log" | tail -2 | tr '\n' ' ')"
+  done
+}
+
+# ab_cluster_race_beside SECONDS [VAR=VALUE...]: ab_cluster_race's three runs at once (each at most SECONDS, beside
+# whatever the caller started in the background, which the final wait also waits for), with the plan log; logs
+# $out/<tool>-push<rule|1>.log, a line each with the count of plans that drew rows by tickets.
+ab_cluster_race_beside() {
+  local secs=$1 run push
+  shift
+  for run in racecheck: racecheck:1 memcheck:; do
+    push=${run#*:}
+    ab_race_run "${run%%:*}" "$push" "$out/${run%%:*}-push${push:-rule}.log" "$secs" JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 \
+      "$@" &
+  done
+  wait
+  for run in racecheck-pushrule racecheck-push1 memcheck-pushrule; do
+    echo "$run: $(grep -E 'SUMMARY|OK' "$out/$run.log" | tail -2 | tr '\n' ' ') \
+tickets plans: $(grep -c 'tickets$' "$out/$run.log")"
   done
 }
 

@@ -30,24 +30,11 @@ stage_bench() {
 }
 
 stage_check() {
-  local left=$((${T_END:-560} - SECONDS)) run tool push
+  local left=$((${T_END:-560} - SECONDS))
   left=$((left > 90 ? left : 90))
   ab_gpu_tests tests "$left" "${TESTS_K:-fwd_tickets or fwd_versions[v74] or fwd_l2_ahead or gpu_grid or \
 big_softmax_forward_f32}" "$((left - 10))" &
-  for run in racecheck: racecheck:1 memcheck:; do
-    tool=${run%%:*}
-    push=${run#*:}
-    JAX_MEMOPS_SOFTMAX_PUSH="$push" JAX_MEMOPS_SOFTMAX_PLAN_LOG=1 XLA_PYTHON_CLIENT_PREALLOCATE=false \
-      XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout "$((left - 5))" \
-      compute-sanitizer --tool "$tool" --kernel-name kns=softmax_ --error-exitcode 3 \
-        python3 benchmarks/cluster_race.py \
-      > "$out/$tool-push${push:-rule}.log" 2>&1 &
-  done
-  wait
-  for run in racecheck-pushrule racecheck-push1 memcheck-pushrule; do
-    echo "$run: $(grep -E 'SUMMARY|OK' "$out/$run.log" | tail -2 | tr '\n' ' ') \
-tickets plans: $(grep -c 'tickets$' "$out/$run.log")"
-  done
+  ab_cluster_race_beside "$((left - 5))"
 }
 
 ab_init "$@"
