@@ -415,13 +415,13 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
-  // v75 (the default): v74 with the f32 bulk-copy clusters' rows by tickets (an H100's bench: f32 50257..131072
-  // +1.2..1.9%, 262144 +0.4%; softmax_long_ab.cu, three rounds in two sessions: +1.4..3.6%; RESULTS.md "v75"); 16-bit
-  // rows keep v74's (tickets there: -1.1..+0.5%). v74: v50 with v14's L2 rows on a full grid (the H200's bench: bf16
-  // 50257 +7.5..7.6%, 65536 +4%; softmax_long_ab.cu: +5.6..6.9%; RESULTS.md "v73 and v74"). v73 (A/B): v74 with every
-  // bulk-copy cluster's rows by tickets. v72 (A/B):
-  // v74 with the bulk-copy clusters of rows under 256 KB on a grid of 2 rows per cluster (an H100: f32 50257 +6.5%; the
-  // H200's bench: f32 50257 -0.6..-0.9%, bf16 100000 -2.4%).
+  // v75 (the default): v74 with the f32 bulk-copy clusters' rows by tickets (two H100 benches: f32 50257..131072
+  // +0.9..2.6%, 262144 +0.3..0.9%; softmax_long_ab.cu, four rounds in two sessions: +0.8..3.6%; RESULTS.md "v75");
+  // 16-bit rows keep v74's (tickets there: -1.3..+0.9%). v74: v50 with v14's L2 rows on a full grid (the H200's
+  // bench: bf16 50257 +7.5..7.6%, 65536 +4%; softmax_long_ab.cu: +5.6..6.9%; RESULTS.md "v73 and v74"). v73 (A/B): v74
+  // with every bulk-copy cluster's rows by tickets. v72 (A/B): v74 with the bulk-copy clusters of rows under 256 KB on
+  // a grid of 2 rows per cluster (an H100: f32 50257 +6.5%; the H200's bench: f32 50257 -0.6..-0.9%, bf16 100000
+  // -2.4%).
   const bool tickets = version == FwdVersion::kV73 || (version == FwdVersion::kV75 && sizeof(T) == 4);
   const bool v72 = version == FwdVersion::kV72;
   const bool l2_full = tickets || v72 || version == FwdVersion::kV74 || version == FwdVersion::kV75;
