@@ -32,16 +32,18 @@
 
 namespace jm::cuda::smx {
 
-// Tickets (v73, an A/B version; RESULTS.md "v69 measured", "v73 and v74"): a persistent grid whose clusters take their
-// rows past the first two from a counter, so that clusters that run faster take more rows (with fixed shares the SMs
-// finished up to a third of the span apart). The counters: a ring of kTicketSlots pairs per device, zero at load; the
-// host gives each launch the next slot (ticket_slot; -1: fixed shares), and each launch's last CTA to exit zeroes its
-// pair for the slot's next launch. [0]: draws (the next row is 2 * clusters + its value); [1]: CTAs exited. Launches
-// that share a slot must not overlap: they would be kTicketSlots launches apart, on streams that run at once.
-// Rank 0 draws row i + 2 at the top of row i and sends it to every CTA of its cluster after row i's merge (st.async
-// into tk_inbox[i & 1], completing tk_bar[i & 1]); each CTA takes row i + 1 at the top of row i. Reuse of a slot: rank
-// 0 rewrites tk_inbox[i & 1] only after row i's merge, which needs every CTA's row i value, computed after that CTA
-// took row i (at the top of row i - 1).
+// Tickets (f32 since v75, the default; every dtype under v73, an A/B version; RESULTS.md "v69 measured", "v73 and v74",
+// "v75"): a persistent grid whose clusters take their rows past the first two from a counter, so that clusters that run
+// faster take more rows (with fixed shares the SMs finished up to a third of the span apart). The counters: a ring of
+// kTicketSlots pairs per device, zero at load; the host gives each launch the next slot (ticket_slot; -1: fixed
+// shares), and each launch's last CTA to exit zeroes its pair for the slot's next launch. [0]: draws (the next row is 2
+// * clusters + its value); [1]: CTAs exited. Launches that share a slot must not overlap: they would be kTicketSlots
+// launches apart, so that would take two streams running at once, a thousand ticket launches on one during a single
+// launch on the other (in order on one stream, as XLA launches a computation's kernels and replays a command buffer,
+// they never overlap). Rank 0 draws row i + 2 at the top of row i and sends it to every CTA of its cluster after row
+// i's merge (st.async into tk_inbox[i & 1], completing tk_bar[i & 1]); each CTA takes row i + 1 at the top of row i.
+// Reuse of a slot: rank 0 rewrites tk_inbox[i & 1] only after row i's merge, which needs every CTA's row i value,
+// computed after that CTA took row i (at the top of row i - 1).
 constexpr int kTicketSlots = 1024;
 __device__ unsigned g_ticket_ring[kTicketSlots][2];
 
