@@ -9,6 +9,9 @@
 #   check    beside each other: the GPU tests of the tickets, of v74 and of the f32 forward past element 2**31
 #            (TESTS_K), and compute-sanitizer racecheck (the merge rule; messages at every k) and memcheck over
 #            cluster_race.py under the default, in the time left of a T_END (default 560) s call.
+#   ncu      Nsight Compute over the bulk-copy kernels of NCU_CASES (default: the f32 and bf16 rows of 131072, bf16
+#            100000; ours): where the 16-bit rows' warps wait, beside the f32 rows that the tickets sped up (RESULTS.md
+#            "v75": in 16-bit the tickets even the exits and gain no time).
 set -uo pipefail
 here=$(dirname "$0")
 source "$here/ab_lib.sh"
@@ -35,6 +38,11 @@ stage_check() {
   ab_gpu_tests tests "$left" "${TESTS_K:-fwd_tickets or fwd_versions[v74] or fwd_l2_ahead or gpu_grid or \
 big_softmax_forward_f32}" "$((left - 10))" &
   ab_cluster_race_beside "$((left - 5))"
+}
+
+stage_ncu() {
+  ab_ncu_cases ncu regex:softmax_fwd_tma ${NCU_CASES:-softmax:fwd:float32:131072:ours softmax:fwd:bfloat16:131072:ours \
+softmax:fwd:bfloat16:100000:ours}
 }
 
 ab_init "$@"
