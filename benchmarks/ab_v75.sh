@@ -12,6 +12,11 @@
 #   ncu      Nsight Compute over the bulk-copy kernels of NCU_CASES (default: the f32 and bf16 rows of 131072, bf16
 #            100000; ours): where the 16-bit rows' warps wait, beside the f32 rows that the tickets sped up (RESULTS.md
 #            "v75": in 16-bit the tickets even the exits and gain no time).
+#   issues   the bench's sweep (device timing) over the issues' shapes under the default: softmax forward and backward at
+#            issue 4's C (f32, bf16), LayerNorm and RMSNorm forward and forward + backward at issue 5's, beside XLA and
+#            the copy of the same run.
+#   ncuh     the same through the harness (no JAX in the profiled process: ncu over python3 segfaulted on the H100 of
+#            the twenty-fourth session): the default's bulk-copy kernel at NCUH_CASES, one launch each after warm-up.
 set -uo pipefail
 here=$(dirname "$0")
 source "$here/ab_lib.sh"
@@ -43,6 +48,36 @@ big_softmax_forward_f32}" "$((left - 10))" &
 stage_ncu() {
   ab_ncu_cases ncu regex:softmax_fwd_tma ${NCU_CASES:-softmax:fwd:float32:131072:ours softmax:fwd:bfloat16:131072:ours \
 softmax:fwd:bfloat16:100000:ours}
+}
+
+stage_issues() {
+  local log="$out/issues.log"
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "${T_ISSUES:-300}" python3 -P -m jax_memops.cli bench --timing device \
+    --parts sweep --ops softmax --dirs fwd bwd --dtypes float32 bfloat16 \
+    --cols 128 512 1024 2048 4096 8192 32768 50257 131072 --out "$out/issues-softmax" > "$log" 2>&1
+  echo "rc=$? (softmax)"
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "${T_ISSUES:-300}" python3 -P -m jax_memops.cli bench --timing device \
+    --parts sweep --ops layer_norm rms_norm --dirs fwd fwd+bwd --dtypes float32 bfloat16 \
+    --cols 768 1024 2048 4096 8192 12288 --out "$out/issues-norms" >> "$log" 2>&1
+  echo "rc=$? (norms)"
+  grep -E "^(softmax|layer_norm|rms_norm) " "$log"
+}
+
+stage_ncuh() {
+  [ -x /tmp/softmax_long_ab ] || stage_harness || return 1
+  local c n=0
+  for c in ${NCUH_CASES:-f32:131072 bf16:131072 bf16:100000}; do
+    AB_VARIANTS=none timeout 120 ncu --clock-control none --kernel-name regex:softmax_fwd_tma --launch-skip 8 \
+      --launch-count 1 --section SpeedOfLight --section WarpStateStats --section Occupancy --section SourceCounters \
+      -f -o "$out/ncuh-$n" /tmp/softmax_long_ab "$c" > "$out/ncuh-$n.log" 2>&1
+    echo "== $c: rc=$? $(tail -1 "$out/ncuh-$n.log")"
+    ncu -i "$out/ncuh-$n.ncu-rep" --page details > "$out/ncuh-$n.txt" 2>&1
+    grep -E "^  [a-zA-Z_].*\(|DRAM Throughput|Issue Slots Busy|Warp Cycles Per Issued|Achieved Occupancy|\
+Registers Per|Duration" "$out/ncuh-$n.txt" | cut -c1-120
+    ncu -i "$out/ncuh-$n.ncu-rep" --page source --csv --print-source sass > "$out/ncuh-src-$n.csv" 2> /dev/null
+    n=$((n + 1))
+  done
+  python3 benchmarks/ncu_source.py "$out"/ncuh-src-*.csv --top 4 --elements 67108864 | tee "$out/ncuh-source.md"
 }
 
 ab_init "$@"

@@ -134,6 +134,7 @@ bool run_case(const char* dtype, int cols, int sms) {
       {"default again (A/A)", handler(FwdVersion::kV75)},
       {"v74 (fixed rows per cluster, L2 rows on a full grid)", handler(FwdVersion::kV74)},
       {"v73 (tickets)", handler(FwdVersion::kV73)},
+      {"v76 (tickets in one buffer at twice the rule's k)", handler(FwdVersion::kV76)},
       {"v50 (fixed rows per cluster, v14 persistent)", handler(FwdVersion::kV50)},
       {"v72 (grids of 2 rows per cluster under 256 KB)", handler(FwdVersion::kV72)},
       {"v27 (no prefetch)", handler(FwdVersion::kV27)},
@@ -163,6 +164,15 @@ bool run_case(const char* dtype, int cols, int sms) {
       {"grid, 8 rows per cluster (75%, kept)", tma(B256{}, std::true_type{}, 75, 0, FwdVersion::kV5, 8)},
       // ... and the persistent grid whose rows past each cluster's first two come from a counter (v73's tickets).
       {"tickets (75%, kept)", tma_tickets(std::true_type{}, B256{}, std::true_type{}, 75, 0, FwdVersion::kV5, 0)},
+      // The twenty-fourth session's question (RESULTS.md "v76"): the 16-bit rows' one buffer at k = 8 (32 KB shares, up to
+      // 7 CTAs per SM) against the rule's k = 4 (64 KB, 3 per SM) at C = 131072, the f32 rows' at k = 16 against 8; one
+      // buffer read from shared memory at every k (v5-s1: no register plan), kept prefetches, tickets or not. [kb]
+      {"one buffer, k = 4, 75%, kept [kb]", tma(B256{}, std::true_type{}, 75, 4, FwdVersion::kV5S1)},
+      {"one buffer, k = 8, 75%, kept [kb]", tma(B256{}, std::true_type{}, 75, 8, FwdVersion::kV5S1)},
+      {"one buffer, k = 8, tickets, 75%, kept [kb]",
+       tma_tickets(std::true_type{}, B256{}, std::true_type{}, 75, 8, FwdVersion::kV5S1, 0)},
+      {"one buffer, k = 16, tickets, 75%, kept [kb]",
+       tma_tickets(std::true_type{}, B256{}, std::true_type{}, 75, 16, FwdVersion::kV5S1, 0)},
       {"v14 two-pass, 512 x 2 per SM",
        [&](const T* x, T* y) { return resident(smx::softmax_fwd_l2_kernel<T>, smx::kL2Block, x, y); }},
       {"v14 two-pass, 512 x 2 per SM, full grid",

@@ -73,11 +73,12 @@ namespace {
 // streaming loads and stores in the 8-pack rows) or "v21" (v14 with the register rows' x read by __ldg and y stored
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
 // "v23", "v24", "v25", "v26", "v27", "v49" or "v50", or "v72" / "v73" (v50 on grids that hand out rows as SMs free up;
-// launch_fwd_v3), or "v74". Any other value: v75.
+// launch_fwd_v3), or "v74", or "v76" (v75 with every one-buffer cluster's rows by tickets, at twice the rule's k; an
+// A/B version). Any other value: v75.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
-  kV26, kV27, kV49, kV50, kV72, kV73, kV74, kV75
+  kV26, kV27, kV49, kV50, kV72, kV73, kV74, kV75, kV76
 };
 
 FwdVersion fwd_version() {
@@ -90,7 +91,8 @@ FwdVersion fwd_version() {
                   {"v21", FwdVersion::kV21}, {"v23", FwdVersion::kV23}, {"v24", FwdVersion::kV24},
                   {"v25", FwdVersion::kV25}, {"v26", FwdVersion::kV26}, {"v27", FwdVersion::kV27},
                   {"v49", FwdVersion::kV49}, {"v50", FwdVersion::kV50}, {"v72", FwdVersion::kV72},
-                  {"v73", FwdVersion::kV73}, {"v74", FwdVersion::kV74}},
+                  {"v73", FwdVersion::kV73}, {"v74", FwdVersion::kV74},
+                  {"v76", FwdVersion::kV76}},
                  FwdVersion::kV75);
   return version;
 }
@@ -246,9 +248,12 @@ constexpr int kTmaAheadPct = 75;
 // force_k (A/B harnesses; 0: forced_cluster_k()): the plans of cluster size force_k alone, any k in 1..16.
 // kKeep (v50): the kernels' prefetches at L2's evict_last priority (softmax_fwd_tma.cuh kKeepAhead).
 // kTickets (v73, v75): rows by tickets on the persistent grid (launch_tma_plan; not the two buffers').
+// k_mult (v76): the rule's plan at k_mult times its cluster size (where that is at most 16 and k is not forced), one
+//   buffer read from shared memory at any dtype: smaller shares, more CTAs per SM.
 template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false, bool kTickets = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
-                          T* y, bool* launched, int ahead_pct = 0, int force_k = 0, int rows_per_cluster = 0) {
+                          T* y, bool* launched, int ahead_pct = 0, int force_k = 0, int rows_per_cluster = 0,
+                          int k_mult = 1) {
   constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush, kKeep>;
   constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kKeep, kTickets>;
   constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep, kTickets>;
@@ -298,10 +303,13 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
     }
   }
   if (best.first.k == 0) return ffi::Error::Success();
+  if (const int k2 = best.first.k * k_mult; k_mult > 1 && forced == 0 && !two_stages && k2 <= kMaxClusterNonPortable) {
+    if (const TmaPlan p = tma_plan<kOneStage>(dev, packs, k2, 1, kAny, B); p.score > 0) best = {p, kOne};
+  }
   if constexpr (kPush) {  // the plans are those of the message kernels; below push_min_cluster, the barrier's
     if (best.first.k < push_min_cluster()) {
       return launch_fwd_tma<T, B, false, kKeep, kTickets>(dev, stream, s, version, x, y, launched, ahead_pct, force_k,
-                                                          rows_per_cluster);
+                                                          rows_per_cluster, k_mult);
     }
   }
   best.first.ahead = static_cast<int>(ceil_div(best.first.chunk * ahead_pct, int64_t{100}));
@@ -422,7 +430,10 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   // with every bulk-copy cluster's rows by tickets. v72 (A/B): v74 with the bulk-copy clusters of rows under 256 KB on
   // a grid of 2 rows per cluster (an H100: f32 50257 +6.5%; the H200's bench: f32 50257 -0.6..-0.9%, bf16 100000
   // -2.4%).
-  const bool tickets = version == FwdVersion::kV73 || (version == FwdVersion::kV75 && sizeof(T) == 4);
+  // v76 (A/B): tickets in every one-buffer cluster, at twice the rule's k (an H100, softmax_long_ab.cu: bf16 100000
+  // k = 8 +7%, f32 131072 k = 16 +2.2%; RESULTS.md "v76").
+  const bool v76 = version == FwdVersion::kV76;
+  const bool tickets = version == FwdVersion::kV73 || (version == FwdVersion::kV75 && sizeof(T) == 4) || v76;
   const bool v72 = version == FwdVersion::kV72;
   const bool l2_full = tickets || v72 || version == FwdVersion::kV74 || version == FwdVersion::kV75;
   if (l2_full) version = FwdVersion::kV50;  // elsewhere v50
@@ -534,7 +545,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
   const int rows_per_cluster = v72 && s.cols * int64_t{sizeof(T)} < (int64_t{1} << 18) ? 2 : 0;
   if (tickets) {
-    return launch_fwd_tma<T, smx::kTmaBlock, true, true, true>(dev, stream, s, version, x, y, launched, ahead_pct);
+    return launch_fwd_tma<T, smx::kTmaBlock, true, true, true>(dev, stream, s, version, x, y, launched, ahead_pct, 0,
+                                                                 0, v76 ? 2 : 1);
   }
   return keep_ahead ? launch_fwd_tma<T, smx::kTmaBlock, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,
                                                                      0, rows_per_cluster)
