@@ -12,8 +12,8 @@
 #   ncu      Nsight Compute over the bulk-copy kernels of NCU_CASES (default: the f32 and bf16 rows of 131072, bf16
 #            100000; ours): where the 16-bit rows' warps wait, beside the f32 rows that the tickets sped up (RESULTS.md
 #            "v75": in 16-bit the tickets even the exits and gain no time).
-#   issues   the bench's sweep (device timing) over the issues' shapes under the default: softmax forward and backward at
-#            issue 4's C (f32, bf16), LayerNorm and RMSNorm forward and forward + backward at issue 5's, beside XLA and
+#   issues   the bench's sweep (device timing) over the issues' shapes under the default: softmax forward and backward
+#            at issue 4's C (f32, bf16), LayerNorm and RMSNorm forward and forward + backward at issue 5's, beside XLA and
 #            the copy of the same run.
 #   ncuh     the same through the harness (no JAX in the profiled process: ncu over python3 segfaulted on the H100 of
 #            the twenty-fourth session): the default's bulk-copy kernel at NCUH_CASES, one launch each after warm-up.

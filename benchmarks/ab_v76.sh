@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The v76 device call (RESULTS.md "v76"): JAX_MEMOPS_SOFTMAX_FWD=v76 (v75 with every one-buffer cluster's rows by
-# tickets, at twice the rule's cluster size) against the default, and its checks.
+# The v76 device call (RESULTS.md "v76 and v77"): JAX_MEMOPS_SOFTMAX_FWD=v76 (every one-buffer cluster's rows by
+# tickets, at twice the rule's cluster size) against the default (v75 when this ran, at 356fd2a; since v77, the default
+# is v76 for f32 rows), and its checks.
 #   lib      this tree into site-packages, beside softmax_long_ab.cu built for sm_90.
 #   long     softmax_long_ab over LONG_CASES (default f32 50257 .. 262144, bf16 100000 .. 262144), LONG_ROUNDS (default
-#            1): the default (v75) against v76.
+#            1): the default against v76 and v75.
 #   bench    the bench's forward (device timing) under the default and v76, ROUNDS (default 1), C = BENCH_COLS (default
 #            32768 .. 262144), f32 and bf16.
 #   check    beside each other: the GPU tests of v76 (its tickets over 1100 launches, its version test) and
@@ -18,7 +19,7 @@ stage_harness() { ab_nvcc_harness softmax_long_ab.cu /tmp/softmax_long_ab cpp/so
 stage_lib() { ab_build_beside harness || return 1; }
 
 stage_long() {
-  LONG_ROUNDS=${LONG_ROUNDS:-1} ab_long_rounds v76 \
+  LONG_ROUNDS=${LONG_ROUNDS:-1} ab_long_rounds v76,v75 \
     "${LONG_CASES:-f32:50257 f32:65536 f32:100000 f32:131072 f32:262144 bf16:100000 bf16:131072 bf16:262144}" 150
 }
 

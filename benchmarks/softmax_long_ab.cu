@@ -1,13 +1,14 @@
 // The softmax forward's long rows inside one process (issue 4: C = 50257 / 131072 at 78-86% of the copy; the method:
-// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v75: v74
-// with f32 rows by tickets; v74: v50 with v14's rows on a full grid; v50: v49's prefetch at L2's evict_last priority)
-// against v74, v50, v72, v73, v27 (no prefetch into L2), v49, the bulk-copy cluster alone under other plans than the
-// rule's (v50's calls: cluster size k, CTAs of 256 / 512 / 1024 threads, 75 or 100% of each CTA's next share prefetched
-// into L2, at L2's evict_last priority or not, two buffers prefetching the row after next), v14's two-pass kernel and
-// three copies of the same bytes. (v36's pipelined two-pass kernel, v49's prefetch sizes: RESULTS.md and git history;
-// v51's prefetches 2-3 rows ahead and v14's kernel prefetching its next row: RESULTS.md, branch v51-depth.) Per
-// variant: GB/s (x read, y written), its ratio to the default (median of the per-sample ratios); the default twice
-// (A/A). Every output checked against float64 on sampled rows, NaN poured into the outputs first.
+// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v77: v75
+// with the f32 clusters at twice the rule's k; v75: v74 with f32 rows by tickets; v74: v50 with v14's rows on a full
+// grid; v50: v49's prefetch at L2's evict_last priority) against v75, v76, v74, v50, v72, v73, v27 (no prefetch into
+// L2), v49, the bulk-copy cluster alone under other plans than the rule's (v50's calls: cluster size k, CTAs of 256 /
+// 512 / 1024 threads, 75 or 100% of each CTA's next share prefetched into L2, at L2's evict_last priority or not, two
+// buffers prefetching the row after next), v14's two-pass kernel and three copies of the same bytes. (v36's pipelined
+// two-pass kernel, v49's prefetch sizes: RESULTS.md and git history; v51's prefetches 2-3 rows ahead and v14's kernel
+// prefetching its next row: RESULTS.md, branch v51-depth.) Per variant: GB/s (x read, y written), its ratio to the
+// default (median of the per-sample ratios); the default twice (A/A). Every output checked against float64 on sampled
+// rows, NaN poured into the outputs first.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/softmax_long_ab.cu \
@@ -130,11 +131,12 @@ bool run_case(const char* dtype, int cols, int sms) {
   using B512 = std::integral_constant<int, 512>;
   using B1024 = std::integral_constant<int, 1024>;
   std::vector<Kernel> ks = {
-      {"default (v75)", handler(FwdVersion::kV75)},
-      {"default again (A/A)", handler(FwdVersion::kV75)},
+      {"default (v77)", handler(FwdVersion::kV77)},
+      {"default again (A/A)", handler(FwdVersion::kV77)},
+      {"v75 (f32 tickets at the rule's k)", handler(FwdVersion::kV75)},
       {"v74 (fixed rows per cluster, L2 rows on a full grid)", handler(FwdVersion::kV74)},
       {"v73 (tickets)", handler(FwdVersion::kV73)},
-      {"v76 (tickets in one buffer at twice the rule's k)", handler(FwdVersion::kV76)},
+      {"v76 (tickets in one buffer at twice the rule's k, 16-bit too)", handler(FwdVersion::kV76)},
       {"v50 (fixed rows per cluster, v14 persistent)", handler(FwdVersion::kV50)},
       {"v72 (grids of 2 rows per cluster under 256 KB)", handler(FwdVersion::kV72)},
       {"v27 (no prefetch)", handler(FwdVersion::kV27)},
@@ -164,9 +166,10 @@ bool run_case(const char* dtype, int cols, int sms) {
       {"grid, 8 rows per cluster (75%, kept)", tma(B256{}, std::true_type{}, 75, 0, FwdVersion::kV5, 8)},
       // ... and the persistent grid whose rows past each cluster's first two come from a counter (v73's tickets).
       {"tickets (75%, kept)", tma_tickets(std::true_type{}, B256{}, std::true_type{}, 75, 0, FwdVersion::kV5, 0)},
-      // The twenty-fourth session's question (RESULTS.md "v76"): the 16-bit rows' one buffer at k = 8 (32 KB shares, up to
-      // 7 CTAs per SM) against the rule's k = 4 (64 KB, 3 per SM) at C = 131072, the f32 rows' at k = 16 against 8; one
-      // buffer read from shared memory at every k (v5-s1: no register plan), kept prefetches, tickets or not. [kb]
+      // The twenty-fourth session's question (RESULTS.md "v76 and v77"): the 16-bit rows' one buffer at k = 8 (32 KB
+      // shares, up to 7 CTAs per SM) against the rule's k = 4 (64 KB, 3 per SM) at C = 131072, the f32 rows' at k = 16
+      // against 8; one buffer read from shared memory at every k (v5-s1: no register plan), kept prefetches, tickets or
+      // not. [kb]
       {"one buffer, k = 4, 75%, kept [kb]", tma(B256{}, std::true_type{}, 75, 4, FwdVersion::kV5S1)},
       {"one buffer, k = 8, 75%, kept [kb]", tma(B256{}, std::true_type{}, 75, 8, FwdVersion::kV5S1)},
       {"one buffer, k = 8, tickets, 75%, kept [kb]",

@@ -44,8 +44,9 @@ namespace ffi = xla::ffi;
 namespace jm::cuda {
 namespace {
 
-// Which forward kernels "auto" runs. v75 by default: v74, but the f32 rows of the bulk-copy clusters past each
-// cluster's first two come by tickets (softmax_fwd_tma.cuh; RESULTS.md "v75"). v74: v50, but v14's L2 rows on a full
+// Which forward kernels "auto" runs. v77 by default: v75, but its f32 clusters at twice the rule's cluster size
+// (RESULTS.md "v76 and v77"). v75: v74, but the f32 rows of the bulk-copy clusters past each cluster's first two come
+// by tickets (softmax_fwd_tma.cuh; RESULTS.md "v75"). v74: v50, but v14's L2 rows on a full
 // grid (one CTA per row; RESULTS.md "v73 and v74"). v73 (A/B): v74 with tickets in every bulk-copy cluster of one
 // buffer or registers, 16-bit too. v50: v49 with its prefetches at L2's evict_last priority (launch_fwd_tma's kKeep;
 // measured beside kTmaAheadPct below). v49: v27, but each CTA of the bulk-copy cluster prefetches into L2 the first
@@ -73,12 +74,12 @@ namespace {
 // streaming loads and stores in the 8-pack rows) or "v21" (v14 with the register rows' x read by __ldg and y stored
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
 // "v23", "v24", "v25", "v26", "v27", "v49" or "v50", or "v72" / "v73" (v50 on grids that hand out rows as SMs free up;
-// launch_fwd_v3), or "v74", or "v76" (v75 with every one-buffer cluster's rows by tickets, at twice the rule's k; an
-// A/B version). Any other value: v75.
+// launch_fwd_v3), or "v74", or "v75", or "v76" (v77 with every one-buffer cluster's rows by tickets at twice the
+// rule's k, 16-bit too; an A/B version). Any other value: v77.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
-  kV26, kV27, kV49, kV50, kV72, kV73, kV74, kV75, kV76
+  kV26, kV27, kV49, kV50, kV72, kV73, kV74, kV75, kV76, kV77
 };
 
 FwdVersion fwd_version() {
@@ -92,8 +93,8 @@ FwdVersion fwd_version() {
                   {"v25", FwdVersion::kV25}, {"v26", FwdVersion::kV26}, {"v27", FwdVersion::kV27},
                   {"v49", FwdVersion::kV49}, {"v50", FwdVersion::kV50}, {"v72", FwdVersion::kV72},
                   {"v73", FwdVersion::kV73}, {"v74", FwdVersion::kV74},
-                  {"v76", FwdVersion::kV76}},
-                 FwdVersion::kV75);
+                  {"v75", FwdVersion::kV75}, {"v76", FwdVersion::kV76}},
+                 FwdVersion::kV77);
   return version;
 }
 
@@ -190,8 +191,9 @@ int ticket_slot() {
 // *launched = false (and success) where the launch is refused (a configuration error: the caller's fallback takes the
 // rows). rows_per_cluster (softmax_long_ab.cu's grids and v72; 0: none): a grid of ceil(rows / rows_per_cluster)
 // clusters instead where that is more than the persistent grid, which the hardware schedules in waves as earlier
-// clusters exit. tickets (v75: f32; v73, an A/B version: one-buffer and register kernels): the persistent grid's rows
-// past each cluster's first two drawn from a counter of softmax_fwd_tma.cuh's ring (ticket_slot).
+// clusters exit. tickets (v75-v77: f32; v76: every one buffer; v73, an A/B version: one-buffer and register kernels):
+// the persistent grid's rows past each cluster's first two drawn from a counter of softmax_fwd_tma.cuh's ring
+// (ticket_slot).
 template <auto Kernel, typename T>
 ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p, cudaStream_t stream, RowShape s,
                            const T* x, T* y, bool* launched, int rows_per_cluster = 0, bool tickets = false) {
@@ -247,9 +249,9 @@ constexpr int kTmaAheadPct = 75;
 // classes.
 // force_k (A/B harnesses; 0: forced_cluster_k()): the plans of cluster size force_k alone, any k in 1..16.
 // kKeep (v50): the kernels' prefetches at L2's evict_last priority (softmax_fwd_tma.cuh kKeepAhead).
-// kTickets (v73, v75): rows by tickets on the persistent grid (launch_tma_plan; not the two buffers').
-// k_mult (v76): the rule's plan at k_mult times its cluster size (where that is at most 16 and k is not forced), one
-//   buffer read from shared memory at any dtype: smaller shares, more CTAs per SM.
+// kTickets (v73, v75-v77): rows by tickets on the persistent grid (launch_tma_plan; not the two buffers').
+// k_mult (v76, v77): the rule's plan at k_mult times its cluster size (where that is at most 16 and k is not
+//   forced), one buffer read from shared memory at any dtype: smaller shares, more CTAs per SM.
 template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false, bool kTickets = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
                           T* y, bool* launched, int ahead_pct = 0, int force_k = 0, int rows_per_cluster = 0,
@@ -423,19 +425,24 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
-  // v75 (the default): v74 with the f32 bulk-copy clusters' rows by tickets (two H100 benches: f32 50257..131072
+  // v77 (the default): v75 with its f32 clusters at twice the rule's k (an H100: softmax_long_ab.cu f32 50257 +5.8%,
+  // 65536 +1.7%, 100000 +4.9%, 131072 +2.2%, 262144 (k = 16 already) +0.6%; the bench +2.3..6.1%; RESULTS.md "v76 and
+  // v77"). v75: v74 with the f32 bulk-copy clusters' rows by tickets (two H100 benches: f32 50257..131072
   // +0.9..2.6%, 262144 +0.3..0.9%; softmax_long_ab.cu, four rounds in two sessions: +0.8..3.6%; RESULTS.md "v75");
   // 16-bit rows keep v74's (tickets there: -1.3..+0.9%). v74: v50 with v14's L2 rows on a full grid (the H200's
   // bench: bf16 50257 +7.5..7.6%, 65536 +4%; softmax_long_ab.cu: +5.6..6.9%; RESULTS.md "v73 and v74"). v73 (A/B): v74
   // with every bulk-copy cluster's rows by tickets. v72 (A/B): v74 with the bulk-copy clusters of rows under 256 KB on
   // a grid of 2 rows per cluster (an H100: f32 50257 +6.5%; the H200's bench: f32 50257 -0.6..-0.9%, bf16 100000
   // -2.4%).
-  // v76 (A/B): tickets in every one-buffer cluster, at twice the rule's k (an H100, softmax_long_ab.cu: bf16 100000
-  // k = 8 +7%, f32 131072 k = 16 +2.2%; RESULTS.md "v76").
+  // v76 (A/B): v77 with every one-buffer cluster's rows by tickets at twice the rule's k, 16-bit too (an H100: bf16
+  // 100000 +3.9..5.2%, 131072 +0.5..1.4%, but 65536, where the rule's plan is registers at k = 2, -4.3%).
   const bool v76 = version == FwdVersion::kV76;
-  const bool tickets = version == FwdVersion::kV73 || (version == FwdVersion::kV75 && sizeof(T) == 4) || v76;
+  const bool f32_tickets = (version == FwdVersion::kV75 || version == FwdVersion::kV77) && sizeof(T) == 4;
+  const bool tickets = version == FwdVersion::kV73 || f32_tickets || v76;
+  const int k_mult = v76 || (version == FwdVersion::kV77 && sizeof(T) == 4) ? 2 : 1;
   const bool v72 = version == FwdVersion::kV72;
-  const bool l2_full = tickets || v72 || version == FwdVersion::kV74 || version == FwdVersion::kV75;
+  const bool l2_full = tickets || v72 || version == FwdVersion::kV74 || version == FwdVersion::kV75 ||
+                       version == FwdVersion::kV77;
   if (l2_full) version = FwdVersion::kV50;  // elsewhere v50
   const bool keep_ahead = version == FwdVersion::kV50;
   if (keep_ahead) version = FwdVersion::kV49;  // elsewhere v49
@@ -546,7 +553,7 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   const int rows_per_cluster = v72 && s.cols * int64_t{sizeof(T)} < (int64_t{1} << 18) ? 2 : 0;
   if (tickets) {
     return launch_fwd_tma<T, smx::kTmaBlock, true, true, true>(dev, stream, s, version, x, y, launched, ahead_pct, 0,
-                                                                 0, v76 ? 2 : 1);
+                                                                 0, k_mult);
   }
   return keep_ahead ? launch_fwd_tma<T, smx::kTmaBlock, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,
                                                                      0, rows_per_cluster)

@@ -32,10 +32,11 @@
 
 namespace jm::cuda::smx {
 
-// Tickets (f32 since v75, the default; every dtype under v73, an A/B version; RESULTS.md "v69 measured", "v73 and v74",
-// "v75"): a persistent grid whose clusters take their rows past the first two from a counter, so that clusters that run
-// faster take more rows (with fixed shares the SMs finished up to a third of the span apart). The counters: a ring of
-// kTicketSlots pairs per device, zero at load; the host gives each launch the next slot (ticket_slot; -1: fixed
+// Tickets (f32 since v75, the default, since v77 at twice the rule's k; every one buffer under v76, every dtype under
+// v73, A/B versions; RESULTS.md "v69 measured", "v73 and v74", "v75", "v76 and v77"): a persistent grid whose clusters
+// take their rows past the first two from a counter, so that clusters that run faster take more rows (with fixed
+// shares the SMs finished up to a third of the span apart). The counters: a ring of kTicketSlots pairs per device,
+// zero at load; the host gives each launch the next slot (ticket_slot; -1: fixed
 // shares), and each launch's last CTA to exit zeroes its pair for the slot's next launch. [0]: draws (the next row is 2
 // * clusters + its value); [1]: CTAs exited. Launches that share a slot must not overlap: they would be kTicketSlots
 // launches apart, so that would take two streams running at once, a thousand ticket launches on one during a single
