@@ -4,17 +4,18 @@
 #   lib      this tree into site-packages, beside softmax_long_ab.cu built for sm_90 (ab_v73.sh's harness stage).
 #   long     softmax_long_ab over LONG_CASES (default f32 50257 .. 262144, bf16 131072), LONG_ROUNDS (default 1), the
 #            default (v75) against AB_VARIANTS (default v74 and v73).
-#   bench    the bench's forward (device timing) under the default and JAX_MEMOPS_SOFTMAX_FWD=v74, ROUNDS (default 1),
-#            C = BENCH_COLS (default 32768 .. 262144), f32 and bf16.
+#   bench    the bench's forward (device timing) under the default and JAX_MEMOPS_SOFTMAX_FWD=BENCH_VERSIONS (default
+#            v74), ROUNDS (default 1), C = BENCH_COLS (default 32768 .. 262144), f32 and bf16.
 #   check    beside each other: the GPU tests of the tickets, of v74 and of the f32 forward past element 2**31
 #            (TESTS_K), and compute-sanitizer racecheck (the merge rule; messages at every k) and memcheck over
-#            cluster_race.py under the default, in the time left of a T_END (default 560) s call.
+#            cluster_race.py under the default (or JAX_MEMOPS_SOFTMAX_FWD=SAN_FWD), in the time left of a T_END
+#            (default 560) s call.
 #   ncu      Nsight Compute over the bulk-copy kernels of NCU_CASES (default: the f32 and bf16 rows of 131072, bf16
 #            100000; ours): where the 16-bit rows' warps wait, beside the f32 rows that the tickets sped up (RESULTS.md
 #            "v75": in 16-bit the tickets even the exits and gain no time).
 #   issues   the bench's sweep (device timing) over the issues' shapes under the default: softmax forward and backward
-#            at issue 4's C (f32, bf16), LayerNorm and RMSNorm forward and forward + backward at issue 5's, beside XLA and
-#            the copy of the same run.
+#            at issue 4's C (f32, bf16), LayerNorm and RMSNorm forward and forward + backward at issue 5's, beside XLA
+#            and the copy of the same run.
 #   ncuh     the same through the harness (no JAX in the profiled process: ncu over python3 segfaulted on the H100 of
 #            the twenty-fourth session): the default's bulk-copy kernel at NCUH_CASES, one launch each after warm-up.
 set -uo pipefail
@@ -33,8 +34,9 @@ stage_long() {
 }
 
 stage_bench() {
-  ROUNDS=${ROUNDS:-1} AB_TIMEOUT=200 ab_rounds v75- --var JAX_MEMOPS_SOFTMAX_FWD --versions "" v74 --dirs fwd \
-    --dtypes float32 bfloat16 --cols ${BENCH_COLS:-32768 50257 65536 100000 131072 262144} --timing device
+  # shellcheck disable=SC2086
+  ROUNDS=${ROUNDS:-1} AB_TIMEOUT=200 ab_rounds v75- --var JAX_MEMOPS_SOFTMAX_FWD --versions "" ${BENCH_VERSIONS:-v74} \
+    --dirs fwd --dtypes float32 bfloat16 --cols ${BENCH_COLS:-32768 50257 65536 100000 131072 262144} --timing device
 }
 
 stage_check() {
@@ -42,7 +44,7 @@ stage_check() {
   left=$((left > 90 ? left : 90))
   ab_gpu_tests tests "$left" "${TESTS_K:-fwd_tickets or fwd_versions[v74] or fwd_l2_ahead or gpu_grid or \
 big_softmax_forward_f32}" "$((left - 10))" &
-  ab_cluster_race_beside "$((left - 5))"
+  ab_cluster_race_beside "$((left - 5))" ${SAN_FWD:+JAX_MEMOPS_SOFTMAX_FWD=$SAN_FWD}
 }
 
 stage_ncu() {
