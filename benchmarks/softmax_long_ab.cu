@@ -137,6 +137,7 @@ bool run_case(const char* dtype, int cols, int sms) {
       {"v74 (fixed rows per cluster, L2 rows on a full grid)", handler(FwdVersion::kV74)},
       {"v73 (tickets)", handler(FwdVersion::kV73)},
       {"v76 (tickets in one buffer at twice the rule's k, 16-bit too)", handler(FwdVersion::kV76)},
+      {"v78 (v76 where the rule's 16-bit plan is one buffer)", handler(FwdVersion::kV78)},
       {"v50 (fixed rows per cluster, v14 persistent)", handler(FwdVersion::kV50)},
       {"v72 (grids of 2 rows per cluster under 256 KB)", handler(FwdVersion::kV72)},
       {"v27 (no prefetch)", handler(FwdVersion::kV27)},

@@ -75,11 +75,12 @@ namespace {
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
 // "v23", "v24", "v25", "v26", "v27", "v49" or "v50", or "v72" / "v73" (v50 on grids that hand out rows as SMs free up;
 // launch_fwd_v3), or "v74", or "v75", or "v76" (v77 with every one-buffer cluster's rows by tickets at twice the
-// rule's k, 16-bit too; an A/B version). Any other value: v77.
+// rule's k, 16-bit too; an A/B version), or "v78" (v76 where the rule's 16-bit plan is one buffer, v77 where it is
+// registers; an A/B version). Any other value: v77.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
-  kV26, kV27, kV49, kV50, kV72, kV73, kV74, kV75, kV76, kV77
+  kV26, kV27, kV49, kV50, kV72, kV73, kV74, kV75, kV76, kV77, kV78
 };
 
 FwdVersion fwd_version() {
@@ -93,7 +94,8 @@ FwdVersion fwd_version() {
                   {"v25", FwdVersion::kV25}, {"v26", FwdVersion::kV26}, {"v27", FwdVersion::kV27},
                   {"v49", FwdVersion::kV49}, {"v50", FwdVersion::kV50}, {"v72", FwdVersion::kV72},
                   {"v73", FwdVersion::kV73}, {"v74", FwdVersion::kV74},
-                  {"v75", FwdVersion::kV75}, {"v76", FwdVersion::kV76}},
+                  {"v75", FwdVersion::kV75}, {"v76", FwdVersion::kV76},
+                  {"v78", FwdVersion::kV78}},
                  FwdVersion::kV77);
   return version;
 }
@@ -191,9 +193,9 @@ int ticket_slot() {
 // *launched = false (and success) where the launch is refused (a configuration error: the caller's fallback takes the
 // rows). rows_per_cluster (softmax_long_ab.cu's grids and v72; 0: none): a grid of ceil(rows / rows_per_cluster)
 // clusters instead where that is more than the persistent grid, which the hardware schedules in waves as earlier
-// clusters exit. tickets (v75-v77: f32; v76: every one buffer; v73, an A/B version: one-buffer and register kernels):
-// the persistent grid's rows past each cluster's first two drawn from a counter of softmax_fwd_tma.cuh's ring
-// (ticket_slot).
+// clusters exit. tickets (v75-v78: f32; v76, v78: every one buffer; v73, an A/B version: one-buffer and register
+// kernels): the persistent grid's rows past each cluster's first two drawn from a counter of softmax_fwd_tma.cuh's
+// ring (ticket_slot).
 template <auto Kernel, typename T>
 ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p, cudaStream_t stream, RowShape s,
                            const T* x, T* y, bool* launched, int rows_per_cluster = 0, bool tickets = false) {
@@ -250,12 +252,13 @@ constexpr int kTmaAheadPct = 75;
 // force_k (A/B harnesses; 0: forced_cluster_k()): the plans of cluster size force_k alone, any k in 1..16.
 // kKeep (v50): the kernels' prefetches at L2's evict_last priority (softmax_fwd_tma.cuh kKeepAhead).
 // kTickets (v73, v75-v77): rows by tickets on the persistent grid (launch_tma_plan; not the two buffers').
-// k_mult (v76, v77): the rule's plan at k_mult times its cluster size (where that is at most 16 and k is not
-//   forced), one buffer read from shared memory at any dtype: smaller shares, more CTAs per SM.
+// k_mult (v76-v78): the rule's plan at k_mult times its cluster size (where that is at most 16 and k is not
+//   forced), one buffer read from shared memory at any dtype: smaller shares, more CTAs per SM. one_buffer_only (v78):
+//   where the rule's plan is a register kernel, no launch (*launched = false: the caller runs its own kernels).
 template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false, bool kTickets = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
                           T* y, bool* launched, int ahead_pct = 0, int force_k = 0, int rows_per_cluster = 0,
-                          int k_mult = 1) {
+                          int k_mult = 1, bool one_buffer_only = false) {
   constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush, kKeep>;
   constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kKeep, kTickets>;
   constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep, kTickets>;
@@ -304,14 +307,14 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
       best = one;
     }
   }
-  if (best.first.k == 0) return ffi::Error::Success();
+  if (best.first.k == 0 || (one_buffer_only && best.second != kOne)) return ffi::Error::Success();
   if (const int k2 = best.first.k * k_mult; k_mult > 1 && forced == 0 && !two_stages && k2 <= kMaxClusterNonPortable) {
     if (const TmaPlan p = tma_plan<kOneStage>(dev, packs, k2, 1, kAny, B); p.score > 0) best = {p, kOne};
   }
   if constexpr (kPush) {  // the plans are those of the message kernels; below push_min_cluster, the barrier's
     if (best.first.k < push_min_cluster()) {
       return launch_fwd_tma<T, B, false, kKeep, kTickets>(dev, stream, s, version, x, y, launched, ahead_pct, force_k,
-                                                          rows_per_cluster, k_mult);
+                                                          rows_per_cluster, k_mult, one_buffer_only);
     }
   }
   best.first.ahead = static_cast<int>(ceil_div(best.first.chunk * ahead_pct, int64_t{100}));
@@ -436,13 +439,15 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   // -2.4%).
   // v76 (A/B): v77 with every one-buffer cluster's rows by tickets at twice the rule's k, 16-bit too (an H100: bf16
   // 100000 +3.9..5.2%, 131072 +0.5..1.4%, but 65536, where the rule's plan is registers at k = 2, -4.3%).
-  const bool v76 = version == FwdVersion::kV76;
+  // v78 (A/B, not yet run on a GPU): v76 where the rule's 16-bit plan is one buffer (bf16 100000 +3.9..5.2% there),
+  // v77 where it is registers (bf16 65536 on the H100: v76's one buffer -4.3%).
+  const bool v76 = version == FwdVersion::kV76, v78 = version == FwdVersion::kV78;
   const bool f32_tickets = (version == FwdVersion::kV75 || version == FwdVersion::kV77) && sizeof(T) == 4;
-  const bool tickets = version == FwdVersion::kV73 || f32_tickets || v76;
-  const int k_mult = v76 || (version == FwdVersion::kV77 && sizeof(T) == 4) ? 2 : 1;
+  const bool tickets = version == FwdVersion::kV73 || f32_tickets || v76 || v78;
+  const int k_mult = v76 || v78 || (version == FwdVersion::kV77 && sizeof(T) == 4) ? 2 : 1;
   const bool v72 = version == FwdVersion::kV72;
   const bool l2_full = tickets || v72 || version == FwdVersion::kV74 || version == FwdVersion::kV75 ||
-                       version == FwdVersion::kV77;
+                       version == FwdVersion::kV77 || v78;
   if (l2_full) version = FwdVersion::kV50;  // elsewhere v50
   const bool keep_ahead = version == FwdVersion::kV50;
   if (keep_ahead) version = FwdVersion::kV49;  // elsewhere v49
@@ -552,8 +557,10 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
   const int rows_per_cluster = v72 && s.cols * int64_t{sizeof(T)} < (int64_t{1} << 18) ? 2 : 0;
   if (tickets) {
-    return launch_fwd_tma<T, smx::kTmaBlock, true, true, true>(dev, stream, s, version, x, y, launched, ahead_pct, 0,
-                                                                 0, k_mult);
+    const bool one_buffer_only = v78 && sizeof(T) == 2;
+    auto err = launch_fwd_tma<T, smx::kTmaBlock, true, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,
+                                                                   0, 0, k_mult, one_buffer_only);
+    if (err.failure() || *launched || !one_buffer_only) return err;  // v78's 16-bit register plans: v77's, below
   }
   return keep_ahead ? launch_fwd_tma<T, smx::kTmaBlock, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,
                                                                      0, rows_per_cluster)
