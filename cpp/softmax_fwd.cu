@@ -46,9 +46,9 @@ namespace {
 
 // Which forward kernels "auto" runs. v77 by default: v75, but its f32 clusters at twice the rule's cluster size
 // (RESULTS.md "v76 and v77"). v75: v74, but the f32 rows of the bulk-copy clusters past each cluster's first two come
-// by tickets (softmax_fwd_tma.cuh; RESULTS.md "v75"). v74: v50, but v14's L2 rows on a full
-// grid (one CTA per row; RESULTS.md "v73 and v74"). v73 (A/B): v74 with tickets in every bulk-copy cluster of one
-// buffer or registers, 16-bit too. v50: v49 with its prefetches at L2's evict_last priority (launch_fwd_tma's kKeep;
+// by tickets (softmax_fwd_tma.cuh; RESULTS.md "v75"). v74: v50, but v14's L2 rows on a full grid (one CTA per row;
+// RESULTS.md "v73 and v74"). v73 (A/B): v74 with tickets in every bulk-copy cluster of one buffer or registers, 16-bit
+// too. v50: v49 with its prefetches at L2's evict_last priority (launch_fwd_tma's kKeep;
 // measured beside kTmaAheadPct below). v49: v27, but each CTA of the bulk-copy cluster prefetches into L2 the first
 // kTmaAheadPct % of its share of its next row once this row's share has landed (softmax_fwd_tma.cuh's `ahead`).
 // v27: v26 with the rows that 2 packs fill on 16 threads (16-bit C =
@@ -251,7 +251,7 @@ constexpr int kTmaAheadPct = 75;
 // classes.
 // force_k (A/B harnesses; 0: forced_cluster_k()): the plans of cluster size force_k alone, any k in 1..16.
 // kKeep (v50): the kernels' prefetches at L2's evict_last priority (softmax_fwd_tma.cuh kKeepAhead).
-// kTickets (v73, v75-v77): rows by tickets on the persistent grid (launch_tma_plan; not the two buffers').
+// kTickets (v73, v75-v78): rows by tickets on the persistent grid (launch_tma_plan; not the two buffers').
 // k_mult (v76-v78): the rule's plan at k_mult times its cluster size (where that is at most 16 and k is not
 //   forced), one buffer read from shared memory at any dtype: smaller shares, more CTAs per SM. one_buffer_only (v78):
 //   where the rule's plan is a register kernel, no launch (*launched = false: the caller runs its own kernels).
