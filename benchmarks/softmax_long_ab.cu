@@ -1,7 +1,8 @@
 // The softmax forward's long rows inside one process (issue 4: C = 50257 / 131072 at 78-86% of the copy; the method:
-// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v77: v75
-// with the f32 clusters at twice the rule's k; v75: v74 with f32 rows by tickets; v74: v50 with v14's rows on a full
-// grid; v50: v49's prefetch at L2's evict_last priority) against v75, v76, v74, v50, v72, v73, v27 (no prefetch into
+// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v78:
+// v77 with the 16-bit one-buffer clusters at twice the rule's k by tickets too; v77: v75 with the f32 clusters at twice
+// the rule's k; v75: v74 with f32 rows by tickets; v74: v50 with v14's rows on a full grid; v50: v49's prefetch at L2's
+// evict_last priority) against v77, v75, v76, v74, v50, v72, v73, v27 (no prefetch into
 // L2), v49, the bulk-copy cluster alone under other plans than the rule's (v50's calls: cluster size k, CTAs of 256 /
 // 512 / 1024 threads, 75 or 100% of each CTA's next share prefetched into L2, at L2's evict_last priority or not, two
 // buffers prefetching the row after next), v14's two-pass kernel and three copies of the same bytes. (v36's pipelined
@@ -131,13 +132,13 @@ bool run_case(const char* dtype, int cols, int sms) {
   using B512 = std::integral_constant<int, 512>;
   using B1024 = std::integral_constant<int, 1024>;
   std::vector<Kernel> ks = {
-      {"default (v77)", handler(FwdVersion::kV77)},
-      {"default again (A/A)", handler(FwdVersion::kV77)},
+      {"default (v78)", handler(FwdVersion::kV78)},
+      {"default again (A/A)", handler(FwdVersion::kV78)},
+      {"v77 (16-bit clusters at the rule's k)", handler(FwdVersion::kV77)},
       {"v75 (f32 tickets at the rule's k)", handler(FwdVersion::kV75)},
       {"v74 (fixed rows per cluster, L2 rows on a full grid)", handler(FwdVersion::kV74)},
       {"v73 (tickets)", handler(FwdVersion::kV73)},
       {"v76 (tickets in one buffer at twice the rule's k, 16-bit too)", handler(FwdVersion::kV76)},
-      {"v78 (v76 where the rule's 16-bit plan is one buffer)", handler(FwdVersion::kV78)},
       {"v50 (fixed rows per cluster, v14 persistent)", handler(FwdVersion::kV50)},
       {"v72 (grids of 2 rows per cluster under 256 KB)", handler(FwdVersion::kV72)},
       {"v27 (no prefetch)", handler(FwdVersion::kV27)},
@@ -177,6 +178,16 @@ bool run_case(const char* dtype, int cols, int sms) {
        tma_tickets(std::true_type{}, B256{}, std::true_type{}, 75, 8, FwdVersion::kV5S1, 0)},
       {"one buffer, k = 16, tickets, 75%, kept [kb]",
        tma_tickets(std::true_type{}, B256{}, std::true_type{}, 75, 16, FwdVersion::kV5S1, 0)},
+      // The twenty-fifth session's question: the register kernels (each CTA copies its share into registers once and
+      // refills its buffer with the next row's share at once, so the next copy overlaps this row's merge and writes)
+      // by tickets at k = 4, 8, 16 (16-bit: 16 or 8 packs per thread at C = 131072; f32 as v5-reg's rows), against
+      // one buffer read twice from shared memory (the default's plans). [kr]
+      {"registers, k = 4, tickets, 75%, kept [kr]",
+       tma_tickets(std::true_type{}, B256{}, std::true_type{}, 75, 4, FwdVersion::kV5Reg, 0)},
+      {"registers, k = 8, tickets, 75%, kept [kr]",
+       tma_tickets(std::true_type{}, B256{}, std::true_type{}, 75, 8, FwdVersion::kV5Reg, 0)},
+      {"registers, k = 16, tickets, 75%, kept [kr]",
+       tma_tickets(std::true_type{}, B256{}, std::true_type{}, 75, 16, FwdVersion::kV5Reg, 0)},
       {"v14 two-pass, 512 x 2 per SM",
        [&](const T* x, T* y) { return resident(smx::softmax_fwd_l2_kernel<T>, smx::kL2Block, x, y); }},
       {"v14 two-pass, 512 x 2 per SM, full grid",

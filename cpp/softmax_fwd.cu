@@ -44,11 +44,12 @@ namespace ffi = xla::ffi;
 namespace jm::cuda {
 namespace {
 
-// Which forward kernels "auto" runs. v77 by default: v75, but its f32 clusters at twice the rule's cluster size
-// (RESULTS.md "v76 and v77"). v75: v74, but the f32 rows of the bulk-copy clusters past each cluster's first two come
-// by tickets (softmax_fwd_tma.cuh; RESULTS.md "v75"). v74: v50, but v14's L2 rows on a full grid (one CTA per row;
-// RESULTS.md "v73 and v74"). v73 (A/B): v74 with tickets in every bulk-copy cluster of one buffer or registers, 16-bit
-// too. v50: v49 with its prefetches at L2's evict_last priority (launch_fwd_tma's kKeep;
+// Which forward kernels "auto" runs. v78 by default: v77, but the 16-bit clusters whose rule's plan is one buffer by
+// tickets at twice the rule's cluster size too (RESULTS.md "v78"). v77: v75, but its f32 clusters at twice the rule's
+// cluster size (RESULTS.md "v76 and v77"). v75: v74, but the f32 rows of the bulk-copy clusters past each cluster's
+// first two come by tickets (softmax_fwd_tma.cuh; RESULTS.md "v75"). v74: v50, but v14's L2 rows on a full grid (one
+// CTA per row; RESULTS.md "v73 and v74"). v73 (A/B): v74 with tickets in every bulk-copy cluster of one buffer or
+// registers, 16-bit too. v50: v49 with its prefetches at L2's evict_last priority (launch_fwd_tma's kKeep;
 // measured beside kTmaAheadPct below). v49: v27, but each CTA of the bulk-copy cluster prefetches into L2 the first
 // kTmaAheadPct % of its share of its next row once this row's share has landed (softmax_fwd_tma.cuh's `ahead`).
 // v27: v26 with the rows that 2 packs fill on 16 threads (16-bit C =
@@ -75,8 +76,7 @@ namespace {
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
 // "v23", "v24", "v25", "v26", "v27", "v49" or "v50", or "v72" / "v73" (v50 on grids that hand out rows as SMs free up;
 // launch_fwd_v3), or "v74", or "v75", or "v76" (v77 with every one-buffer cluster's rows by tickets at twice the
-// rule's k, 16-bit too; an A/B version), or "v78" (v76 where the rule's 16-bit plan is one buffer, v77 where it is
-// registers; an A/B version). Any other value: v77.
+// rule's k, 16-bit too; an A/B version), or "v77". Any other value: v78.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
@@ -95,8 +95,8 @@ FwdVersion fwd_version() {
                   {"v49", FwdVersion::kV49}, {"v50", FwdVersion::kV50}, {"v72", FwdVersion::kV72},
                   {"v73", FwdVersion::kV73}, {"v74", FwdVersion::kV74},
                   {"v75", FwdVersion::kV75}, {"v76", FwdVersion::kV76},
-                  {"v78", FwdVersion::kV78}},
-                 FwdVersion::kV77);
+                  {"v77", FwdVersion::kV77}},
+                 FwdVersion::kV78);
   return version;
 }
 
@@ -428,7 +428,10 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
-  // v77 (the default): v75 with its f32 clusters at twice the rule's k (an H100: softmax_long_ab.cu f32 50257 +5.8%,
+  // v78 (the default): v77 where the rule's 16-bit plan is a register kernel, v76 where it is one buffer (an H100,
+  // softmax_long_ab.cu: bf16 100000 +6.4%, 131072 / 262144 +0.9 / +1.1%, f32 as v77's; the bench bf16 100000 +5.2%,
+  // 65536 (registers at k = 2) as v77's; RESULTS.md "v78").
+  // v77: v75 with its f32 clusters at twice the rule's k (an H100: softmax_long_ab.cu f32 50257 +5.8%,
   // 65536 +1.7%, 100000 +4.9%, 131072 +2.2%, 262144 (k = 16 already) +0.6%; the bench +2.3..6.1%; RESULTS.md "v76 and
   // v77"). v75: v74 with the f32 bulk-copy clusters' rows by tickets (two H100 benches: f32 50257..131072
   // +0.9..2.6%, 262144 +0.3..0.9%; softmax_long_ab.cu, four rounds in two sessions: +0.8..3.6%; RESULTS.md "v75");
@@ -439,8 +442,6 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   // -2.4%).
   // v76 (A/B): v77 with every one-buffer cluster's rows by tickets at twice the rule's k, 16-bit too (an H100: bf16
   // 100000 +3.9..5.2%, 131072 +0.5..1.4%, but 65536, where the rule's plan is registers at k = 2, -4.3%).
-  // v78 (A/B, not yet run on a GPU): v76 where the rule's 16-bit plan is one buffer (bf16 100000 +3.9..5.2% there),
-  // v77 where it is registers (bf16 65536 on the H100: v76's one buffer -4.3%).
   const bool v76 = version == FwdVersion::kV76, v78 = version == FwdVersion::kV78;
   const bool f32_tickets = (version == FwdVersion::kV75 || version == FwdVersion::kV77) && sizeof(T) == 4;
   const bool tickets = version == FwdVersion::kV73 || f32_tickets || v76 || v78;

@@ -130,9 +130,9 @@ def test_big_softmax_backward(big):
 
 
 # Size classes of "auto" past element 2**31, bf16 (4 GiB per tensor): 16385 rows of 131072 (the forward
-# runs the bulk-copy cluster through registers: v5's 16-bit plan, sm_90, int64 row offsets of its bulk
-# copies and stores; the backward the register cluster, a row over 8 CTAs of 512 threads, its sums merged
-# by messages), 42731 rows of 50257 (the forward's two-pass kernel with L2 as the row buffer, v14;
+# runs the bulk-copy cluster, sm_90, int64 row offsets of its bulk copies and stores, since v78 one buffer
+# at twice the rule's size with rows by tickets; the backward the register cluster, a row over 8 CTAs of
+# 512 threads, its sums merged by messages), 42731 rows of 50257 (the forward's two-pass kernel with L2 as the row buffer, v14;
 # misaligned rows: scalar heads and tails) and 2147484 rows of 1000 (the forward's sub-warp rows of 8 packs
 # per thread, v23: 16 threads a row, the last one's packs partly beyond it); v38's backward clusters: 8193 rows of
 # 262147 (13 CTAs of 512 threads, 5 packs of y and dy per thread; misaligned rows) and 3580 of 600001 (15 CTAs of
