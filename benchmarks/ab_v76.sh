@@ -7,7 +7,7 @@
 #   check    the GPU tests of v76, v78 and of the doubled cluster size (their tickets over 1100 launches, their version
 #            tests, the plan logs of v75, the default, v76 and v78) beside compute-sanitizer over cluster_race.py under
 #            v76 (v78's kernels are v76's and v75's), within a T_END (default 400) s call.
-# Since v78 is the default, v78 here names it. Any of the variables ab_v75.sh reads still overrides these.
+# Any of the variables ab_v75.sh reads still overrides these.
 export AB_VARIANTS=${AB_VARIANTS:-v76,v75,v78}
 export LONG_CASES=${LONG_CASES:-f32:50257 f32:65536 f32:100000 f32:131072 f32:262144 bf16:100000 bf16:131072 \
 bf16:262144}

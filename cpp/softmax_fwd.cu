@@ -44,9 +44,10 @@ namespace ffi = xla::ffi;
 namespace jm::cuda {
 namespace {
 
-// Which forward kernels "auto" runs. v78 by default: v77, but the 16-bit clusters whose rule's plan is one buffer by
-// tickets at twice the rule's cluster size too (RESULTS.md "v78"). v77: v75, but its f32 clusters at twice the rule's
-// cluster size (RESULTS.md "v76 and v77"). v75: v74, but the f32 rows of the bulk-copy clusters past each cluster's
+// Which forward kernels "auto" runs. v79 by default: v77, but its f32 clusters run the register kernels
+// (RESULTS.md "v78 and v79"). v78 (A/B): v77, but the 16-bit clusters whose rule's plan is one buffer by tickets at
+// twice the rule's cluster size too. v77: v75, but its f32 clusters at twice the rule's cluster size (RESULTS.md "v76
+// and v77"). v75: v74, but the f32 rows of the bulk-copy clusters past each cluster's
 // first two come by tickets (softmax_fwd_tma.cuh; RESULTS.md "v75"). v74: v50, but v14's L2 rows on a full grid (one
 // CTA per row; RESULTS.md "v73 and v74"). v73 (A/B): v74 with tickets in every bulk-copy cluster of one buffer or
 // registers, 16-bit too. v50: v49 with its prefetches at L2's evict_last priority (launch_fwd_tma's kKeep;
@@ -76,11 +77,11 @@ namespace {
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
 // "v23", "v24", "v25", "v26", "v27", "v49" or "v50", or "v72" / "v73" (v50 on grids that hand out rows as SMs free up;
 // launch_fwd_v3), or "v74", or "v75", or "v76" (v77 with every one-buffer cluster's rows by tickets at twice the
-// rule's k, 16-bit too; an A/B version), or "v77". Any other value: v78.
+// rule's k, 16-bit too; an A/B version), or "v77", or "v78". Any other value: v79.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
-  kV26, kV27, kV49, kV50, kV72, kV73, kV74, kV75, kV76, kV77, kV78
+  kV26, kV27, kV49, kV50, kV72, kV73, kV74, kV75, kV76, kV77, kV78, kV79
 };
 
 FwdVersion fwd_version() {
@@ -95,8 +96,8 @@ FwdVersion fwd_version() {
                   {"v49", FwdVersion::kV49}, {"v50", FwdVersion::kV50}, {"v72", FwdVersion::kV72},
                   {"v73", FwdVersion::kV73}, {"v74", FwdVersion::kV74},
                   {"v75", FwdVersion::kV75}, {"v76", FwdVersion::kV76},
-                  {"v77", FwdVersion::kV77}},
-                 FwdVersion::kV78);
+                  {"v77", FwdVersion::kV77}, {"v78", FwdVersion::kV78}},
+                 FwdVersion::kV79);
   return version;
 }
 
@@ -252,13 +253,16 @@ constexpr int kTmaAheadPct = 75;
 // force_k (A/B harnesses; 0: forced_cluster_k()): the plans of cluster size force_k alone, any k in 1..16.
 // kKeep (v50): the kernels' prefetches at L2's evict_last priority (softmax_fwd_tma.cuh kKeepAhead).
 // kTickets (v73, v75-v78): rows by tickets on the persistent grid (launch_tma_plan; not the two buffers').
-// k_mult (v76-v78): the rule's plan at k_mult times its cluster size (where that is at most 16 and k is not
+// k_mult (v76-v79): the rule's plan at k_mult times its cluster size (where that is at most 16 and k is not
 //   forced), one buffer read from shared memory at any dtype: smaller shares, more CTAs per SM. one_buffer_only (v78):
 //   where the rule's plan is a register kernel, no launch (*launched = false: the caller runs its own kernels).
+// regs_at_k2 (v79, with k_mult > 1): at k_mult times the rule's k (the rule's k where that passes 16) the register
+//   kernels (8 packs per thread, else 16) where they fit, else one buffer: each CTA copies its share into registers
+//   once and refills its buffer with its next row's share at once, so that copy overlaps this row's merge and stores.
 template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false, bool kTickets = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
                           T* y, bool* launched, int ahead_pct = 0, int force_k = 0, int rows_per_cluster = 0,
-                          int k_mult = 1, bool one_buffer_only = false) {
+                          int k_mult = 1, bool one_buffer_only = false, bool regs_at_k2 = false) {
   constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush, kKeep>;
   constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kKeep, kTickets>;
   constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep, kTickets>;
@@ -308,13 +312,25 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
     }
   }
   if (best.first.k == 0 || (one_buffer_only && best.second != kOne)) return ffi::Error::Success();
-  if (const int k2 = best.first.k * k_mult; k_mult > 1 && forced == 0 && !two_stages && k2 <= kMaxClusterNonPortable) {
-    if (const TmaPlan p = tma_plan<kOneStage>(dev, packs, k2, 1, kAny, B); p.score > 0) best = {p, kOne};
+  if (k_mult > 1 && forced == 0 && !two_stages) {
+    const int k2 = best.first.k * k_mult <= kMaxClusterNonPortable ? best.first.k * k_mult : 0;
+    bool placed = false;
+    if (regs_at_k2) {  // at k2, or at the rule's k where k2 would pass 16
+      const int kr = k2 != 0 ? k2 : best.first.k;
+      if (const TmaPlan p = tma_plan<kRegs8>(dev, packs, kr, 1, 8 * B, B); p.score > 0) {
+        best = {p, kR8}, placed = true;
+      } else if (const TmaPlan p16 = tma_plan<kRegs16>(dev, packs, kr, 1, 16 * B, B); p16.score > 0) {
+        best = {p16, kR16}, placed = true;
+      }
+    }
+    if (!placed && k2 != 0) {
+      if (const TmaPlan p = tma_plan<kOneStage>(dev, packs, k2, 1, kAny, B); p.score > 0) best = {p, kOne};
+    }
   }
   if constexpr (kPush) {  // the plans are those of the message kernels; below push_min_cluster, the barrier's
     if (best.first.k < push_min_cluster()) {
       return launch_fwd_tma<T, B, false, kKeep, kTickets>(dev, stream, s, version, x, y, launched, ahead_pct, force_k,
-                                                          rows_per_cluster, k_mult, one_buffer_only);
+                                                          rows_per_cluster, k_mult, one_buffer_only, regs_at_k2);
     }
   }
   best.first.ahead = static_cast<int>(ceil_div(best.first.chunk * ahead_pct, int64_t{100}));
@@ -428,9 +444,11 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
-  // v78 (the default): v77 where the rule's 16-bit plan is a register kernel, v76 where it is one buffer (an H100,
-  // softmax_long_ab.cu: bf16 100000 +6.4%, 131072 / 262144 +0.9 / +1.1%, f32 as v77's; the bench bf16 100000 +5.2%,
-  // 65536 (registers at k = 2) as v77's; RESULTS.md "v78").
+  // v79 (the default): v77 with its f32 clusters on the register kernels (launch_fwd_tma's regs_at_k2; the H200,
+  // softmax_long_ab.cu: f32 50257 +4.2%, 131072 +2.4%, 262144 +3.3%; RESULTS.md "v78 and v79").
+  // v78 (A/B): v77 where the rule's 16-bit plan is a register kernel, v76 where it is one buffer (an H100,
+  // softmax_long_ab.cu: bf16 100000 +6.4%, 131072 / 262144 +0.9 / +1.1%; but the H200: bf16 100000 -3.5%, 131072
+  // -3.6%, 262144 -5.8%, against v77).
   // v77: v75 with its f32 clusters at twice the rule's k (an H100: softmax_long_ab.cu f32 50257 +5.8%,
   // 65536 +1.7%, 100000 +4.9%, 131072 +2.2%, 262144 (k = 16 already) +0.6%; the bench +2.3..6.1%; RESULTS.md "v76 and
   // v77"). v75: v74 with the f32 bulk-copy clusters' rows by tickets (two H100 benches: f32 50257..131072
@@ -443,12 +461,14 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   // v76 (A/B): v77 with every one-buffer cluster's rows by tickets at twice the rule's k, 16-bit too (an H100: bf16
   // 100000 +3.9..5.2%, 131072 +0.5..1.4%, but 65536, where the rule's plan is registers at k = 2, -4.3%).
   const bool v76 = version == FwdVersion::kV76, v78 = version == FwdVersion::kV78;
-  const bool f32_tickets = (version == FwdVersion::kV75 || version == FwdVersion::kV77) && sizeof(T) == 4;
+  const bool v77_f32 = (version == FwdVersion::kV77 || version == FwdVersion::kV79) && sizeof(T) == 4;
+  const bool regs_at_k2 = version == FwdVersion::kV79 && sizeof(T) == 4;
+  const bool f32_tickets = (version == FwdVersion::kV75 || v77_f32) && sizeof(T) == 4;
   const bool tickets = version == FwdVersion::kV73 || f32_tickets || v76 || v78;
-  const int k_mult = v76 || v78 || (version == FwdVersion::kV77 && sizeof(T) == 4) ? 2 : 1;
+  const int k_mult = v76 || v78 || v77_f32 ? 2 : 1;
   const bool v72 = version == FwdVersion::kV72;
   const bool l2_full = tickets || v72 || version == FwdVersion::kV74 || version == FwdVersion::kV75 ||
-                       version == FwdVersion::kV77 || v78;
+                       version == FwdVersion::kV77 || version == FwdVersion::kV79 || v78;
   if (l2_full) version = FwdVersion::kV50;  // elsewhere v50
   const bool keep_ahead = version == FwdVersion::kV50;
   if (keep_ahead) version = FwdVersion::kV49;  // elsewhere v49
@@ -560,7 +580,7 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (tickets) {
     const bool one_buffer_only = v78 && sizeof(T) == 2;
     auto err = launch_fwd_tma<T, smx::kTmaBlock, true, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,
-                                                                   0, 0, k_mult, one_buffer_only);
+                                                                   0, 0, k_mult, one_buffer_only, regs_at_k2);
     if (err.failure() || *launched || !one_buffer_only) return err;  // v78's 16-bit register plans: v77's, below
   }
   return keep_ahead ? launch_fwd_tma<T, smx::kTmaBlock, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,

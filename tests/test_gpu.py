@@ -130,9 +130,9 @@ def test_big_softmax_backward(big):
 
 
 # Size classes of "auto" past element 2**31, bf16 (4 GiB per tensor): 16385 rows of 131072 (the forward
-# runs the bulk-copy cluster, sm_90, int64 row offsets of its bulk copies and stores, since v78 one buffer
-# at twice the rule's size with rows by tickets; the backward the register cluster, a row over 8 CTAs of
-# 512 threads, its sums merged by messages), 42731 rows of 50257 (the forward's two-pass kernel with L2 as the row buffer, v14;
+# runs the bulk-copy cluster through registers: v5's 16-bit plan, sm_90, int64 row offsets of its bulk
+# copies and stores; the backward the register cluster, a row over 8 CTAs of 512 threads, its sums merged
+# by messages), 42731 rows of 50257 (the forward's two-pass kernel with L2 as the row buffer, v14;
 # misaligned rows: scalar heads and tails) and 2147484 rows of 1000 (the forward's sub-warp rows of 8 packs
 # per thread, v23: 16 threads a row, the last one's packs partly beyond it); v38's backward clusters: 8193 rows of
 # 262147 (13 CTAs of 512 threads, 5 packs of y and dy per thread; misaligned rows) and 3580 of 600001 (15 CTAs of
@@ -168,9 +168,9 @@ def test_big_softmax_size_class(gpu, cols):
 
 
 # The f32 bulk-copy clusters past element 2**31, whose rows past each cluster's first two come by tickets (since v75;
-# since v77 the default's clusters twice the rule's size; softmax_fwd_tma.cuh): 16385 rows of 131072 (8 GiB a tensor)
-# and 42731 rows of 50257 (misaligned rows: scalar heads and tails). Forward only; the rows at both ends against
-# float64, every row on the device against XLA.
+# since v77 the default's clusters twice the rule's size, since v79 on the register kernels; softmax_fwd_tma.cuh):
+# 16385 rows of 131072 (8 GiB a tensor) and 42731 rows of 50257 (misaligned rows: scalar heads and tails). Forward
+# only; the rows at both ends against float64, every row on the device against XLA.
 @pytest.mark.slow
 @pytest.mark.parametrize("cols", [131072, 50257])
 def test_big_softmax_forward_f32(gpu, cols):
