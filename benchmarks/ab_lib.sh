@@ -69,7 +69,7 @@ ab_dbench() {
 # ab_gpu_tests LOG SECONDS EXPR [PER-TEST SECONDS]: pytest -k EXPR over tests/ (8 workers sharing the
 # GPU; per test 150 s unless given), the last line shown; pytest's status (124 where the time ran out).
 ab_gpu_tests() {
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$2" python3 -P -m pytest -q -rfE -n 8 --timeout "${4:-150}" \
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$2" python3 -P -m pytest -q -rfE -n "${5:-8}" --timeout "${4:-150}" \
     -k "$3" tests > "$out/$1.log" 2>&1
   local rc=$?
   tail -n 1 "$out/$1.log"

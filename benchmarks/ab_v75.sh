@@ -9,7 +9,7 @@
 #   check    beside each other: the GPU tests of the tickets, of v74 and of the f32 forward past element 2**31
 #            (TESTS_K), and compute-sanitizer racecheck (the merge rule; messages at every k) and memcheck over
 #            cluster_race.py under the default (or JAX_MEMOPS_SOFTMAX_FWD=SAN_FWD), in the time left of a T_END
-#            (default 560) s call.
+#            (default 560) s call; then the tests of BIG_K alone, in T_BIG s of it.
 #   ncu      Nsight Compute over the bulk-copy kernels of NCU_CASES (default: the f32 and bf16 rows of 131072, bf16
 #            100000; ours): where the 16-bit rows' warps wait, beside the f32 rows that the tickets sped up (RESULTS.md
 #            "v75": in 16-bit the tickets even the exits and gain no time).
@@ -40,11 +40,15 @@ stage_bench() {
 }
 
 stage_check() {
-  local left=$((${T_END:-560} - SECONDS))
+  local left=$((${T_END:-560} - SECONDS - ${T_BIG:-0}))
   left=$((left > 90 ? left : 90))
   ab_gpu_tests tests "$left" "${TESTS_K:-fwd_tickets or fwd_versions[v74] or fwd_l2_ahead or gpu_grid or \
 big_softmax_forward_f32}" "$((left - 10))" &
   ab_cluster_race_beside "$((left - 5))" ${SAN_FWD:+JAX_MEMOPS_SOFTMAX_FWD=$SAN_FWD}
+  wait
+  # BIG_K: the > 2**31-element tests on one worker after the rest (8 GiB tensors beside 8 workers and the sanitizers ran
+  # an H100 out of memory in the twenty-fifth session), within T_BIG (default 0: none) s.
+  [ -z "${BIG_K:-}" ] || ab_gpu_tests tests-big "${T_BIG:-150}" "$BIG_K" "$((${T_BIG:-150} - 10))" 1
 }
 
 stage_ncu() {
