@@ -194,9 +194,9 @@ int ticket_slot() {
 // *launched = false (and success) where the launch is refused (a configuration error: the caller's fallback takes the
 // rows). rows_per_cluster (softmax_long_ab.cu's grids and v72; 0: none): a grid of ceil(rows / rows_per_cluster)
 // clusters instead where that is more than the persistent grid, which the hardware schedules in waves as earlier
-// clusters exit. tickets (v75-v78: f32; v76, v78: every one buffer; v73, an A/B version: one-buffer and register
-// kernels): the persistent grid's rows past each cluster's first two drawn from a counter of softmax_fwd_tma.cuh's
-// ring (ticket_slot).
+// clusters exit. tickets (v75-v79: f32, on one buffer or, v79, on registers; v76, v78: every one buffer; v73, an A/B
+// version: one-buffer and register kernels): the persistent grid's rows past each cluster's first two drawn from a
+// counter of softmax_fwd_tma.cuh's ring (ticket_slot).
 template <auto Kernel, typename T>
 ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p, cudaStream_t stream, RowShape s,
                            const T* x, T* y, bool* launched, int rows_per_cluster = 0, bool tickets = false) {
@@ -252,7 +252,7 @@ constexpr int kTmaAheadPct = 75;
 // classes.
 // force_k (A/B harnesses; 0: forced_cluster_k()): the plans of cluster size force_k alone, any k in 1..16.
 // kKeep (v50): the kernels' prefetches at L2's evict_last priority (softmax_fwd_tma.cuh kKeepAhead).
-// kTickets (v73, v75-v78): rows by tickets on the persistent grid (launch_tma_plan; not the two buffers').
+// kTickets (v73, v75-v79): rows by tickets on the persistent grid (launch_tma_plan; not the two buffers').
 // k_mult (v76-v79): the rule's plan at k_mult times its cluster size (where that is at most 16 and k is not
 //   forced), one buffer read from shared memory at any dtype: smaller shares, more CTAs per SM. one_buffer_only (v78):
 //   where the rule's plan is a register kernel, no launch (*launched = false: the caller runs its own kernels).
