@@ -285,13 +285,12 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
     }
     return best;
   };
+  const auto regs_plan = [&](int k) -> std::pair<TmaPlan, Variant> {  // 8 packs per thread where they fit, else 16
+    if (TmaPlan p = tma_plan<kRegs8>(dev, packs, k, 1, 8 * B, B); p.score > 0) return {p, kR8};
+    return {tma_plan<kRegs16>(dev, packs, k, 1, 16 * B, B), kR16};
+  };
   std::pair<TmaPlan, Variant> best{};
-  if (regs) {
-    best = best_of([&](int k) -> std::pair<TmaPlan, Variant> {
-      if (TmaPlan p = tma_plan<kRegs8>(dev, packs, k, 1, 8 * B, B); p.score > 0) return {p, kR8};
-      return {tma_plan<kRegs16>(dev, packs, k, 1, 16 * B, B), kR16};
-    });
-  }
+  if (regs) best = best_of(regs_plan);
   const auto shared_plan = [&] {
     return best_of([&](int k) -> std::pair<TmaPlan, Variant> {
       if (two_stages) return {tma_plan<kTwoStages>(dev, packs, k, 2, kAny, smx::kTmaBlock), kTwo};
@@ -316,12 +315,7 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
     const int k2 = best.first.k * k_mult <= kMaxClusterNonPortable ? best.first.k * k_mult : 0;
     bool placed = false;
     if (regs_at_k2) {  // at k2, or at the rule's k where k2 would pass 16
-      const int kr = k2 != 0 ? k2 : best.first.k;
-      if (const TmaPlan p = tma_plan<kRegs8>(dev, packs, kr, 1, 8 * B, B); p.score > 0) {
-        best = {p, kR8}, placed = true;
-      } else if (const TmaPlan p16 = tma_plan<kRegs16>(dev, packs, kr, 1, 16 * B, B); p16.score > 0) {
-        best = {p16, kR16}, placed = true;
-      }
+      if (const auto p = regs_plan(k2 != 0 ? k2 : best.first.k); p.first.score > 0) best = p, placed = true;
     }
     if (!placed && k2 != 0) {
       if (const TmaPlan p = tma_plan<kOneStage>(dev, packs, k2, 1, kAny, B); p.score > 0) best = {p, kOne};
