@@ -66,8 +66,8 @@ ab_dbench() {
   grep -E "^(softmax|layer_norm|rms_norm|gelu) |^ +[0-9]+ (float32|bfloat16)" "$out/$name.log"
 }
 
-# ab_gpu_tests LOG SECONDS EXPR [PER-TEST SECONDS]: pytest -k EXPR over tests/ (8 workers sharing the
-# GPU; per test 150 s unless given), the last line shown; pytest's status (124 where the time ran out).
+# ab_gpu_tests LOG SECONDS EXPR [PER-TEST SECONDS [WORKERS]]: pytest -k EXPR over tests/ (WORKERS, default 8,
+# sharing the GPU; per test 150 s unless given), the last line shown; pytest's status (124 where the time ran out).
 ab_gpu_tests() {
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$2" python3 -P -m pytest -q -rfE -n "${5:-8}" --timeout "${4:-150}" \
     -k "$3" tests > "$out/$1.log" 2>&1

@@ -44,8 +44,7 @@ stage_check() {
   left=$((left > 90 ? left : 90))
   ab_gpu_tests tests "$left" "${TESTS_K:-fwd_tickets or fwd_versions[v74] or fwd_l2_ahead or gpu_grid or \
 big_softmax_forward_f32}" "$((left - 10))" &
-  ab_cluster_race_beside "$((left - 5))" ${SAN_FWD:+JAX_MEMOPS_SOFTMAX_FWD=$SAN_FWD}
-  wait
+  ab_cluster_race_beside "$((left - 5))" ${SAN_FWD:+JAX_MEMOPS_SOFTMAX_FWD=$SAN_FWD}  # its wait takes the tests too
   # BIG_K: the > 2**31-element tests on one worker after the rest (8 GiB tensors beside 8 workers and the sanitizers ran
   # an H100 out of memory in the twenty-fifth session), within T_BIG (default 0: none) s.
   [ -z "${BIG_K:-}" ] || ab_gpu_tests tests-big "${T_BIG:-150}" "$BIG_K" "$((${T_BIG:-150} - 10))" 1

@@ -463,7 +463,7 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   const int k_mult = v76 || v78 || v77_f32 ? 2 : 1;
   const bool v72 = version == FwdVersion::kV72;
   const bool l2_full = tickets || v72 || version == FwdVersion::kV74 || version == FwdVersion::kV75 ||
-                       version == FwdVersion::kV77 || version == FwdVersion::kV79 || v78;
+                       version == FwdVersion::kV77 || version == FwdVersion::kV79;
   if (l2_full) version = FwdVersion::kV50;  // elsewhere v50
   const bool keep_ahead = version == FwdVersion::kV50;
   if (keep_ahead) version = FwdVersion::kV49;  // elsewhere v49
