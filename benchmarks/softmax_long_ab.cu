@@ -1,8 +1,8 @@
 // The softmax forward's long rows inside one process (issue 4: C = 50257 / 131072 at 78-86% of the copy; the method:
-// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v77:
-// v75 with the f32 clusters at twice the rule's k; v75: v74 with f32 rows by tickets; v74: v50 with v14's rows on a
-// full grid; v50: v49's prefetch at L2's evict_last priority) against v79 (v77 with the f32 clusters on the register
-// kernels), v78, v75, v76, v74, v50, v72, v73, v27 (no prefetch into
+// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v79:
+// v77 with the f32 clusters on the register kernels; v77: v75 with the f32 clusters at twice the rule's k; v75: v74
+// with f32 rows by tickets; v74: v50 with v14's rows on a full grid; v50: v49's prefetch at L2's evict_last priority)
+// against v77, v78, v75, v76, v74, v50, v72, v73, v27 (no prefetch into
 // L2), v49, the bulk-copy cluster alone under other plans than the rule's (v50's calls: cluster size k, CTAs of 256 /
 // 512 / 1024 threads, 75 or 100% of each CTA's next share prefetched into L2, at L2's evict_last priority or not, two
 // buffers prefetching the row after next), v14's two-pass kernel and three copies of the same bytes. (v36's pipelined
@@ -132,9 +132,9 @@ bool run_case(const char* dtype, int cols, int sms) {
   using B512 = std::integral_constant<int, 512>;
   using B1024 = std::integral_constant<int, 1024>;
   std::vector<Kernel> ks = {
-      {"default (v77)", handler(FwdVersion::kV77)},
-      {"default again (A/A)", handler(FwdVersion::kV77)},
-      {"v79 (f32 clusters on the register kernels)", handler(FwdVersion::kV79)},
+      {"default (v79)", handler(FwdVersion::kV79)},
+      {"default again (A/A)", handler(FwdVersion::kV79)},
+      {"v77 (f32 clusters of one buffer)", handler(FwdVersion::kV77)},
       {"v78 (v77 with 16-bit one buffers at twice the rule's k)", handler(FwdVersion::kV78)},
       {"v75 (f32 tickets at the rule's k)", handler(FwdVersion::kV75)},
       {"v74 (fixed rows per cluster, L2 rows on a full grid)", handler(FwdVersion::kV74)},

@@ -44,10 +44,10 @@ namespace ffi = xla::ffi;
 namespace jm::cuda {
 namespace {
 
-// Which forward kernels "auto" runs. v77 by default: v75, but its f32 clusters at twice the rule's cluster size
-// (RESULTS.md "v76 and v77"). v79 (A/B, the candidate; RESULTS.md "v78 and v79"): v77, but its f32 clusters on the
-// register kernels. v78 (A/B): v77, but the 16-bit clusters whose rule's plan is one buffer by tickets at twice the
-// rule's cluster size too. v75: v74, but the f32 rows of the bulk-copy clusters past each cluster's
+// Which forward kernels "auto" runs. v79 by default: v77, but its f32 clusters run the register kernels
+// (RESULTS.md "v78 and v79"). v78 (A/B): v77, but the 16-bit clusters whose rule's plan is one buffer by tickets at
+// twice the rule's cluster size too. v77: v75, but its f32 clusters at twice the rule's cluster size (RESULTS.md "v76
+// and v77"). v75: v74, but the f32 rows of the bulk-copy clusters past each cluster's
 // first two come by tickets (softmax_fwd_tma.cuh; RESULTS.md "v75"). v74: v50, but v14's L2 rows on a full grid (one
 // CTA per row; RESULTS.md "v73 and v74"). v73 (A/B): v74 with tickets in every bulk-copy cluster of one buffer or
 // registers, 16-bit too. v50: v49 with its prefetches at L2's evict_last priority (launch_fwd_tma's kKeep;
@@ -77,7 +77,7 @@ namespace {
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
 // "v23", "v24", "v25", "v26", "v27", "v49" or "v50", or "v72" / "v73" (v50 on grids that hand out rows as SMs free up;
 // launch_fwd_v3), or "v74", or "v75", or "v76" (v77 with every one-buffer cluster's rows by tickets at twice the
-// rule's k, 16-bit too; an A/B version), or "v78", or "v79" (A/B versions). Any other value: v77.
+// rule's k, 16-bit too; an A/B version), or "v77", or "v78". Any other value: v79.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
@@ -96,8 +96,8 @@ FwdVersion fwd_version() {
                   {"v49", FwdVersion::kV49}, {"v50", FwdVersion::kV50}, {"v72", FwdVersion::kV72},
                   {"v73", FwdVersion::kV73}, {"v74", FwdVersion::kV74},
                   {"v75", FwdVersion::kV75}, {"v76", FwdVersion::kV76},
-                  {"v77", FwdVersion::kV77}, {"v78", FwdVersion::kV78}, {"v79", FwdVersion::kV79}},
-                 FwdVersion::kV77);
+                  {"v77", FwdVersion::kV77}, {"v78", FwdVersion::kV78}},
+                 FwdVersion::kV79);
   return version;
 }
 
@@ -438,13 +438,12 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (!vec) return ffi::Error::Success();
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
-  // v79 (A/B, the candidate for the default; its GPU tests have yet to pass): v77 with its f32 clusters on the
-  // register kernels (launch_fwd_tma's regs_at_k2; softmax_long_ab.cu over v77's plans: the H200 f32 50257 +4.2%,
-  // 131072 +2.4%, 262144 +3.3%; an H100 +1.0%, +1.7%, +2.6%; RESULTS.md "v78 and v79").
+  // v79 (the default): v77 with its f32 clusters on the register kernels (launch_fwd_tma's regs_at_k2; the H200,
+  // softmax_long_ab.cu: f32 50257 +4.2%, 131072 +2.4%, 262144 +3.3%; RESULTS.md "v78 and v79").
   // v78 (A/B): v77 where the rule's 16-bit plan is a register kernel, v76 where it is one buffer (an H100,
   // softmax_long_ab.cu: bf16 100000 +6.4%, 131072 / 262144 +0.9 / +1.1%; but the H200: bf16 100000 -3.5%, 131072
   // -3.6%, 262144 -5.8%, against v77).
-  // v77 (the default): v75 with its f32 clusters at twice the rule's k (an H100: softmax_long_ab.cu f32 50257 +5.8%,
+  // v77: v75 with its f32 clusters at twice the rule's k (an H100: softmax_long_ab.cu f32 50257 +5.8%,
   // 65536 +1.7%, 100000 +4.9%, 131072 +2.2%, 262144 (k = 16 already) +0.6%; the bench +2.3..6.1%; RESULTS.md "v76 and
   // v77"). v75: v74 with the f32 bulk-copy clusters' rows by tickets (two H100 benches: f32 50257..131072
   // +0.9..2.6%, 262144 +0.3..0.9%; softmax_long_ab.cu, four rounds in two sessions: +0.8..3.6%; RESULTS.md "v75");

@@ -168,9 +168,9 @@ def test_big_softmax_size_class(gpu, cols):
 
 
 # The f32 bulk-copy clusters past element 2**31, whose rows past each cluster's first two come by tickets (since v75;
-# since v77 the default's clusters twice the rule's size; softmax_fwd_tma.cuh): 16385 rows of 131072 (8 GiB a tensor)
-# and 42731 rows of 50257 (misaligned rows: scalar heads and tails). Forward only; the rows at both ends against
-# float64, every row on the device against XLA.
+# since v77 the default's clusters twice the rule's size, since v79 on the register kernels; softmax_fwd_tma.cuh):
+# 16385 rows of 131072 (8 GiB a tensor) and 42731 rows of 50257 (misaligned rows: scalar heads and tails). Forward
+# only; the rows at both ends against float64, every row on the device against XLA.
 @pytest.mark.slow
 @pytest.mark.parametrize("cols", [131072, 50257])
 def test_big_softmax_forward_f32(gpu, cols):

@@ -57,13 +57,13 @@ def _run_fwd_script(shapes, **env_vars):
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9", "v9-wide",
                                      "v9-wide-512", "v14", "v20", "v21", "v23", "v24", "v25", "v26", "v27",
-                                     "v49", "v50", "v72", "v73", "v74", "v75", "v76", "v78", "v79"])
+                                     "v49", "v50", "v72", "v73", "v74", "v75", "v76", "v77", "v78"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
 
-# v77 (the default) runs v75's f32 bulk-copy clusters at twice v75's cluster size where that is at most 16, its 16-bit
-# ones at v75's; v79 the same f32 clusters on the register kernels (8 packs per thread where a CTA's share fits them,
+# v77 runs v75's f32 bulk-copy clusters at twice v75's cluster size where that is at most 16, its 16-bit ones at v75's;
+# v79 (the default) the same f32 clusters on the register kernels (8 packs per thread where a CTA's share fits them,
 # else 16, else one buffer); v76 doubles every cluster, on one buffer; v78 doubles the 16-bit ones only where v75's plan
 # is one buffer. The plan logs of the five over the same shapes say so: VERSION_SHAPES, the > 2**31-element test's f32
 # rows, and 16-bit rows too many for L2 (300 rows: more than the 264 in flight; 100000 and 131072 exceed L2's share on
@@ -79,29 +79,30 @@ def _bulk_plans(version):
     return {(rows, cols, elem): (variant, int(k)) for variant, rows, cols, k, elem in plans}, err
 
 
+# One case per version (each ~1 min: two interpreters, v75's and its own), so xdist runs them side by side.
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_gpu_fwd_k_mult(gpu):
+@pytest.mark.parametrize("version", ["", "v76", "v77", "v78"], ids=["default", "v76", "v77", "v78"])
+def test_gpu_fwd_k_mult(gpu, version):
     base, err = _bulk_plans("v75")
     assert {elem for _, _, elem in base} == {"2", "4"}, err[-4000:]
-    for version in ("", "v76", "v78", "v79"):
-        plans, err = _bulk_plans(version)
-        name = version or "default"
-        assert plans.keys() == base.keys(), f"{name}\n" + err[-4000:]
-        for key, (variant, k) in plans.items():
-            doubled = version == "v76" or key[2] == "4" or (version == "v78" and base[key][0] == "one buffer")
-            want = 2 * base[key][1] if doubled and 2 * base[key][1] <= 16 else base[key][1]
-            assert k == want, f"{name} {key}: k={k}, v75's {base[key]}\n" + err[-4000:]
-            if version == "v79" and key[2] == "4":
-                chunk = -(-(-(-int(key[1]) // 4)) // k)  # a CTA's share in 16-byte packs, over 256 threads
-                regs = "registers (8)" if chunk <= 8 * 256 else "registers (16)" if chunk <= 16 * 256 else None
-                assert variant == (regs or "one buffer"), f"{name} {key}: {variant}, a share of {chunk} packs"
-            else:
-                assert not doubled or k == base[key][1] or variant == "one buffer", f"{name} {key}: {variant}"
-                assert doubled or variant == base[key][0], f"{name} {key}: {variant}, v75's {base[key]}"
+    plans, err = _bulk_plans(version)
+    name = version or "default"
+    assert plans.keys() == base.keys(), f"{name}\n" + err[-4000:]
+    for key, (variant, k) in plans.items():
+        doubled = version == "v76" or key[2] == "4" or (version == "v78" and base[key][0] == "one buffer")
+        want = 2 * base[key][1] if doubled and 2 * base[key][1] <= 16 else base[key][1]
+        assert k == want, f"{name} {key}: k={k}, v75's {base[key]}\n" + err[-4000:]
+        if version == "" and key[2] == "4":
+            chunk = -(-(-(-int(key[1]) // 4)) // k)  # a CTA's share in 16-byte packs, over 256 threads
+            regs = "registers (8)" if chunk <= 8 * 256 else "registers (16)" if chunk <= 16 * 256 else None
+            assert variant == (regs or "one buffer"), f"{name} {key}: {variant}, a share of {chunk} packs"
+        else:
+            assert not doubled or k == base[key][1] or variant == "one buffer", f"{name} {key}: {variant}"
+            assert doubled or variant == base[key][0], f"{name} {key}: {variant}, v75's {base[key]}"
 
 
-# v77 (the default), v79, v78, v76, v75 and v73 (A/B versions; cpp/softmax_fwd_tma.cuh): the bulk-copy clusters (v75,
+# v79 (the default), v78, v77, v76, v75 and v73 (A/B versions; cpp/softmax_fwd_tma.cuh): the bulk-copy clusters (v75,
 # v77, v79: of f32; v78: of f32 and of one buffer; v76: all, on one buffer; v73: of one buffer or registers, 16-bit
 # too) take their rows past the first two by tickets, from a ring of counter pairs that each launch's last CTA zeroes
 # for the slot's next launch.
@@ -109,7 +110,7 @@ def test_gpu_fwd_k_mult(gpu):
 # message merge and the barrier's at the forced k), each launched TICKET_LAUNCHES times, more than the ring's 1024
 # slots, so every slot is reused: every output bitwise the first, which matches float64. The plan log must say tickets
 # for every bulk-copy launch of one buffer or registers under v73, for the f32 launches under the default, v75 and
-# v79, none under v74 or v50; under v76 (every one-buffer cluster by tickets at twice the rule's k) for every bulk-copy
+# v77, none under v74 or v50; under v76 (every one-buffer cluster by tickets at twice the rule's k) for every bulk-copy
 # launch, all of one buffer; under v78 for the f32 launches and the 16-bit ones of one buffer.
 TICKET_SHAPES = [(320, 50257), (1, 50257), (130, 131072), (261, 131073)]
 TICKET_LAUNCHES = 1100
@@ -140,7 +141,7 @@ print("OK")
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("version,k", [("v73", ""), ("v73", "1"), ("v73", "2"), ("v73", "16"), ("", ""), ("", "16"),
-                                       ("v74", ""), ("v50", ""), ("v76", ""), ("v75", ""), ("v79", ""),
+                                       ("v74", ""), ("v50", ""), ("v76", ""), ("v75", ""), ("v77", ""),
                                        ("v78", "")])
 def test_gpu_fwd_tickets(gpu, version, k):
     env = dict(JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
@@ -151,7 +152,7 @@ def test_gpu_fwd_tickets(gpu, version, k):
     if not k:  # under the rule's k, bulk-copy launches of both sizes (a forced k = 1 fits no 16-bit row here)
         assert {re.search(r" elem=(\d)B ", line)[1] for line in lines} == {"2", "4"}, err[-4000:]
     for line in lines:
-        want = version in ("v73", "v76") or (version in ("", "v75", "v78", "v79") and " elem=4B " in line)
+        want = version in ("v73", "v76") or (version in ("", "v75", "v77", "v78") and " elem=4B " in line)
         want = want or (version == "v78" and line.startswith("softmax_fwd plan: one buffer"))
         assert line.endswith(" tickets") == want, f"{version or 'default'}: {line}\n" + err[-4000:]
     assert not k or all(kk == k for _, kk in plans), err[-4000:]
