@@ -439,7 +439,8 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
   // v79 (the default): v77 with its f32 clusters on the register kernels (launch_fwd_tma's regs_at_k2; the H200,
-  // softmax_long_ab.cu: f32 50257 +4.2%, 131072 +2.4%, 262144 +3.3%; RESULTS.md "v78 and v79").
+  // softmax_long_ab.cu: f32 50257 +4.2%, 131072 +2.4%, 262144 +3.3%; an H100 +0.7..2.6% in three calls; RESULTS.md
+  // "v78 and v79", "v79 the default").
   // v78 (A/B): v77 where the rule's 16-bit plan is a register kernel, v76 where it is one buffer (an H100,
   // softmax_long_ab.cu: bf16 100000 +6.4%, 131072 / 262144 +0.9 / +1.1%; but the H200: bf16 100000 -3.5%, 131072
   // -3.6%, 262144 -5.8%, against v77).

@@ -32,8 +32,9 @@
 
 namespace jm::cuda::smx {
 
-// Tickets (f32 since v75, the default, since v77 at twice the rule's k; every one buffer under v76, every dtype under
-// v73, A/B versions; RESULTS.md "v69 measured", "v73 and v74", "v75", "v76 and v77"): a persistent grid whose clusters
+// Tickets (f32 since v75, the default, since v77 at twice the rule's k, since v79 on the register kernels; every one
+// buffer under v76, every dtype under v73, A/B versions; RESULTS.md "v69 measured", "v73 and v74", "v75", "v76 and
+// v77", "v78 and v79"): a persistent grid whose clusters
 // take their rows past the first two from a counter, so that clusters that run faster take more rows (with fixed
 // shares the SMs finished up to a third of the span apart). The counters: a ring of kTicketSlots pairs per device,
 // zero at load; the host gives each launch the next slot (ticket_slot; -1: fixed
