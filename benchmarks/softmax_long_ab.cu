@@ -1,15 +1,14 @@
 // The softmax forward's long rows inside one process (issue 4: C = 50257 / 131072 at 78-86% of the copy; the method:
-// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v79:
-// v77 with the f32 clusters on the register kernels; v77: v75 with the f32 clusters at twice the rule's k; v75: v74
-// with f32 rows by tickets; v74: v50 with v14's rows on a full grid; v50: v49's prefetch at L2's evict_last priority)
-// against v77, v78, v75, v76, v74, v50, v72, v73, v27 (no prefetch into
-// L2), v49, the bulk-copy cluster alone under other plans than the rule's (v50's calls: cluster size k, CTAs of 256 /
-// 512 / 1024 threads, 75 or 100% of each CTA's next share prefetched into L2, at L2's evict_last priority or not, two
-// buffers prefetching the row after next), v14's two-pass kernel and three copies of the same bytes. (v36's pipelined
-// two-pass kernel, v49's prefetch sizes: RESULTS.md and git history; v51's prefetches 2-3 rows ahead and v14's kernel
-// prefetching its next row: RESULTS.md, branch v51-depth.) Per variant: GB/s (x read, y written), its ratio to the
-// default (median of the per-sample ratios); the default twice (A/A). Every output checked against float64 on sampled
-// rows, NaN poured into the outputs first.
+// inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v79: v77
+// with the f32 clusters on the register kernels; v77: v75 with the f32 clusters at twice the rule's k; v75: v74 with
+// f32 rows by tickets; v74: v50 with v14's rows on a full grid; v50: v49's prefetch at L2's evict_last priority)
+// against v77, v78, v75, v76, v74, v50, v72, v73, v27 (no prefetch into L2), v49, the bulk-copy cluster alone under
+// other plans than the rule's (v50's calls: cluster size k, CTAs of 256 / 512 / 1024 threads, 75 or 100% of each CTA's
+// next share prefetched into L2, at L2's evict_last priority or not, two buffers prefetching the row after next), v14's
+// two-pass kernel and three copies of the same bytes. (v36's pipelined two-pass kernel, v49's prefetch sizes:
+// RESULTS.md and git history; v51's prefetches 2-3 rows ahead and v14's kernel prefetching its next row: RESULTS.md,
+// branch v51-depth.) Per variant: GB/s (x read, y written), its ratio to the default (median of the per-sample ratios);
+// the default twice (A/A). Every output checked against float64 on sampled rows, NaN poured into the outputs first.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/softmax_long_ab.cu \

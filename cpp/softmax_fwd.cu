@@ -44,15 +44,15 @@ namespace ffi = xla::ffi;
 namespace jm::cuda {
 namespace {
 
-// Which forward kernels "auto" runs. v79 by default: v77, but its f32 clusters run the register kernels
-// (RESULTS.md "v78 and v79"). v78 (A/B): v77, but the 16-bit clusters whose rule's plan is one buffer by tickets at
-// twice the rule's cluster size too. v77: v75, but its f32 clusters at twice the rule's cluster size (RESULTS.md "v76
-// and v77"). v75: v74, but the f32 rows of the bulk-copy clusters past each cluster's
-// first two come by tickets (softmax_fwd_tma.cuh; RESULTS.md "v75"). v74: v50, but v14's L2 rows on a full grid (one
-// CTA per row; RESULTS.md "v73 and v74"). v73 (A/B): v74 with tickets in every bulk-copy cluster of one buffer or
-// registers, 16-bit too. v50: v49 with its prefetches at L2's evict_last priority (launch_fwd_tma's kKeep;
-// measured beside kTmaAheadPct below). v49: v27, but each CTA of the bulk-copy cluster prefetches into L2 the first
-// kTmaAheadPct % of its share of its next row once this row's share has landed (softmax_fwd_tma.cuh's `ahead`).
+// Which forward kernels "auto" runs. v79 by default: v77, but its f32 clusters run the register kernels (RESULTS.md
+// "v78 and v79"). v78 (A/B): v77, but the 16-bit clusters whose rule's plan is one buffer by tickets at twice the
+// rule's cluster size too. v77: v75, but its f32 clusters at twice the rule's cluster size (RESULTS.md "v76 and v77").
+// v75: v74, but the f32 rows of the bulk-copy clusters past each cluster's first two come by tickets
+// (softmax_fwd_tma.cuh; RESULTS.md "v75"). v74: v50, but v14's L2 rows on a full grid (one CTA per row; RESULTS.md "v73
+// and v74"). v73 (A/B): v74 with tickets in every bulk-copy cluster of one buffer or registers, 16-bit too. v50: v49
+// with its prefetches at L2's evict_last priority (launch_fwd_tma's kKeep; measured beside kTmaAheadPct below). v49:
+// v27, but each CTA of the bulk-copy cluster prefetches into L2 the first kTmaAheadPct % of its share of its next row
+// once this row's share has landed (softmax_fwd_tma.cuh's `ahead`).
 // v27: v26 with the rows that 2 packs fill on 16 threads (16-bit C =
 // 256, blocks of 128, before v23's 8-pack rows) and on 32 (f32 C = 256, unbounded) (RESULTS.md "v25": +2..3% and +3%
 // in one process). v26: v25 with the rows that 2 packs per thread fill exactly, up to 8
