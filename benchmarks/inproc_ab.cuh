@@ -20,7 +20,13 @@ namespace inproc {
 
 constexpr int kSamples = 40;                    // timed samples per variant
 constexpr int kWarmup = 5;                      // untimed rounds first
-constexpr int64_t kElems = int64_t{1} << 26;    // elements per tensor, as the bench (4x L2 even in bf16)
+// Elements per tensor: 2^26 as the bench (4x L2 even in bf16), or 2^AB_ELEMS_LOG2 (20..30): how a kernel's share of the
+// copy moves with the tensor's size tells a cost per launch (ramp, tail) from a cost per byte.
+inline const int64_t kElems = [] {
+  const char* v = std::getenv("AB_ELEMS_LOG2");
+  const int log2 = v != nullptr ? std::atoi(v) : 26;
+  return int64_t{1} << std::clamp(log2, 20, 30);
+}();
 
 // A host value as float (f32 or bf16), for the float64 references.
 template <typename T>
