@@ -14,7 +14,8 @@
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/softmax_long_ab.cu \
 //        cpp/softmax_ladder.cu -o /tmp/softmax_long_ab && /tmp/softmax_long_ab [f32:C | bf16:C ...]
 // AB_VARIANTS=v27,v49 (name fragments) times the default and those variants alone (the copies always);
-// AB_ELEMS_LOG2=28 (20..30; inproc_ab.cuh) runs tensors of 2^28 elements instead of 2^26. Built with
+// AB_ELEMS_LOG2=28 (20..30; inproc_ab.cuh) runs tensors of 2^28 elements instead of 2^26; AB_SPIN_US=50 keeps the host's
+// launch path out of the timed intervals (inproc_ab.cuh spin_ns). Built with
 // -DJM_TRACE_EXITS, AB_TRACE=1 also traces each CTA's start and exit (trace_exits below).
 #include <algorithm>
 #include <string_view>
