@@ -6,6 +6,8 @@
 #            against SIZES_VARIANTS (default v77, v78 and the register kernels by tickets, [kr]), at 2^L elements for L in
 #            SIZES_LOG2 (default 26 28), each with AB_SPIN_US in SIZES_SPIN (default 0 50: the host's launch path timed,
 #            then kept out; inproc_ab.cuh spin_ns); one process per size and spin, at most 150 s each.
+#   launch   launch_cost.cu: the default's bulk-copy kernels launched over no rows, beside empty kernels of the same
+#            grid (plain, in clusters, with the same shared memory).
 # Fit t = F + bytes / B per variant from two sizes (the tables' GB/s and rows): RESULTS.md shows how.
 set -uo pipefail
 here=$(dirname "$0")
@@ -25,6 +27,13 @@ stage_sizes() {
       grep -E "^\*\*|^\| (default|v7|registers|copy: 1)" "$out/sizes-$l-spin$spin.md" | cut -c1-110
     done
   done
+}
+
+stage_launch() {
+  ab_nvcc_harness launch_cost.cu /tmp/launch_cost cpp/softmax_ladder.cu || return 1
+  timeout 60 /tmp/launch_cost > "$out/launch_cost.md" 2>&1
+  echo "rc=$?"
+  cat "$out/launch_cost.md"
 }
 
 ab_init "$@"
