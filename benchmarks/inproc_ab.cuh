@@ -18,15 +18,17 @@
 
 namespace inproc {
 
+// The environment's integer `name`, clamped to [lo, hi]; `fallback` where it is unset.
+inline int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* v = std::getenv(name);
+  return std::clamp(v != nullptr ? std::atoi(v) : fallback, lo, hi);
+}
+
 constexpr int kSamples = 40;                    // timed samples per variant
 constexpr int kWarmup = 5;                      // untimed rounds first
 // Elements per tensor: 2^26 as the bench (4x L2 even in bf16), or 2^AB_ELEMS_LOG2 (20..30): how a kernel's share of the
 // copy moves with the tensor's size tells a cost per launch (ramp, tail) from a cost per byte.
-inline const int64_t kElems = [] {
-  const char* v = std::getenv("AB_ELEMS_LOG2");
-  const int log2 = v != nullptr ? std::atoi(v) : 26;
-  return int64_t{1} << std::clamp(log2, 20, 30);
-}();
+inline const int64_t kElems = int64_t{1} << env_int("AB_ELEMS_LOG2", 26, 20, 30);
 
 // A host value as float (f32 or bf16), for the float64 references.
 template <typename T>
@@ -118,10 +120,7 @@ __global__ void spin_kernel(unsigned long long ns) {
 // plan and launch clusters through cudaLaunchKernelEx, than for the copies' <<<>>>). The bench's device timing (CUPTI's
 // kernel spans) counts no such gap.
 inline unsigned long long spin_ns() {
-  static const unsigned long long ns = [] {
-    const char* v = std::getenv("AB_SPIN_US");
-    return 1000ull * static_cast<unsigned long long>(std::clamp(v != nullptr ? std::atoi(v) : 0, 0, 1000));
-  }();
+  static const unsigned long long ns = 1000ull * static_cast<unsigned>(env_int("AB_SPIN_US", 0, 0, 1000));
   return ns;
 }
 

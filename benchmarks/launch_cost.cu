@@ -37,8 +37,6 @@ void add_plan(std::vector<inproc::Variant>& vs, const jm::cuda::DeviceInfo& dev,
     return;
   }
   const int ctas = p.active * k, smem = static_cast<int>(p.smem), chunk = static_cast<int>(p.chunk);
-  CK(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dev.max_smem_optin));
-  CK(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   const std::string tag = std::string(name) + " (" + std::to_string(ctas) + " CTAs, k = " + std::to_string(k) + ", " +
                           std::to_string(smem / 1024) + " KB)";
   vs.push_back({tag + ": empty kernel, no cluster", [ctas] { empty_kernel<<<ctas, 256>>>(); }, {}});
@@ -65,6 +63,8 @@ int main() {
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs; launches over no rows, %d samples, AB_SPIN_US=%s\n\n| launch | µs (median) |\n|---|---|\n",
               prop.name, prop.multiProcessorCount, inproc::kSamples, std::getenv("AB_SPIN_US"));
+  CK(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dev.max_smem_optin));
+  CK(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   std::vector<inproc::Variant> vs;
   add_plan<smx::softmax_fwd_tma_kernel<float, 1, 8, 256, true, true, true>, float>(vs, dev, "f32 50257, registers (8)",
                                                                                    50257, 8, 8 * 256);
