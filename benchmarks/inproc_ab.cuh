@@ -124,6 +124,14 @@ inline unsigned long long spin_ns() {
   return ns;
 }
 
+// AB_BURST=N (1..64, default 1): each sample times N launches of the variant back to back between its two events, per
+// launch: the stream's throughput, where a launch may overlap the previous one's tail (programmatic dependent launch,
+// v82) and the gaps between kernels count. With AB_SPIN_US long enough for the host to enqueue all N.
+inline int burst() {
+  static const int n = env_int("AB_BURST", 1, 1, 64);
+  return n;
+}
+
 struct Variant {
   std::string name;
   std::function<void()> launch;
@@ -142,13 +150,13 @@ inline void time_rotated(std::vector<Variant>& vs, int warmup, int samples) {
       Variant& v = vs[(j + s) % n];
       if (spin_ns() > 0) spin_kernel<<<1, 1>>>(spin_ns());
       CK(cudaEventRecord(e0));
-      v.launch();
+      for (int b = 0; b < burst(); ++b) v.launch();
       CK(cudaGetLastError());
       CK(cudaEventRecord(e1));
       CK(cudaEventSynchronize(e1));
       float ms = 0;
       CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (s >= warmup) v.ms.push_back(ms);
+      if (s >= warmup) v.ms.push_back(ms / burst());
     }
   }
   CK(cudaEventDestroy(e0));
