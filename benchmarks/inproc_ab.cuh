@@ -125,8 +125,8 @@ inline unsigned long long spin_ns() {
 }
 
 // AB_BURST=N (1..64, default 1): each sample times N launches of the variant back to back between its two events, per
-// launch: the stream's throughput, where a launch may overlap the previous one's tail (programmatic dependent launch,
-// v82) and the gaps between kernels count. With AB_SPIN_US long enough for the host to enqueue all N.
+// launch: the stream's throughput, gaps between kernels counted, where a launch may overlap the previous one's tail
+// (programmatic dependent launch: RESULTS.md "v82", refuted). With AB_SPIN_US long enough for the host to enqueue all N.
 inline int burst() {
   static const int n = env_int("AB_BURST", 1, 1, 64);
   return n;

@@ -2,23 +2,21 @@
 // inproc_ab.cuh): the handler's own choice (softmax_fwd.cu included whole: launch_fwd_v3, the default version, v79: v77
 // with the f32 clusters on the register kernels; v77: v75 with the f32 clusters at twice the rule's k; v75: v74 with
 // f32 rows by tickets; v74: v50 with v14's rows on a full grid; v50: v49's prefetch at L2's evict_last priority)
-// against v82 (v79 by programmatic dependent launch), v77, v78, v75, v76, v74, v50, v72, v73, v27 (no prefetch into
-// L2), v49, the bulk-copy cluster alone under other plans than the rule's (v50's calls: cluster size k, CTAs of 256 /
-// 512 / 1024 threads, 75 or 100% of each CTA's next share prefetched into L2, at L2's evict_last priority or not, two
-// buffers prefetching the row after next), v14's two-pass kernel and three copies of the same bytes. (v36's pipelined
-// two-pass kernel, v49's prefetch sizes: RESULTS.md and git history; v51's prefetches 2-3 rows ahead and v14's kernel
-// prefetching its next row: RESULTS.md, branch v51-depth.) Per variant: GB/s (x read, y written), its ratio to the
-// default (median of the per-sample ratios); the default twice (A/A). Every output checked against float64 on sampled
-// rows, NaN poured into the outputs first.
+// against v77, v78, v75, v76, v74, v50, v72, v73, v27 (no prefetch into L2), v49, the bulk-copy cluster alone under
+// other plans than the rule's (v50's calls: cluster size k, CTAs of 256 / 512 / 1024 threads, 75 or 100% of each CTA's
+// next share prefetched into L2, at L2's evict_last priority or not, two buffers prefetching the row after next), v14's
+// two-pass kernel and three copies of the same bytes. (v36's pipelined two-pass kernel, v49's prefetch sizes:
+// RESULTS.md and git history; v51's prefetches 2-3 rows ahead and v14's kernel prefetching its next row: RESULTS.md,
+// branch v51-depth.) Per variant: GB/s (x read, y written), its ratio to the default (median of the per-sample ratios);
+// the default twice (A/A). Every output checked against float64 on sampled rows, NaN poured into the outputs first.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/softmax_long_ab.cu \
 //        cpp/softmax_ladder.cu -o /tmp/softmax_long_ab && /tmp/softmax_long_ab [f32:C | bf16:C ...]
 // AB_VARIANTS=v27,v49 (name fragments) times the default and those variants alone (the copies always);
 // AB_ELEMS_LOG2=28 (20..30; inproc_ab.cuh) runs tensors of 2^28 elements instead of 2^26; AB_SPIN_US=50 keeps the host's
-// launch path out of the timed intervals (inproc_ab.cuh spin_ns); AB_BURST=8 times 8 launches back to back per sample
-// (v82's programmatic dependent launch overlaps them). Built with
-// -DJM_TRACE_EXITS, AB_TRACE=1 also traces each CTA's start and exit (trace_exits below).
+// launch path out of the timed intervals (inproc_ab.cuh spin_ns); AB_BURST=8 times 8 launches back to back per sample.
+// Built with -DJM_TRACE_EXITS, AB_TRACE=1 also traces each CTA's start and exit (trace_exits below).
 #include <algorithm>
 #include <string_view>
 
@@ -137,7 +135,6 @@ bool run_case(const char* dtype, int cols, int sms) {
   std::vector<Kernel> ks = {
       {"default (v79)", handler(FwdVersion::kV79)},
       {"default again (A/A)", handler(FwdVersion::kV79)},
-      {"v82 (v79 by programmatic dependent launch)", handler(FwdVersion::kV82)},
       {"v77 (f32 clusters of one buffer)", handler(FwdVersion::kV77)},
       {"v78 (v77 with 16-bit one buffers at twice the rule's k)", handler(FwdVersion::kV78)},
       {"v75 (f32 tickets at the rule's k)", handler(FwdVersion::kV75)},

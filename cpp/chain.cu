@@ -29,7 +29,6 @@ struct Gelu {
 template <typename T, int V, class F>
 __global__ void __launch_bounds__(kElemBlock)
     map_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, F f) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   for_grid_packs<V>({x}, n / V, n, [&](int64_t q, const RowColCursor&, const auto& p) {
     float v[V];
     unpack(p[0], v);

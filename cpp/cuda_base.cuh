@@ -14,8 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -174,99 +172,19 @@ inline ffi::Error device_info(DeviceInfo* out) {
   return ffi::Error::Success();
 }
 
-// Programmatic dependent launch (v82; sm_90): a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization
-// may start while the stream's previous kernel is still finishing, its CTAs taking the SMs as that kernel's leave them.
-// grid_dependency_wait blocks until that kernel has completed and its memory is visible (at once where the launch had
-// no such attribute); launch_dependents lets the stream's next kernel, if launched so, start once every CTA of this
-// grid has called it or exited. pdl_entry, both: the first statement of every kernel that launch() and the cluster
-// launches start (not the seed's ladder, launched by launch_plain), before any access to global memory.
-__device__ __forceinline__ void grid_dependency_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_entry() {
-  grid_dependency_wait();
-  launch_dependents();
-}
-
-// JAX_MEMOPS_PDL=1 (A/B, read once per process): every launch of launch() and of the cluster kernels by programmatic
-// dependent launch on sm_90+ devices (RESULTS.md "v82"); anything else: plain launches.
-inline bool pdl_on() {
-  static const bool on = env_choice("JAX_MEMOPS_PDL", {{"1", true}}, false);
-  return on;
-}
-
-// Whether `kernel` runs, on the current device, code whose pdl_entry waits: code built for sm_90+ (an sm_80-only
-// build JIT-compiled for a Hopper device would not wait). Only asked under pdl_on(); cached per kernel and device.
-inline bool kernel_waits(const void* kernel) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, bool> known;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  const std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find({kernel, dev});
-  if (it == known.end()) {
-    cudaFuncAttributes a = {};
-    const bool waits = cudaFuncGetAttributes(&a, kernel) == cudaSuccess && a.ptxVersion >= 90;
-    if (!waits) (void)cudaGetLastError();
-    it = known.emplace(std::make_pair(kernel, dev), waits).first;
-  }
-  return it->second;
-}
-
-// Programmatic dependent launch for this launch of `kernel`: pdl_on() and code that waits.
-inline bool pdl_for(const void* kernel) { return pdl_on() && kernel_waits(kernel); }
-
-// attrs[cfg.numAttrs] (and the config's count) the programmatic dependent launch attribute (pdl_entry).
-inline void add_pdl(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attrs) {
-  cudaLaunchAttribute& a = attrs[cfg.numAttrs];
-  a = cudaLaunchAttribute{};
-  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  a.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attrs;
-  cfg.numAttrs += 1;
-}
-
-// Static plus dynamic shared memory above 48 KiB needs an opt-in; our kernels' static part is under 1 KiB.
-template <typename... P>
-ffi::Error opt_in_smem(void (*kernel)(P...), size_t smem, const char* what) {
-  if (smem <= 47 * 1024) return ffi::Error::Success();
-  return check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                    what);
-}
-
-// Launches kernel<<<grid, block, smem, stream>>>(args...) and checks the launch; under pdl_for(kernel) by programmatic
-// dependent launch (the kernel starts with pdl_entry).
+// Launches kernel<<<grid, block, smem, stream>>>(args...) and checks the launch. Static plus dynamic
+// shared memory above 48 KiB needs an opt-in; our kernels' static part is under 1 KiB.
 template <typename... P, typename... A>
 ffi::Error launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                   const char* what, A... args) {
-  if (auto err = opt_in_smem(kernel, smem, what); err.failure()) return err;
-  if (pdl_for(reinterpret_cast<const void*>(kernel))) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr;
-    add_pdl(cfg, &attr);
-    if (auto err = check_cuda(cudaLaunchKernelEx(&cfg, kernel, args...), what); err.failure()) return err;
-    return check_launch(what);
+  if (smem > 47 * 1024) {
+    if (auto err = check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(smem)),
+                              what);
+        err.failure()) {
+      return err;
+    }
   }
-  kernel<<<grid, block, smem, stream>>>(args...);
-  return check_launch(what);
-}
-
-// launch() without programmatic dependent launch: for kernels that do not start with pdl_entry (the seed's ladder).
-template <typename... P, typename... A>
-ffi::Error launch_plain(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                        const char* what, A... args) {
-  if (auto err = opt_in_smem(kernel, smem, what); err.failure()) return err;
   kernel<<<grid, block, smem, stream>>>(args...);
   return check_launch(what);
 }

@@ -16,7 +16,6 @@ template <class Elem>
 __global__ void __launch_bounds__(kColTile* kColRows, 1)
     column_sums_kernel(Elem elem, int64_t cols, int64_t groups, int64_t rows_per_group, float* out_a,
                        float* out_b) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   __shared__ float sum_a[kColRows][kColTile];
   __shared__ float sum_b[kColRows][kColTile];
   const int tx = static_cast<int>(threadIdx.x);

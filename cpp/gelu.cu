@@ -33,7 +33,6 @@ template <typename T, int V, ParamMode M>
 __global__ void __launch_bounds__(kElemBlock, kFwdBlocksPerSm<T>)
     gelu_fwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, float scale_value,
                     float bias_value, T* __restrict__ y, int64_t rows, int64_t cols) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   constexpr int kRegs = kFwdBatchRegs<T, V, M>;
   for_grid_packs<V, kRegs>({x}, rows * cols / V, cols, [&](int64_t q, const RowColCursor& at, const auto& p) {
     float v[V], s[V], b[V];
@@ -52,7 +51,6 @@ __global__ void __launch_bounds__(kElemBlock)
     gelu_bwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, float scale_value,
                     float bias_value, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
                     int64_t cols) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   for_grid_packs<V, kParamBatchRegs>({x, dy}, rows * cols / V, cols, [&](int64_t q, const RowColCursor& at, const auto& p) {
     float v[V], g[V], s[V], b[V];
     unpack(p[0], v);
@@ -95,7 +93,6 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
                              float bias_value, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
                              int64_t cols, int tpr, int64_t tiles, int64_t groups, int64_t per_group,
                              float* __restrict__ slab_a, float* __restrict__ slab_b) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   constexpr int K = kGeluPacks<V>;
   constexpr int R = gelu_rows<T, V>();
   const PartialBlock blk = partial_block(rows, groups, per_group, tiles);

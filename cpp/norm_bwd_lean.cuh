@@ -201,7 +201,6 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
                          const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
                          int64_t rows, int64_t cols64, int tpr, int64_t groups, int64_t per_group,
                          float* __restrict__ slab_a, float* __restrict__ slab_b) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   constexpr int E = kVec<T>;  // elements per 16-byte pack
   constexpr int N = kRms ? 1 : 2;  // the row sums: Σ g*xhat (and Σ g)
   __shared__ TeamRed red;

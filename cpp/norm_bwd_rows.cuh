@@ -38,7 +38,6 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
     norm_bwd_kernel(const T* __restrict__ x, ParamView scale, const float* __restrict__ mean,
                     const float* __restrict__ rstd, const Tdy* __restrict__ dy, T* __restrict__ dx,
                     int64_t rows, int64_t cols, RowPlan plan) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   const RowSlot slot(plan);
   T* cache_x;
   Tdy* cache_dy;
@@ -149,7 +148,6 @@ __global__ void __launch_bounds__(kTeamThreads, 1)
                           const float* __restrict__ rstd, const Tdy* __restrict__ dy, T* __restrict__ dx,
                           int64_t rows, int64_t cols, int tpr, int64_t groups, int64_t per_group,
                           float* __restrict__ slab_a, float* __restrict__ slab_b) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   constexpr bool kReg = kFusedRegPartials<T, V, Tdy> && K == kFusedPacks<V>;
   __shared__ TeamRed red;
   const PartialBlock blk = partial_block(rows, groups, per_group, 1);

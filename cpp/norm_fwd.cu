@@ -159,7 +159,6 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
     norm_fwd_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, Ty* __restrict__ y,
                     float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
                     int64_t cols, float epsilon, RowPlan plan) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   const RowSlot slot(plan);
   T* cache = slot.cache<T>(plan, cols);
   const int64_t packs = cols / V;

@@ -51,7 +51,6 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     norm_fwd_half_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, T* __restrict__ y,
                          float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int cols,
                          float epsilon, int tpr) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   static_assert(N == kRowPacksHalf || !kBlockRow, "block rows: 4 packs (their 40-register bound)");
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;

@@ -172,7 +172,6 @@ __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamB
     norm_fwd_lean_kernel(const T* __restrict__ x, const float* __restrict__ scale, const float* __restrict__ bias,
                          Ty* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows,
                          int cols, float inv_cols, float epsilon, int tpr) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   static_assert(R >= 1 && (R == 1 || kBlockRow), "several rows per block: block rows only");
   static_assert(kRegs == 0 || kBlockRow, "a register bound: block rows only");
   constexpr int V = kVec<T>;

@@ -178,7 +178,6 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
     norm_fwd_rows_kernel(const T* __restrict__ x, ParamView scale, ParamView bias, Ty* __restrict__ y,
                          float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int cols,
                          float epsilon, int tpr) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   constexpr int V = kVec<T>;
   constexpr int N = kRowPacks<T>;
   static_assert(!kSectors || (V == 8 && std::is_same_v<Ty, float>), "whole sectors: 16-bit x into f32");

@@ -77,12 +77,11 @@ namespace {
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
 // "v23", "v24", "v25", "v26", "v27", "v49" or "v50", or "v72" / "v73" (v50 on grids that hand out rows as SMs free up;
 // launch_fwd_v3), or "v74", or "v75", or "v76" (v77 with every one-buffer cluster's rows by tickets at twice the
-// rule's k, 16-bit too; an A/B version), or "v77", or "v78", or "v82" (v79 with the bulk-copy clusters launched by
-// programmatic dependent launch; launch_tma_plan). Any other value: v79.
+// rule's k, 16-bit too; an A/B version), or "v77", or "v78". Any other value: v79.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
-  kV26, kV27, kV49, kV50, kV72, kV73, kV74, kV75, kV76, kV77, kV78, kV79, kV82
+  kV26, kV27, kV49, kV50, kV72, kV73, kV74, kV75, kV76, kV77, kV78, kV79
 };
 
 FwdVersion fwd_version() {
@@ -97,7 +96,7 @@ FwdVersion fwd_version() {
                   {"v49", FwdVersion::kV49}, {"v50", FwdVersion::kV50}, {"v72", FwdVersion::kV72},
                   {"v73", FwdVersion::kV73}, {"v74", FwdVersion::kV74},
                   {"v75", FwdVersion::kV75}, {"v76", FwdVersion::kV76},
-                  {"v77", FwdVersion::kV77}, {"v78", FwdVersion::kV78}, {"v82", FwdVersion::kV82}},
+                  {"v77", FwdVersion::kV77}, {"v78", FwdVersion::kV78}},
                  FwdVersion::kV79);
   return version;
 }
@@ -133,19 +132,19 @@ int forced_cluster_k() {
 
 // Under plan_log_on(): each bulk-copy launch whose plan differs from the previous one is described on
 // stderr (variant and ", messages" where the kernel merges by messages, CTA size, cluster size, element size, chunk,
-// shared memory, clusters resident, packs prefetched ahead and whether at evict_last, whether by programmatic dependent
-// launch and whether by tickets), for A/B runs and the tests.
+// shared memory, clusters resident, packs prefetched ahead and whether at evict_last, and whether by tickets), for A/B
+// runs and the tests.
 void log_tma_plan(const char* variant, bool messages, RowShape s, int elem_bytes, int block, int k, int64_t chunk,
-                  int64_t smem, int active, int ahead, bool keep, bool tickets, bool pdl) {
+                  int64_t smem, int active, int ahead, bool keep, bool tickets) {
   static std::atomic<int64_t> last{-1};
-  const int64_t key = ((s.cols * 64 + k * 2 + messages) * 1000003 + elem_bytes * 7 + tickets * 2 + pdl) ^
+  const int64_t key = ((s.cols * 64 + k * 2 + messages) * 1000003 + elem_bytes * 7 + tickets) ^
                       static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(variant));
   if (!plan_log_due(last, key)) return;
   std::fprintf(stderr, "softmax_fwd plan: %s%s x %d threads rows=%lld cols=%lld k=%d elem=%dB chunk=%lld packs "
-               "smem=%lld KB clusters=%d ahead=%d packs%s%s%s\n", variant, messages ? ", messages" : "", block,
+               "smem=%lld KB clusters=%d ahead=%d packs%s%s\n", variant, messages ? ", messages" : "", block,
                static_cast<long long>(s.rows), static_cast<long long>(s.cols), k, elem_bytes,
                static_cast<long long>(chunk),
-               static_cast<long long>(smem / 1024), active, ahead, keep ? " (evict_last)" : "", pdl ? " pdl" : "",
+               static_cast<long long>(smem / 1024), active, ahead, keep ? " (evict_last)" : "",
                tickets ? " tickets" : "");
 }
 
@@ -157,7 +156,6 @@ struct TmaPlan {
   int64_t chunk = 0, smem = 0, score = 0;
   int ahead = 0;      // the kernel's `ahead`: packs of the next row's share prefetched into L2 (v49)
   bool keep = false;  // those prefetches at L2's evict_last priority (the kernel's kKeepAhead; v50), for the log
-  bool pdl = false;   // launched by programmatic dependent launch (v82; launch_tma_plan)
 };
 
 constexpr int kTmaScoredPerSm = 2;  // a second CTA per SM overlaps one's reduction with the other's loads
@@ -203,15 +201,14 @@ template <auto Kernel, typename T>
 ffi::Error launch_tma_plan(const char* variant, bool messages, const TmaPlan& p, cudaStream_t stream, RowShape s,
                            const T* x, T* y, bool* launched, int rows_per_cluster = 0, bool tickets = false) {
   tickets = tickets && rows_per_cluster == 0 && s.rows <= INT_MAX;
-  log_tma_plan(variant, messages, s, int{sizeof(T)}, p.block, p.k, p.chunk, p.smem, p.active, p.ahead, p.keep, tickets,
-               p.pdl);
+  log_tma_plan(variant, messages, s, int{sizeof(T)}, p.block, p.k, p.chunk, p.smem, p.active, p.ahead, p.keep, tickets);
   int64_t clusters = cluster_grid(s.rows, p.active, p.k);
   if (rows_per_cluster > 0) {
     clusters = std::min<int64_t>(std::max(clusters, ceil_div(s.rows, int64_t{rows_per_cluster})), 0x7fffffff / p.k);
   }
-  cudaLaunchAttribute attrs[2];
-  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), p.block, p.k, stream,
-                                                attrs, static_cast<size_t>(p.smem), p.pdl);
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * p.k)), p.block, p.k,
+                                                stream, &attr, static_cast<size_t>(p.smem));
   if (cudaLaunchKernelEx(&cfg, Kernel, x, y, s.rows, static_cast<int>(s.cols), static_cast<int>(p.chunk), p.ahead,
                          tickets ? ticket_slot() : -1) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -262,11 +259,10 @@ constexpr int kTmaAheadPct = 75;
 // regs_at_k2 (v79, with k_mult > 1): at k_mult times the rule's k (the rule's k where that passes 16) the register
 //   kernels (8 packs per thread, else 16) where they fit, else one buffer: each CTA copies its share into registers
 //   once and refills its buffer with its next row's share at once, so that copy overlaps this row's merge and stores.
-// pdl (v82): the launch by programmatic dependent launch (launch_tma_plan).
 template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false, bool kTickets = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
                           T* y, bool* launched, int ahead_pct = 0, int force_k = 0, int rows_per_cluster = 0,
-                          int k_mult = 1, bool one_buffer_only = false, bool regs_at_k2 = false, bool pdl = false) {
+                          int k_mult = 1, bool one_buffer_only = false, bool regs_at_k2 = false) {
   constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush, kKeep>;
   constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kKeep, kTickets>;
   constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep, kTickets>;
@@ -328,12 +324,11 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   if constexpr (kPush) {  // the plans are those of the message kernels; below push_min_cluster, the barrier's
     if (best.first.k < push_min_cluster()) {
       return launch_fwd_tma<T, B, false, kKeep, kTickets>(dev, stream, s, version, x, y, launched, ahead_pct, force_k,
-                                                          rows_per_cluster, k_mult, one_buffer_only, regs_at_k2, pdl);
+                                                          rows_per_cluster, k_mult, one_buffer_only, regs_at_k2);
     }
   }
   best.first.ahead = static_cast<int>(ceil_div(best.first.chunk * ahead_pct, int64_t{100}));
   best.first.keep = kKeep && best.first.ahead > 0;
-  best.first.pdl = pdl || pdl_on();  // (kernels that wait: the bulk-copy kernels run on sm_90 builds alone)
   switch (best.second) {
     case kOne:
       return launch_tma_plan<kOneStage>("one buffer", kPush, best.first, stream, s, x, y, launched, rows_per_cluster,
@@ -460,11 +455,6 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   // -2.4%).
   // v76 (A/B): v77 with every one-buffer cluster's rows by tickets at twice the rule's k, 16-bit too (an H100: bf16
   // 100000 +3.9..5.2%, 131072 +0.5..1.4%, but 65536, where the rule's plan is registers at k = 2, -4.3%).
-  // v82 (A/B): v79 with the bulk-copy clusters launched by programmatic dependent launch, so that each launch's CTAs
-  // take the SMs as the stream's previous kernel leaves them and set up their barriers while it finishes
-  // (softmax_fwd_tma.cuh grid_dependency_wait), and the stream's next such launch may start as this one's CTAs exit.
-  const bool pdl = version == FwdVersion::kV82;
-  if (pdl) version = FwdVersion::kV79;
   const bool v76 = version == FwdVersion::kV76, v78 = version == FwdVersion::kV78;
   const bool v77_f32 = (version == FwdVersion::kV77 || version == FwdVersion::kV79) && sizeof(T) == 4;
   const bool regs_at_k2 = version == FwdVersion::kV79 && sizeof(T) == 4;
@@ -585,11 +575,11 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (tickets) {
     const bool one_buffer_only = v78 && sizeof(T) == 2;
     auto err = launch_fwd_tma<T, smx::kTmaBlock, true, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,
-                                                                   0, 0, k_mult, one_buffer_only, regs_at_k2, pdl);
+                                                                   0, 0, k_mult, one_buffer_only, regs_at_k2);
     if (err.failure() || *launched || !one_buffer_only) return err;  // v78's 16-bit register plans: v77's, below
   }
   return keep_ahead ? launch_fwd_tma<T, smx::kTmaBlock, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,
-                                                                     0, rows_per_cluster, 1, false, false, pdl)
+                                                                     0, rows_per_cluster)
                     : launch_fwd_tma<T, smx::kTmaBlock, true>(dev, stream, s, version, x, y, launched, ahead_pct);
 }
 

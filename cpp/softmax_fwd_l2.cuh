@@ -48,7 +48,6 @@ __device__ __forceinline__ MaxSum batch_max_sum(const Pack<T, V> (&p)[B], int i0
 template <typename T, int NT = kL2Block, int B = kL2Batch>
 __global__ void __launch_bounds__(NT, kMaxBlock / NT)
     softmax_fwd_l2_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   constexpr int V = kVec<T>;
   constexpr int B2 = B > 4 ? B / 2 : B;  // pass 2's batch: L2's shorter latency needs fewer in flight
   using P = Pack<T, V>;

@@ -50,7 +50,6 @@ template <typename T, int N, bool kKeepExp, bool kPrefetch, bool kCluster = fals
           int kMinBlocks = 1>
 __global__ void __launch_bounds__(kMinBlocks > 1 ? kSubWarpBlock : kMaxBlock, kMinBlocks)
     softmax_fwd_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int tpr) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
   const RowIter<kCluster> it(tpr);

@@ -85,7 +85,6 @@ template <typename T, int S, int NP, int B = kTmaBlock, bool kPush = false, bool
 __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk, int ahead,
                            int ticket_slot) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   static_assert(S == 1 || S == 2, "one or two stages");
   static_assert(NP == 0 || S == 1, "the register variant needs one stage");
 #if JM_BULK_COPY

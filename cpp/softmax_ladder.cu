@@ -331,26 +331,26 @@ ffi::Error launch_version(int64_t version, cudaStream_t stream, const DeviceInfo
   const int64_t cols = s.cols;
   switch (version) {
     case 1:
-      return launch_plain(softmax_v1_kernel<T>, grid_of(dev, ceil_div(rows, kThreadRowBlock)), dim3(kThreadRowBlock),
-                          0, stream, "softmax_fwd v1 (thread_per_row)", x, y, rows, cols);
+      return launch(softmax_v1_kernel<T>, grid_of(dev, ceil_div(rows, kThreadRowBlock)), dim3(kThreadRowBlock),
+                    0, stream, "softmax_fwd v1 (thread_per_row)", x, y, rows, cols);
     case 2:
-      return launch_plain(softmax_v2_kernel<T>, grid_of(dev, rows), dim3(kBlockRowThreads),
-                          kBlockRowThreads * sizeof(float), stream, "softmax_fwd v2 (block_shared)", x, y, rows, cols);
+      return launch(softmax_v2_kernel<T>, grid_of(dev, rows), dim3(kBlockRowThreads),
+                    kBlockRowThreads * sizeof(float), stream, "softmax_fwd v2 (block_shared)", x, y, rows, cols);
     case 3:
-      return launch_plain(softmax_v3_kernel<T>, grid_of(dev, rows), dim3(kWarp), 0, stream,
-                          "softmax_fwd v3 (warp_shuffle)", x, y, rows, cols);
+      return launch(softmax_v3_kernel<T>, grid_of(dev, rows), dim3(kWarp), 0, stream,
+                    "softmax_fwd v3 (warp_shuffle)", x, y, rows, cols);
     case 4:
-      return launch_plain(softmax_v4_kernel<T>, grid_of(dev, rows), dim3(kBlockRowThreads), 0, stream,
-                          "softmax_fwd v4 (warp_block)", x, y, rows, cols);
+      return launch(softmax_v4_kernel<T>, grid_of(dev, rows), dim3(kBlockRowThreads), 0, stream,
+                    "softmax_fwd v4 (warp_block)", x, y, rows, cols);
     case 5:
-      return launch_plain(softmax_v5_kernel<T>, grid_of(dev, ceil_div(rows, kThreadRowBlock)), dim3(kThreadRowBlock),
-                          0, stream, "softmax_fwd v5 (online_thread_per_row)", x, y, rows, cols);
+      return launch(softmax_v5_kernel<T>, grid_of(dev, ceil_div(rows, kThreadRowBlock)), dim3(kThreadRowBlock),
+                    0, stream, "softmax_fwd v5 (online_thread_per_row)", x, y, rows, cols);
     case 6:
-      return launch_plain(softmax_v6_kernel<T>, grid_of(dev, ceil_div(rows, kOnlineWarpBlock / kWarp)),
-                          dim3(kOnlineWarpBlock), 0, stream, "softmax_fwd v6 (online_warp)", x, y, rows, cols);
+      return launch(softmax_v6_kernel<T>, grid_of(dev, ceil_div(rows, kOnlineWarpBlock / kWarp)),
+                    dim3(kOnlineWarpBlock), 0, stream, "softmax_fwd v6 (online_warp)", x, y, rows, cols);
     case 7:
-      return launch_plain(softmax_v7_kernel<T>, grid_of(dev, rows), dim3(kBlockRowThreads), 0, stream,
-                          "softmax_fwd v7 (unrolled)", x, y, rows, cols);
+      return launch(softmax_v7_kernel<T>, grid_of(dev, rows), dim3(kBlockRowThreads), 0, stream,
+                    "softmax_fwd v7 (unrolled)", x, y, rows, cols);
     default:
       return ffi::Error::InvalidArgument("softmax_fwd: no ladder version " + std::to_string(version));
   }

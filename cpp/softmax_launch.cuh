@@ -107,10 +107,8 @@ ffi::Error blocks_per_sm(int block, int* out) {
   return ffi::Error::Success();
 }
 
-// A launch in clusters of k CTAs; pdl: by programmatic dependent launch too (cuda_base.cuh add_pdl; then attr holds
-// two attributes).
 cudaLaunchConfig_t cluster_config(dim3 grid, int block, int k, cudaStream_t stream, cudaLaunchAttribute* attr,
-                                  size_t smem = 0, bool pdl = false) {
+                                  size_t smem = 0) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(static_cast<unsigned>(block));
@@ -123,7 +121,6 @@ cudaLaunchConfig_t cluster_config(dim3 grid, int block, int k, cudaStream_t stre
   attr->val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  if (pdl) add_pdl(cfg, attr);
   return cfg;
 }
 
@@ -285,10 +282,9 @@ ffi::Error launch_cluster_rows(const DeviceInfo& dev, cudaStream_t stream, RowSh
     if (active == 0) continue;
     log_cluster_rows(what, mail, s, c.block, static_cast<int>(k), active);
     const int64_t clusters = cluster_grid(s.rows, active, static_cast<int>(k));
-    cudaLaunchAttribute attrs[2];
+    cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(clusters * k)), c.block,
-                                                  static_cast<int>(k), stream, attrs, 0,
-                                                  pdl_for(reinterpret_cast<const void*>(mail ? MailK : ClusterK)));
+                                                  static_cast<int>(k), stream, &attr);
     const auto kernel = mail ? MailK : ClusterK;
     if (cudaLaunchKernelEx(&cfg, kernel, args..., s.rows, static_cast<int>(s.cols), c.block) == cudaSuccess) {
       *launched = true;

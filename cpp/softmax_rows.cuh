@@ -345,7 +345,6 @@ __device__ __forceinline__ void write_edges(MaxSum row_ms, float inv_s, const T*
 template <typename T, bool kCluster>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_fwd_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int tpr) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   constexpr int V = kVec<T>;
   constexpr int N = kFwdPacks;
   using P = Pack<T, V>;
@@ -486,7 +485,6 @@ template <typename T, bool kCluster, bool kMail = false, int N = kBwdPacks, bool
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_bwd_rows_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
                      int cols, int tpr) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   static_assert(kCluster || !kMail, "messages merge over a cluster");
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;

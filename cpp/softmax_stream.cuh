@@ -40,7 +40,6 @@ struct PackPair {
 template <typename T, int V>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_fwd_stream_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   using P = Pack<T, V>;
   const int64_t tid = threadIdx.x;
   const int64_t nt = blockDim.x;
@@ -86,7 +85,6 @@ template <typename T, int V>
 __global__ void __launch_bounds__(kMaxBlock, 1)
     softmax_bwd_stream_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
                        int64_t cols) {
-  pdl_entry();  // before any access to global memory (cuda_base.cuh)
   using P = Pack<T, V>;
   const int64_t tid = threadIdx.x;
   const int64_t nt = blockDim.x;
