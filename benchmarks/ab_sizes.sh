@@ -8,6 +8,9 @@
 #            then kept out; inproc_ab.cuh spin_ns); one process per size and spin, at most 150 s each.
 #   launch   launch_cost.cu: the default's bulk-copy kernels launched over no rows, beside empty kernels of the same
 #            grid (plain, in clusters, with the same shared memory).
+#   trace    the harness built with -DJM_TRACE_EXITS, AB_TRACE=1 at 2^L elements for L in TRACE_LOG2 (default 26): per
+#            variant one traced launch, when its CTAs started, their first rows' shares landed, merged and went out,
+#            and how long their last rows took (the ramp and the drain), beside the SMs' last exits.
 # Fit t = F + bytes / B per variant from two sizes (the tables' GB/s and rows): RESULTS.md shows how.
 set -uo pipefail
 here=$(dirname "$0")
@@ -26,6 +29,19 @@ stage_sizes() {
       echo "== 2^$l, spin $spin us: rc=$?"
       grep -E "^\*\*|^\| (default|v7|registers|copy: 1)" "$out/sizes-$l-spin$spin.md" | cut -c1-110
     done
+  done
+}
+
+stage_trace() {
+  ab_nvcc_harness softmax_long_ab.cu /tmp/softmax_long_ab_trace cpp/softmax_ladder.cu -DJM_TRACE_EXITS || return 1
+  local l
+  for l in ${TRACE_LOG2:-26}; do
+    # shellcheck disable=SC2086
+    AB_TRACE=1 AB_ELEMS_LOG2=$l AB_SPIN_US=50 AB_VARIANTS=${SIZES_VARIANTS:-v77,v78,[kr]} timeout 150 \
+      /tmp/softmax_long_ab_trace ${SIZES_CASES:-f32:50257 f32:131072 bf16:100000 bf16:131072 bf16:262144} \
+      > "$out/trace-$l.md" 2>&1
+    echo "== 2^$l, traced: rc=$?"
+    grep -E "^\*\*|^\| (default|v7|registers|copy: 1)|^\| variant \(traced" "$out/trace-$l.md" | cut -c1-160
   done
 }
 

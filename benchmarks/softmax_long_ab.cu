@@ -34,16 +34,19 @@ using inproc::kWarmup;
 // AB_TRACE=1 (a build with -DJM_TRACE_EXITS): one more launch of each timed bulk-copy or L2 two-pass variant with each
 // CTA's start, exit and SM recorded (softmax_rows.cuh's trace_exit): the span from the first start to the last exit,
 // the percentiles of the SMs' last exits as a share of it, and the SM time left idle after them (mean over the SMs of
-// (last exit - the SM's last exit) / span: what a grid whose SMs all finished together would not waste).
+// (last exit - the SM's last exit) / span: what a grid whose SMs all finished together would not waste); for the
+// bulk-copy kernels also when their CTAs started, when their first rows' shares landed, merged and went out, and how
+// long their last rows took from their shares' landing to the exit (the ramp and the drain).
 template <typename Kernels, typename T>
 void trace_exits(const Kernels& ks, const std::vector<size_t>& timed, const T* x, const std::vector<T*>& ys) {
-  constexpr int kSlots = smx::kTraceSlots;
+  constexpr int kSlots = smx::kTraceSlots, kS = smx::kTraceStride;
   unsigned long long* d = nullptr;
-  CK(cudaMalloc(&d, 3 * kSlots * sizeof(unsigned long long)));
+  CK(cudaMalloc(&d, kS * kSlots * sizeof(unsigned long long)));
   CK(cudaMemcpyToSymbol(smx::g_trace_exits, &d, sizeof(d)));
   std::printf("\n| variant (traced launch) | CTAs | SMs | span us | SMs' last exits at p0 / p10 / p50 / p90 "
               "(%% of span) | SM time idle after them (%%) |\n|---|---|---|---|---|---|\n");
-  std::vector<unsigned long long> h(3 * kSlots);
+  std::vector<unsigned long long> h(kS * kSlots);
+  std::string ramp;  // the bulk-copy kernels' first rows and last rows (softmax_rows.cuh trace_exit's slots 3..6)
   for (const size_t i : timed) {
     CK(cudaMemset(d, 0, h.size() * sizeof(h[0])));
     ks[i].launch(x, ys[i]);
@@ -53,12 +56,31 @@ void trace_exits(const Kernels& ks, const std::vector<size_t>& timed, const T* x
     unsigned long long t0 = ~0ull, t1 = 0;
     int ctas = 0;
     for (int b = 0; b < kSlots; ++b) {
-      if (h[3 * b] == 0) continue;
+      if (h[kS * b] == 0) continue;
       ++ctas;
-      t0 = std::min(t0, h[3 * b]);
-      t1 = std::max(t1, h[3 * b + 1]);
-      unsigned long long& l = last[std::min<unsigned long long>(h[3 * b + 2], 1023)];
-      l = std::max(l, h[3 * b + 1]);
+      t0 = std::min(t0, h[kS * b]);
+      t1 = std::max(t1, h[kS * b + 1]);
+      unsigned long long& l = last[std::min<unsigned long long>(h[kS * b + 2], 1023)];
+      l = std::max(l, h[kS * b + 1]);
+    }
+    // µs from the grid's first start to each CTA's milestone `slot` (or, slot 6, from its last share's landing to its
+    // exit): p10 / p50 / p90 over the CTAs that reached it.
+    const auto milestone = [&](int slot) {
+      std::vector<double> v;
+      for (int b = 0; b < kSlots; ++b) {
+        if (h[kS * b] == 0 || h[kS * b + slot] == 0) continue;
+        v.push_back(slot == 6 ? double(h[kS * b + 1] - h[kS * b + 6]) : double(h[kS * b + slot] - t0));
+      }
+      if (v.empty()) return std::string("-");
+      std::sort(v.begin(), v.end());
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%.1f / %.1f / %.1f", v[v.size() / 10] / 1e3, v[v.size() / 2] / 1e3,
+                    v[9 * v.size() / 10] / 1e3);
+      return std::string(buf);
+    };
+    if (milestone(3) != "-") {
+      ramp += "| " + ks[i].name + " | " + milestone(0) + " | " + milestone(3) + " | " + milestone(4) + " | " +
+              milestone(5) + " | " + milestone(6) + " |\n";
     }
     std::vector<double> ex;
     for (const unsigned long long l : last) {
@@ -72,6 +94,11 @@ void trace_exits(const Kernels& ks, const std::vector<size_t>& timed, const T* x
     for (const double e : ex) idle += (t1 - e) / span;
     std::printf("| %s | %d | %zu | %.1f | %.1f / %.1f / %.1f / %.1f | %.1f |\n", ks[i].name.c_str(), ctas, ex.size(),
                 span / 1e3, pct(0), pct(0.1), pct(0.5), pct(0.9), 100.0 * idle / ex.size());
+  }
+  if (!ramp.empty()) {
+    std::printf("\n| variant (traced launch; µs, p10 / p50 / p90 over the CTAs) | CTA start | first share landed | "
+                "first row merged | first output pass issued | last share landed -> exit |\n|---|---|---|---|---|---|\n%s",
+                ramp.c_str());
   }
   const unsigned long long* none = nullptr;
   CK(cudaMemcpyToSymbol(smx::g_trace_exits, &none, sizeof(none)));

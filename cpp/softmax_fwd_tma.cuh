@@ -167,6 +167,10 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     const P* buf = stages + st * chunk;
     T* yb = yr + sp.head + int64_t{share.lo} * V;
     mbar_wait(&bar[st], parity);
+#ifdef JM_TRACE_EXITS
+    if (i == 0) trace_exit(3);
+    trace_exit(6);
+#endif
     // v49: the first packs of the next row whose copy is not yet in flight into L2 (above); S = 2: the row after next.
     const int64_t row_ahead = S == 2 ? row + 2 * it.step : row_next;
     if (tid == 0 && ahead > 0 && row_ahead < rows) {
@@ -218,6 +222,9 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     } else {
       row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
     }
+#ifdef JM_TRACE_EXITS
+    if (i == 0) trace_exit(4);
+#endif
     if (tickets && rank == 0 && tid == 0 && row_next < rows) {  // row i + 2 to every CTA of the cluster
       const int64_t r = 2 * it.step + int64_t{drawn};
       const uint32_t v = static_cast<uint32_t>(r < rows ? r : rows);
@@ -234,6 +241,9 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
       store_stream<V>(yb, q, out);
     });
     write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
+#ifdef JM_TRACE_EXITS
+    if (i == 0) trace_exit(5);
+#endif
   }
 #ifdef JM_TRACE_EXITS
   trace_exit(1);

@@ -32,9 +32,12 @@ namespace cg = cooperative_groups;
 
 #ifdef JM_TRACE_EXITS
 // benchmarks/softmax_long_ab.cu's AB_TRACE (built with -DJM_TRACE_EXITS; never in the library): each CTA's start and
-// exit (%globaltimer, ns) and its SM at [3 * blockIdx.x + 0, 1, 2], to see how unevenly the SMs finish (the bulk-copy
-// and the L2 two-pass forwards).
+// exit (%globaltimer, ns) and its SM at [kTraceStride * blockIdx.x + 0, 1, 2], to see how unevenly the SMs finish (the
+// bulk-copy and the L2 two-pass forwards); the bulk-copy kernel also its first row's milestones (3: its share landed,
+// 4: merged over the cluster, 5: its output pass issued) and 6: its last row's share landed, to see the first rows' ramp
+// and the last rows' drain.
 constexpr unsigned kTraceSlots = 1u << 17;  // CTAs traced (blockIdx.x below it)
+constexpr unsigned kTraceStride = 8;        // slots per CTA
 __device__ unsigned long long* g_trace_exits = nullptr;
 __device__ __forceinline__ void trace_exit(int slot) {
   unsigned long long t;
@@ -42,8 +45,8 @@ __device__ __forceinline__ void trace_exit(int slot) {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   if (g_trace_exits != nullptr && threadIdx.x == 0 && blockIdx.x < kTraceSlots) {
-    g_trace_exits[3 * blockIdx.x + slot] = t;
-    g_trace_exits[3 * blockIdx.x + 2] = sm;
+    g_trace_exits[kTraceStride * blockIdx.x + slot] = t;
+    g_trace_exits[kTraceStride * blockIdx.x + 2] = sm;
   }
 }
 #endif
