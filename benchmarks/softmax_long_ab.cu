@@ -217,6 +217,13 @@ bool run_case(const char* dtype, int cols, int sms) {
        tma_tickets(std::true_type{}, B256{}, std::true_type{}, 75, 8, FwdVersion::kV5Reg, 0)},
       {"registers, k = 16, tickets, 75%, kept [kr]",
        tma_tickets(std::true_type{}, B256{}, std::true_type{}, 75, 16, FwdVersion::kV5Reg, 0)},
+      // The twenty-eighth session's traces: the first row merged ~4-6 us after its share landed, where its arithmetic
+      // takes ~1. Does thread 0's prefetch of the next share into L2 (issued right after the landing, before the
+      // block's reduction, which waits for thread 0) hold the CTA? The same register kernels without it. [kr0]
+      {"registers, k = 4, tickets, no prefetch [kr0]",
+       tma_tickets(std::true_type{}, B256{}, std::false_type{}, 0, 4, FwdVersion::kV5Reg, 0)},
+      {"registers, k = 8, tickets, no prefetch [kr0]",
+       tma_tickets(std::true_type{}, B256{}, std::false_type{}, 0, 8, FwdVersion::kV5Reg, 0)},
       {"v14 two-pass, 512 x 2 per SM",
        [&](const T* x, T* y) { return resident(smx::softmax_fwd_l2_kernel<T>, smx::kL2Block, x, y); }},
       {"v14 two-pass, 512 x 2 per SM, full grid",
