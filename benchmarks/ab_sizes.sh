@@ -9,8 +9,9 @@
 #   launch   launch_cost.cu: the default's bulk-copy kernels launched over no rows, beside empty kernels of the same
 #            grid (plain, in clusters, with the same shared memory).
 #   trace    the harness built with -DJM_TRACE_EXITS, AB_TRACE=1 at 2^L elements for L in TRACE_LOG2 (default 26): per
-#            variant one traced launch, when its CTAs started, their first rows' shares landed, merged and went out,
-#            and how long their last rows took (the ramp and the drain), beside the SMs' last exits.
+#            variant one traced launch, when its CTAs started, their first rows' shares landed, merged (and the steps
+#            between) and went out, and how long their last rows took (the ramp and the drain), beside the SMs' last
+#            exits.
 # Fit t = F + bytes / B per variant from two sizes (the tables' GB/s and rows): RESULTS.md shows how.
 set -uo pipefail
 here=$(dirname "$0")

@@ -35,8 +35,9 @@ using inproc::kWarmup;
 // CTA's start, exit and SM recorded (softmax_rows.cuh's trace_exit): the span from the first start to the last exit,
 // the percentiles of the SMs' last exits as a share of it, and the SM time left idle after them (mean over the SMs of
 // (last exit - the SM's last exit) / span: what a grid whose SMs all finished together would not waste); for the
-// bulk-copy kernels also when their CTAs started, when their first rows' shares landed, merged and went out, and how
-// long their last rows took from their shares' landing to the exit (the ramp and the drain).
+// bulk-copy kernels also when their CTAs started, when their first rows' shares landed, their next copies went out
+// (register kernels), their blocks and clusters merged and their outputs went out, and how long their last rows took
+// from their shares' landing to the exit (the ramp and the drain).
 template <typename Kernels, typename T>
 void trace_exits(const Kernels& ks, const std::vector<size_t>& timed, const T* x, const std::vector<T*>& ys) {
   constexpr int kSlots = smx::kTraceSlots, kS = smx::kTraceStride;
@@ -79,8 +80,8 @@ void trace_exits(const Kernels& ks, const std::vector<size_t>& timed, const T* x
       return std::string(buf);
     };
     if (milestone(3) != "-") {
-      ramp += "| " + ks[i].name + " | " + milestone(0) + " | " + milestone(3) + " | " + milestone(4) + " | " +
-              milestone(5) + " | " + milestone(6) + " |\n";
+      ramp += "| " + ks[i].name + " | " + milestone(0) + " | " + milestone(3) + " | " + milestone(7) + " | " +
+              milestone(8) + " | " + milestone(4) + " | " + milestone(5) + " | " + milestone(6) + " |\n";
     }
     std::vector<double> ex;
     for (const unsigned long long l : last) {
@@ -97,7 +98,8 @@ void trace_exits(const Kernels& ks, const std::vector<size_t>& timed, const T* x
   }
   if (!ramp.empty()) {
     std::printf("\n| variant (traced launch; µs, p10 / p50 / p90 over the CTAs) | CTA start | first share landed | "
-                "first row merged | first output pass issued | last share landed -> exit |\n|---|---|---|---|---|---|\n%s",
+                "next copy issued | block reduced | first row merged | first output pass issued | last share landed -> "
+                "exit |\n|---|---|---|---|---|---|---|---|\n%s",
                 ramp.c_str());
   }
   const unsigned long long* none = nullptr;

@@ -191,6 +191,9 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
         fence_proxy_async_smem();
         issue(row_next, 0);
       }
+#ifdef JM_TRACE_EXITS
+      if (i == 0) trace_exit(7);
+#endif
     }
     // f(q, pack) for each of this thread's packs q of the share: from registers (NP > 0) or the stage.
     // The passes convert with unpack_fresh: 16-bit packs held in registers stay raw across the passes
@@ -218,6 +221,9 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     MaxSum row_ms;
     if constexpr (kPush) {
       const MaxSum blk = block_reduce_rows<MergeOp>(with_edges(MaxSum{m, s}, xr, sp, cols, it), i & 1);
+#ifdef JM_TRACE_EXITS
+      if (i == 0) trace_exit(8);
+#endif
       row_ms = mail_merge<MergeOp>(mail, blk, i);
     } else {
       row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);

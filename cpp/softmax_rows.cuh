@@ -34,10 +34,11 @@ namespace cg = cooperative_groups;
 // benchmarks/softmax_long_ab.cu's AB_TRACE (built with -DJM_TRACE_EXITS; never in the library): each CTA's start and
 // exit (%globaltimer, ns) and its SM at [kTraceStride * blockIdx.x + 0, 1, 2], to see how unevenly the SMs finish (the
 // bulk-copy and the L2 two-pass forwards); the bulk-copy kernel also its first row's milestones (3: its share landed,
-// 4: merged over the cluster, 5: its output pass issued) and 6: its last row's share landed, to see the first rows' ramp
+// 7: the next row's copy issued (the register kernels), 8: the block's partial reduced (the merge by messages), 4:
+// merged over the cluster, 5: its output pass issued) and 6: its last row's share landed, to see the first rows' ramp
 // and the last rows' drain.
 constexpr unsigned kTraceSlots = 1u << 17;  // CTAs traced (blockIdx.x below it)
-constexpr unsigned kTraceStride = 8;        // slots per CTA
+constexpr unsigned kTraceStride = 10;       // slots per CTA
 __device__ unsigned long long* g_trace_exits = nullptr;
 __device__ __forceinline__ void trace_exit(int slot) {
   unsigned long long t;
