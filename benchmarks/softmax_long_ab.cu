@@ -47,7 +47,7 @@ void trace_exits(const Kernels& ks, const std::vector<size_t>& timed, const T* x
   std::printf("\n| variant (traced launch) | CTAs | SMs | span us | SMs' last exits at p0 / p10 / p50 / p90 "
               "(%% of span) | SM time idle after them (%%) |\n|---|---|---|---|---|---|\n");
   std::vector<unsigned long long> h(kS * kSlots);
-  std::string ramp;  // the bulk-copy kernels' first rows and last rows (softmax_rows.cuh trace_exit's slots 3..6)
+  std::string ramp;  // the bulk-copy kernels' first rows and last rows (softmax_rows.cuh trace_exit's slots 3..8)
   for (const size_t i : timed) {
     CK(cudaMemset(d, 0, h.size() * sizeof(h[0])));
     ks[i].launch(x, ys[i]);
