@@ -53,9 +53,7 @@ __global__ void __launch_bounds__(NT, kMaxBlock / NT)
   using P = Pack<T, V>;
   const int tid = static_cast<int>(threadIdx.x);
   const RowIter<false> it(NT);  // the edge loops' place: lane tid of NT
-#ifdef JM_TRACE_EXITS
   trace_exit(0);
-#endif
   int parity = 0;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
     const T* xr = x + row * int64_t{cols};
@@ -96,9 +94,7 @@ __global__ void __launch_bounds__(NT, kMaxBlock / NT)
     }
     write_edges(ms, inv, xr, yr, sp, cols, it);
   }
-#ifdef JM_TRACE_EXITS
   trace_exit(1);
-#endif
 }
 
 }  // namespace jm::cuda::smx

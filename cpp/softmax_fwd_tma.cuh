@@ -96,9 +96,7 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
   const int tid = static_cast<int>(threadIdx.x);
   const int nt = static_cast<int>(blockDim.x);
   const int rank = cluster_rank();
-#ifdef JM_TRACE_EXITS
   trace_exit(0);
-#endif
 
   // Thread 0: the bulk copy of this CTA's share of `row` into stage st (0 bytes: the phase completes).
   auto issue = [&](int64_t row, int st) {
@@ -167,10 +165,8 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     const P* buf = stages + st * chunk;
     T* yb = yr + sp.head + int64_t{share.lo} * V;
     mbar_wait(&bar[st], parity);
-#ifdef JM_TRACE_EXITS
     if (i == 0) trace_exit(3);
     trace_exit(6);
-#endif
     // v49: the first packs of the next row whose copy is not yet in flight into L2 (above); S = 2: the row after next.
     const int64_t row_ahead = S == 2 ? row + 2 * it.step : row_next;
     if (tid == 0 && ahead > 0 && row_ahead < rows) {
@@ -191,9 +187,7 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
         fence_proxy_async_smem();
         issue(row_next, 0);
       }
-#ifdef JM_TRACE_EXITS
       if (i == 0) trace_exit(7);
-#endif
     }
     // f(q, pack) for each of this thread's packs q of the share: from registers (NP > 0) or the stage.
     // The passes convert with unpack_fresh: 16-bit packs held in registers stay raw across the passes
@@ -221,16 +215,12 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     MaxSum row_ms;
     if constexpr (kPush) {
       const MaxSum blk = block_reduce_rows<MergeOp>(with_edges(MaxSum{m, s}, xr, sp, cols, it), i & 1);
-#ifdef JM_TRACE_EXITS
       if (i == 0) trace_exit(8);
-#endif
       row_ms = mail_merge<MergeOp>(mail, blk, i);
     } else {
       row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
     }
-#ifdef JM_TRACE_EXITS
     if (i == 0) trace_exit(4);
-#endif
     if (tickets && rank == 0 && tid == 0 && row_next < rows) {  // row i + 2 to every CTA of the cluster
       const int64_t r = 2 * it.step + int64_t{drawn};
       const uint32_t v = static_cast<uint32_t>(r < rows ? r : rows);
@@ -247,13 +237,9 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
       store_stream<V>(yb, q, out);
     });
     write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
-#ifdef JM_TRACE_EXITS
     if (i == 0) trace_exit(5);
-#endif
   }
-#ifdef JM_TRACE_EXITS
   trace_exit(1);
-#endif
   if (tickets && tid == 0) {
     __threadfence();  // this CTA's draws before its exit's count
     if (atomicAdd(&tk[1], 1u) == gridDim.x - 1) {
