@@ -3,9 +3,9 @@
 # softmax forward's harness at several tensor sizes, with and without the host's launch path in the timed intervals.
 #   harness  softmax_long_ab.cu built for sm_90 (ab_v75.sh's harness stage).
 #   sizes    softmax_long_ab over SIZES_CASES (default f32 50257, 131072; bf16 100000, 131072, 262144), the default
-#            against SIZES_VARIANTS (default v77, v78 and the register kernels by tickets, [kr]), at 2^L elements for L in
-#            SIZES_LOG2 (default 26 28), each with AB_SPIN_US in SIZES_SPIN (default 0 50: the host's launch path timed,
-#            then kept out; inproc_ab.cuh spin_ns); one process per size and spin, at most 150 s each.
+#            against SIZES_VARIANTS (default v77, v78 and the register kernels by tickets, [kr]), at 2^L elements for L
+#            in SIZES_LOG2 (default 26 28), each with AB_SPIN_US in SIZES_SPIN (default 0 50: the host's launch path
+#            timed, then kept out; inproc_ab.cuh spin_ns); one process per size and spin, at most 150 s each.
 #   launch   launch_cost.cu: the default's bulk-copy kernels launched over no rows, beside empty kernels of the same
 #            grid (plain, in clusters, with the same shared memory).
 #   trace    the harness built with -DJM_TRACE_EXITS, AB_TRACE=1 at 2^L elements for L in TRACE_LOG2 (default 26): per
@@ -16,6 +16,8 @@
 set -uo pipefail
 here=$(dirname "$0")
 source "$here/ab_lib.sh"
+variants=${SIZES_VARIANTS:-v77,v78,[kr]}
+cases=${SIZES_CASES:-f32:50257 f32:131072 bf16:100000 bf16:131072 bf16:262144}
 
 stage_harness() { ab_nvcc_harness softmax_long_ab.cu /tmp/softmax_long_ab cpp/softmax_ladder.cu; }
 
@@ -25,8 +27,8 @@ stage_sizes() {
   for l in ${SIZES_LOG2:-26 28}; do
     for spin in ${SIZES_SPIN:-0 50}; do
       # shellcheck disable=SC2086
-      AB_ELEMS_LOG2=$l AB_SPIN_US=$spin AB_VARIANTS=${SIZES_VARIANTS:-v77,v78,[kr]} timeout 150 /tmp/softmax_long_ab \
-        ${SIZES_CASES:-f32:50257 f32:131072 bf16:100000 bf16:131072 bf16:262144} > "$out/sizes-$l-spin$spin.md" 2>&1
+      AB_ELEMS_LOG2=$l AB_SPIN_US=$spin AB_VARIANTS=$variants timeout 150 /tmp/softmax_long_ab $cases \
+        > "$out/sizes-$l-spin$spin.md" 2>&1
       echo "== 2^$l, spin $spin us: rc=$?"
       grep -E "^\*\*|^\| (default|v7|registers|copy: 1)" "$out/sizes-$l-spin$spin.md" | cut -c1-110
     done
@@ -38,8 +40,7 @@ stage_trace() {
   local l
   for l in ${TRACE_LOG2:-26}; do
     # shellcheck disable=SC2086
-    AB_TRACE=1 AB_ELEMS_LOG2=$l AB_SPIN_US=50 AB_VARIANTS=${SIZES_VARIANTS:-v77,v78,[kr]} timeout 150 \
-      /tmp/softmax_long_ab_trace ${SIZES_CASES:-f32:50257 f32:131072 bf16:100000 bf16:131072 bf16:262144} \
+    AB_TRACE=1 AB_ELEMS_LOG2=$l AB_SPIN_US=50 AB_VARIANTS=$variants timeout 150 /tmp/softmax_long_ab_trace $cases \
       > "$out/trace-$l.md" 2>&1
     echo "== 2^$l, traced: rc=$?"
     grep -E "^\*\*|^\| (default|v7|registers|copy: 1)|^\| variant \(traced" "$out/trace-$l.md" | cut -c1-160

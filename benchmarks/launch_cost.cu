@@ -3,8 +3,8 @@
 // 131072 (registers (8), k = 16), bf16 131072 (one buffer, k = 4) — launched over no rows (every CTA starts, sets up
 // its barriers, meets its cluster and exits), beside empty kernels of the same grid: plain, in clusters of k, and in
 // clusters of k with the same dynamic shared memory. Each plan's grid is its resident clusters (launch_fwd_tma's
-// persistent grid). Timed by CUDA events in a rotated order (inproc_ab.cuh), AB_SPIN_US (here 50 unless set) keeping the
-// host's launch path out of the intervals; medians of kSamples.
+// persistent grid). Timed by CUDA events in a rotated order (inproc_ab.cuh), AB_SPIN_US (here 50 unless set) keeping
+// the host's launch path out of the intervals; medians of kSamples.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
 //        -I$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())") -Icpp benchmarks/launch_cost.cu \
@@ -18,12 +18,13 @@ namespace smx = jm::cuda::smx;
 
 __global__ void empty_kernel() {}
 
-// The empty kernel in clusters of k CTAs of 256 threads with `smem` bytes of dynamic shared memory (opted in).
-void launch_empty(int ctas, int k, int smem) {
+// `kernel` in `ctas` CTAs of 256 threads, in clusters of k, with `smem` bytes of dynamic shared memory (opted in).
+template <typename... P, typename... A>
+void launch_clusters(void (*kernel)(P...), int ctas, int k, int smem, A... args) {
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = jm::cuda::cluster_config(dim3(static_cast<unsigned>(ctas)), 256, k, nullptr, &attr,
                                                           static_cast<size_t>(smem));
-  CK(cudaLaunchKernelEx(&cfg, empty_kernel));
+  CK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
 // One plan: Kernel (a softmax_fwd_tma_kernel) at cluster size k over rows of `cols` elements of T.
@@ -40,15 +41,12 @@ void add_plan(std::vector<inproc::Variant>& vs, const jm::cuda::DeviceInfo& dev,
   const std::string tag = std::string(name) + " (" + std::to_string(ctas) + " CTAs, k = " + std::to_string(k) + ", " +
                           std::to_string(smem / 1024) + " KB)";
   vs.push_back({tag + ": empty kernel, no cluster", [ctas] { empty_kernel<<<ctas, 256>>>(); }, {}});
-  vs.push_back({tag + ": empty kernel in clusters", [ctas, k] { launch_empty(ctas, k, 0); }, {}});
-  vs.push_back({tag + ": empty kernel in clusters, the shared memory", [ctas, k, smem] { launch_empty(ctas, k, smem); },
-                {}});
+  vs.push_back({tag + ": empty kernel in clusters", [ctas, k] { launch_clusters(empty_kernel, ctas, k, 0); }, {}});
+  vs.push_back({tag + ": empty kernel in clusters, the shared memory",
+                [ctas, k, smem] { launch_clusters(empty_kernel, ctas, k, smem); }, {}});
   vs.push_back({tag + ": the softmax kernel over no rows", [ctas, k, smem, chunk, cols] {
-                  cudaLaunchAttribute attr;
-                  const cudaLaunchConfig_t cfg = jm::cuda::cluster_config(
-                      dim3(static_cast<unsigned>(ctas)), 256, k, nullptr, &attr, static_cast<size_t>(smem));
-                  CK(cudaLaunchKernelEx(&cfg, Kernel, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
-                                        int64_t{0}, cols, chunk, 0, -1));
+                  launch_clusters(Kernel, ctas, k, smem, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
+                                  int64_t{0}, cols, chunk, 0, -1);
                 },
                 {}});
 }
