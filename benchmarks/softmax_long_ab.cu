@@ -164,7 +164,6 @@ bool run_case(const char* dtype, int cols, int sms) {
   std::vector<Kernel> ks = {
       {"default (v79)", handler(FwdVersion::kV79)},
       {"default again (A/A)", handler(FwdVersion::kV79)},
-      {"v84 (v79, the scalar edges loaded at each row's top)", handler(FwdVersion::kV84)},
       {"v77 (f32 clusters of one buffer)", handler(FwdVersion::kV77)},
       {"v78 (v77 with 16-bit one buffers at twice the rule's k)", handler(FwdVersion::kV78)},
       {"v75 (f32 tickets at the rule's k)", handler(FwdVersion::kV75)},

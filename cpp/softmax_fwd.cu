@@ -77,12 +77,11 @@ namespace {
 // plainly, softmax_fwd_regs.cuh kCachedIo: since v20 the sub-warp and block rows, since v21 the 8-pack rows too) or
 // "v23", "v24", "v25", "v26", "v27", "v49" or "v50", or "v72" / "v73" (v50 on grids that hand out rows as SMs free up;
 // launch_fwd_v3), or "v74", or "v75", or "v76" (v77 with every one-buffer cluster's rows by tickets at twice the
-// rule's k, 16-bit too; an A/B version), or "v77", or "v78", or "v84" (v79 with the bulk-copy clusters' scalar edges
-// loaded at each row's top; an A/B version). Any other value: v79.
+// rule's k, 16-bit too; an A/B version), or "v77", or "v78". Any other value: v79.
 // The backward is the same in all of them.
 enum class FwdVersion {
   kV2, kV3, kV3Prefetch, kV5, kV5S1, kV5Reg, kV7Wide, kV9, kV9Wide, kV9Wide512, kV14, kV20, kV21, kV23, kV24, kV25,
-  kV26, kV27, kV49, kV50, kV72, kV73, kV74, kV75, kV76, kV77, kV78, kV79, kV84
+  kV26, kV27, kV49, kV50, kV72, kV73, kV74, kV75, kV76, kV77, kV78, kV79
 };
 
 FwdVersion fwd_version() {
@@ -97,7 +96,7 @@ FwdVersion fwd_version() {
                   {"v49", FwdVersion::kV49}, {"v50", FwdVersion::kV50}, {"v72", FwdVersion::kV72},
                   {"v73", FwdVersion::kV73}, {"v74", FwdVersion::kV74},
                   {"v75", FwdVersion::kV75}, {"v76", FwdVersion::kV76},
-                  {"v77", FwdVersion::kV77}, {"v78", FwdVersion::kV78}, {"v84", FwdVersion::kV84}},
+                  {"v77", FwdVersion::kV77}, {"v78", FwdVersion::kV78}},
                  FwdVersion::kV79);
   return version;
 }
@@ -260,16 +259,14 @@ constexpr int kTmaAheadPct = 75;
 // regs_at_k2 (v79, with k_mult > 1): at k_mult times the rule's k (the rule's k where that passes 16) the register
 //   kernels (8 packs per thread, else 16) where they fit, else one buffer: each CTA copies its share into registers
 //   once and refills its buffer with its next row's share at once, so that copy overlaps this row's merge and stores.
-// kEarlyEdges (v84, A/B): the row's scalar edges loaded at the row's top (softmax_fwd_tma.cuh).
-template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false, bool kTickets = false,
-          bool kEarlyEdges = false>
+template <typename T, int B = smx::kTmaBlock, bool kPush = false, bool kKeep = false, bool kTickets = false>
 ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s, FwdVersion version, const T* x,
                           T* y, bool* launched, int ahead_pct = 0, int force_k = 0, int rows_per_cluster = 0,
                           int k_mult = 1, bool one_buffer_only = false, bool regs_at_k2 = false) {
   constexpr auto kTwoStages = smx::softmax_fwd_tma_kernel<T, 2, 0, smx::kTmaBlock, kPush, kKeep>;
-  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kKeep, kTickets, kEarlyEdges>;
-  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep, kTickets, kEarlyEdges>;
-  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B, kPush, kKeep, kTickets, kEarlyEdges>;
+  constexpr auto kOneStage = smx::softmax_fwd_tma_kernel<T, 1, 0, B, kPush, kKeep, kTickets>;
+  constexpr auto kRegs8 = smx::softmax_fwd_tma_kernel<T, 1, 8, B, kPush, kKeep, kTickets>;
+  constexpr auto kRegs16 = smx::softmax_fwd_tma_kernel<T, 1, 16, B, kPush, kKeep, kTickets>;
   constexpr int64_t kAny = INT_MAX;
   *launched = false;
   const int64_t packs = ceil_div(s.cols, kVec<T>);
@@ -326,9 +323,8 @@ ffi::Error launch_fwd_tma(const DeviceInfo& dev, cudaStream_t stream, RowShape s
   }
   if constexpr (kPush) {  // the plans are those of the message kernels; below push_min_cluster, the barrier's
     if (best.first.k < push_min_cluster()) {
-      return launch_fwd_tma<T, B, false, kKeep, kTickets, kEarlyEdges>(dev, stream, s, version, x, y, launched,
-                                                                       ahead_pct, force_k, rows_per_cluster, k_mult,
-                                                                       one_buffer_only, regs_at_k2);
+      return launch_fwd_tma<T, B, false, kKeep, kTickets>(dev, stream, s, version, x, y, launched, ahead_pct, force_k,
+                                                          rows_per_cluster, k_mult, one_buffer_only, regs_at_k2);
     }
   }
   best.first.ahead = static_cast<int>(ceil_div(best.first.chunk * ahead_pct, int64_t{100}));
@@ -459,11 +455,6 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   // -2.4%).
   // v76 (A/B): v77 with every one-buffer cluster's rows by tickets at twice the rule's k, 16-bit too (an H100: bf16
   // 100000 +3.9..5.2%, 131072 +0.5..1.4%, but 65536, where the rule's plan is registers at k = 2, -4.3%).
-  // v84 (A/B): v79 with the bulk-copy clusters' scalar edges (misaligned C) loaded at each row's top, before its
-  // share is waited for (launch_fwd_tma's kEarlyEdges; the traces: rank 0's block, whose first warp reads them, reduced
-  // ~2 us after the others' at f32 50257).
-  const bool early_edges = version == FwdVersion::kV84;
-  if (early_edges) version = FwdVersion::kV79;
   const bool v76 = version == FwdVersion::kV76, v78 = version == FwdVersion::kV78;
   const bool v77_f32 = (version == FwdVersion::kV77 || version == FwdVersion::kV79) && sizeof(T) == 4;
   const bool regs_at_k2 = version == FwdVersion::kV79 && sizeof(T) == 4;
@@ -581,19 +572,15 @@ ffi::Error launch_fwd_v3(cudaStream_t stream, RowShape s, bool vec, FwdVersion v
   if (dev.cc_major < 9 || s.cols > INT_MAX) return ffi::Error::Success();
   if (version == FwdVersion::kV7Wide) return launch_fwd_tma<T, 512>(dev, stream, s, FwdVersion::kV5, x, y, launched);
   const int rows_per_cluster = v72 && s.cols * int64_t{sizeof(T)} < (int64_t{1} << 18) ? 2 : 0;
-  const auto bulk = [&](auto early_edges_c) {
-    constexpr bool kEarlyEdges = decltype(early_edges_c)::value;
-    if (tickets) {
-      const bool one_buffer_only = v78 && sizeof(T) == 2;
-      auto err = launch_fwd_tma<T, smx::kTmaBlock, true, true, true, kEarlyEdges>(
-          dev, stream, s, version, x, y, launched, ahead_pct, 0, 0, k_mult, one_buffer_only, regs_at_k2);
-      if (err.failure() || *launched || !one_buffer_only) return err;  // v78's 16-bit register plans: v77's, below
-    }
-    return keep_ahead ? launch_fwd_tma<T, smx::kTmaBlock, true, true, false, kEarlyEdges>(
-                            dev, stream, s, version, x, y, launched, ahead_pct, 0, rows_per_cluster)
-                      : launch_fwd_tma<T, smx::kTmaBlock, true>(dev, stream, s, version, x, y, launched, ahead_pct);
-  };
-  return early_edges ? bulk(std::true_type{}) : bulk(std::false_type{});
+  if (tickets) {
+    const bool one_buffer_only = v78 && sizeof(T) == 2;
+    auto err = launch_fwd_tma<T, smx::kTmaBlock, true, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,
+                                                                   0, 0, k_mult, one_buffer_only, regs_at_k2);
+    if (err.failure() || *launched || !one_buffer_only) return err;  // v78's 16-bit register plans: v77's, below
+  }
+  return keep_ahead ? launch_fwd_tma<T, smx::kTmaBlock, true, true>(dev, stream, s, version, x, y, launched, ahead_pct,
+                                                                     0, rows_per_cluster)
+                    : launch_fwd_tma<T, smx::kTmaBlock, true>(dev, stream, s, version, x, y, launched, ahead_pct);
 }
 
 ffi::Error SoftmaxFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,

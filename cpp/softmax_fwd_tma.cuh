@@ -80,11 +80,8 @@ struct TmaShare {
 //   (prefetch_l2's kKeep), so that the streaming lines (x's bulk copies, y's stores) are evicted before them: v49's
 //   prefetch left 2% of x to be read from HBM twice; in one process the hint read 2-5% faster than v49 in f32 and 0-2%
 //   in bf16 (RESULTS.md "v50", "v51").
-// kEarlyEdges (v84): the row's scalar head and tail (misaligned C) loaded at the row's top, before its share is waited
-//   for, instead of after the block's passes: their global loads wait behind the HBM queue (~1-2 us under load), in
-//   rank 0's first warp, which the cluster's merge waits for (the traces: rank 0's block reduced ~2 us after the rest).
 template <typename T, int S, int NP, int B = kTmaBlock, bool kPush = false, bool kKeepAhead = false,
-          bool kTickets = false, bool kEarlyEdges = false>
+          bool kTickets = false>
 __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     softmax_fwd_tma_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int chunk, int ahead,
                            int ticket_slot) {
@@ -167,9 +164,6 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
     const TmaShare share(sp.body, rank, chunk);
     const P* buf = stages + st * chunk;
     T* yb = yr + sp.head + int64_t{share.lo} * V;
-    // kEarlyEdges: this lane's edge of the row (at most 2V - 2 < B edges: at most one per lane), loaded now.
-    const bool has_edge = kEarlyEdges && it.lane < sp.edges();
-    const float edge = has_edge ? to_float(xr[sp.edge_col(it.lane, cols)]) : 0.0f;
     mbar_wait(&bar[st], parity);
     if (i == 0) trace_exit(3);
     trace_exit(6);
@@ -218,18 +212,13 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
 #pragma unroll
       for (int e = 0; e < V; ++e) s += ex2_ftz((f[e] - mm) * kLog2e);
     });
-    // The thread's partial with its edges merged (with_edges: as one more partial each).
-    const auto edges_of = [&](MaxSum part) {
-      if constexpr (!kEarlyEdges) return with_edges(part, xr, sp, cols, it);
-      return has_edge ? MergeOp()(part, MaxSum{edge, exp_e(edge - safe_max(edge))}) : part;
-    };
     MaxSum row_ms;
     if constexpr (kPush) {
-      const MaxSum blk = block_reduce_rows<MergeOp>(edges_of(MaxSum{m, s}), i & 1);
+      const MaxSum blk = block_reduce_rows<MergeOp>(with_edges(MaxSum{m, s}, xr, sp, cols, it), i & 1);
       if (i == 0) trace_exit(8);
       row_ms = mail_merge<MergeOp>(mail, blk, i);
     } else {
-      row_ms = row_reduce<MergeOp, true>(edges_of(MaxSum{m, s}), 0, i & 1);
+      row_ms = row_reduce<MergeOp, true>(with_edges(MaxSum{m, s}, xr, sp, cols, it), 0, i & 1);
     }
     if (i == 0) trace_exit(4);
     if (tickets && rank == 0 && tid == 0 && row_next < rows) {  // row i + 2 to every CTA of the cluster
@@ -247,11 +236,7 @@ __global__ void __launch_bounds__(B, NP == 0 ? 1 : (NP <= 8 ? 1024 : 512) / B)
       for (int e = 0; e < V; ++e) out.v[e] = from_float<T>(ex2_ftz((f[e] - row_ms.m) * kLog2e) * inv_s);
       store_stream<V>(yb, q, out);
     });
-    if constexpr (kEarlyEdges) {
-      if (has_edge) yr[sp.edge_col(it.lane, cols)] = from_float<T>(exp_e(edge - row_ms.m) * inv_s);
-    } else {
-      write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
-    }
+    write_edges(row_ms, inv_s, xr, yr, sp, cols, it);
     if (i == 0) trace_exit(5);
   }
   trace_exit(1);

@@ -57,7 +57,7 @@ def _run_fwd_script(shapes, **env_vars):
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["v2", "v3-prefetch", "v3", "v5", "v5-s1", "v5-reg", "v7-512", "v9", "v9-wide",
                                      "v9-wide-512", "v14", "v20", "v21", "v23", "v24", "v25", "v26", "v27",
-                                     "v49", "v50", "v72", "v73", "v74", "v75", "v76", "v77", "v78", "v84"])
+                                     "v49", "v50", "v72", "v73", "v74", "v75", "v76", "v77", "v78"])
 def test_gpu_fwd_versions(gpu, version):
     _run_fwd_script(VERSION_SHAPES, JAX_MEMOPS_SOFTMAX_FWD=version)
 
@@ -109,10 +109,9 @@ def test_gpu_fwd_k_mult(gpu, version):
 # TICKET_SHAPES on the ticket kernels (many rows per cluster; one row; misaligned; f32 one buffer, 16-bit registers; the
 # message merge and the barrier's at the forced k), each launched TICKET_LAUNCHES times, more than the ring's 1024
 # slots, so every slot is reused: every output bitwise the first, which matches float64. The plan log must say tickets
-# for every bulk-copy launch of one buffer or registers under v73, for the f32 launches under the default, v75, v77
-# and v84 (the default's plans, the rows' scalar edges loaded early), none under v74 or v50; under v76 (every
-# one-buffer cluster by tickets at twice the rule's k) for every bulk-copy launch, all of one buffer; under v78 for the
-# f32 launches and the 16-bit ones of one buffer.
+# for every bulk-copy launch of one buffer or registers under v73, for the f32 launches under the default, v75 and
+# v77, none under v74 or v50; under v76 (every one-buffer cluster by tickets at twice the rule's k) for every bulk-copy
+# launch, all of one buffer; under v78 for the f32 launches and the 16-bit ones of one buffer.
 TICKET_SHAPES = [(320, 50257), (1, 50257), (130, 131072), (261, 131073)]
 TICKET_LAUNCHES = 1100
 _TICKET_SCRIPT = r"""
@@ -143,7 +142,7 @@ print("OK")
 @pytest.mark.slow
 @pytest.mark.parametrize("version,k", [("v73", ""), ("v73", "1"), ("v73", "2"), ("v73", "16"), ("", ""), ("", "16"),
                                        ("v74", ""), ("v50", ""), ("v76", ""), ("v75", ""), ("v77", ""),
-                                       ("v78", ""), ("v84", "")])
+                                       ("v78", "")])
 def test_gpu_fwd_tickets(gpu, version, k):
     env = dict(JAX_MEMOPS_SOFTMAX_FWD=version, JAX_MEMOPS_SOFTMAX_FWD_K=k, JAX_MEMOPS_SOFTMAX_PLAN_LOG="1")
     err = mt.run_script(_TICKET_SCRIPT, env=env, compile_cache=True, shapes=TICKET_SHAPES, launches=TICKET_LAUNCHES)
@@ -153,7 +152,7 @@ def test_gpu_fwd_tickets(gpu, version, k):
     if not k:  # under the rule's k, bulk-copy launches of both sizes (a forced k = 1 fits no 16-bit row here)
         assert {re.search(r" elem=(\d)B ", line)[1] for line in lines} == {"2", "4"}, err[-4000:]
     for line in lines:
-        want = version in ("v73", "v76") or (version in ("", "v75", "v77", "v78", "v84") and " elem=4B " in line)
+        want = version in ("v73", "v76") or (version in ("", "v75", "v77", "v78") and " elem=4B " in line)
         want = want or (version == "v78" and line.startswith("softmax_fwd plan: one buffer"))
         assert line.endswith(" tickets") == want, f"{version or 'default'}: {line}\n" + err[-4000:]
     assert not k or all(kk == k for _, kk in plans), err[-4000:]
