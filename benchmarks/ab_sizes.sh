@@ -18,6 +18,7 @@ here=$(dirname "$0")
 source "$here/ab_lib.sh"
 variants=${SIZES_VARIANTS:-v77,v78,[kr]}
 cases=${SIZES_CASES:-f32:50257 f32:131072 bf16:100000 bf16:131072 bf16:262144}
+rows_shown='^\*\*|^\| (default|v[0-9]|registers|copy: 1)'  # the tables' rows each stage prints (every version's)
 
 stage_harness() { ab_nvcc_harness softmax_long_ab.cu /tmp/softmax_long_ab cpp/softmax_ladder.cu; }
 
@@ -30,7 +31,7 @@ stage_sizes() {
       AB_ELEMS_LOG2=$l AB_SPIN_US=$spin AB_VARIANTS=$variants timeout 150 /tmp/softmax_long_ab $cases \
         > "$out/sizes-$l-spin$spin.md" 2>&1
       echo "== 2^$l, spin $spin us: rc=$?"
-      grep -E "^\*\*|^\| (default|v7|registers|copy: 1)" "$out/sizes-$l-spin$spin.md" | cut -c1-110
+      grep -E "$rows_shown" "$out/sizes-$l-spin$spin.md" | cut -c1-110
     done
   done
 }
@@ -43,7 +44,7 @@ stage_trace() {
     AB_TRACE=1 AB_ELEMS_LOG2=$l AB_SPIN_US=50 AB_VARIANTS=$variants timeout 150 /tmp/softmax_long_ab_trace $cases \
       > "$out/trace-$l.md" 2>&1
     echo "== 2^$l, traced: rc=$?"
-    grep -E "^\*\*|^\| (default|v7|registers|copy: 1)|^\| variant \(traced" "$out/trace-$l.md" | cut -c1-160
+    grep -E "$rows_shown|^\| variant \(traced" "$out/trace-$l.md" | cut -c1-160
   done
 }
 

@@ -79,8 +79,8 @@ void trace_exits(const Kernels& ks, const std::vector<size_t>& timed, const T* x
                     v[9 * v.size() / 10] / 1e3);
       return std::string(buf);
     };
-    if (milestone(3) != "-") {
-      ramp += "| " + ks[i].name + " | " + milestone(0) + " | " + milestone(3) + " | " + milestone(7) + " | " +
+    if (const std::string landed = milestone(3); landed != "-") {
+      ramp += "| " + ks[i].name + " | " + milestone(0) + " | " + landed + " | " + milestone(7) + " | " +
               milestone(8) + " | " + milestone(4) + " | " + milestone(5) + " | " + milestone(6) + " |\n";
     }
     std::vector<double> ex;
