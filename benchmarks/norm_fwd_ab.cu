@@ -891,10 +891,18 @@ template <typename T, bool kRms>
 bool run_pairs(const char* title, const std::vector<int>& widths) {
   using Fn = bool (*)(const Bufs<T>&, const Out<T>&);
   const std::pair<Fn, const char*> multis[] = {
-      {multi_rows<T, kRms, 4, 2, 64>, "R = 2, NP = 4, 64 registers"}, {multi_rows<T, kRms, 4, 2, 56>, "R = 2, NP = 4, 56"},
-      {multi_rows<T, kRms, 3, 2, 64>, "R = 2, NP = 3, 64"},             {multi_rows<T, kRms, 3, 2, 56>, "R = 2, NP = 3, 56"},
-      {multi_rows<T, kRms, 6, 1, 64>, "NP = 6, 64"},                    {multi_rows<T, kRms, 2, 4, 64>, "R = 4, NP = 2, 64"},
-      {multi_rows<T, kRms, 2, 4, 56>, "R = 4, NP = 2, 56"}};
+      {multi_rows<T, kRms, 4, 2, 64>, "R = 2, NP = 4, 64 registers"},
+      {multi_rows<T, kRms, 4, 2, 56>, "R = 2, NP = 4, 56"},
+      {multi_rows<T, kRms, 3, 2, 64>, "R = 2, NP = 3, 64"},
+      {multi_rows<T, kRms, 3, 2, 56>, "R = 2, NP = 3, 56"},
+      {multi_rows<T, kRms, 6, 1, 64>, "NP = 6, 64"},
+      {multi_rows<T, kRms, 2, 4, 64>, "R = 4, NP = 2, 64"},
+      {multi_rows<T, kRms, 2, 4, 56>, "R = 4, NP = 2, 56"},
+      // The thirty-third session's question: three rows per block where ptxas fits them without a spill (LayerNorm,
+      // bf16): NP = 6 at 128 registers (256 threads at 12288: 2 blocks and 6 rows per SM, where v48's pick holds 4)
+      // and NP = 3 at 80 (at most 384 threads: C <= 9216). [r3]
+      {multi_rows<T, kRms, 6, 3, 128>, "R = 3, NP = 6, 128 [r3]"},
+      {multi_rows<T, kRms, 3, 3, 80>, "R = 3, NP = 3, 80 [r3]"}};
   constexpr int kMulti = sizeof(multis) / sizeof(multis[0]);
   std::printf("\n**%s: R rows per block, register bounds** (per sample: median (q1, q3) of v45's time over the "
               "variant's; %% of the 1-pack copy)\n\n| C | copy 1 GB/s | v45 GB/s (%%) | A/A | no parameters |", title);

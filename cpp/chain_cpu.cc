@@ -1,6 +1,5 @@
 // The fusion experiment's unfused pieces on the CPU: y = x * value, y = x + value, y = gelu(x); the bench's copy.
 #include <cstring>
-#include <vector>
 
 #include "bindings.h"
 #include "cpu_common.h"
@@ -20,7 +19,7 @@ ffi::Error map(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuff
     T* yp = static_cast<T*>(y->untyped_data());
     parallel_for(pool, n, kPieceElems, [&](int64_t i0, int64_t i1) {
       using R = row_t<T>;
-      std::vector<float> buf(row_buffer<T>(i1 - i0));  // f16 pieces as floats (cpu_common.h)
+      const RowScratch buf(kScratchA, row_buffer<T>(i1 - i0));  // f16 pieces as floats (cpu_common.h)
       const R* xr = in_row(xp + i0, i1 - i0, buf.data());
       R* yr = out_row(yp + i0, buf.data());
       for (int64_t i = 0; i < i1 - i0; ++i) yr[i] = from_float<R>(f(to_float(xr[i])));

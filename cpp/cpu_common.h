@@ -310,18 +310,72 @@ inline double sum_of(const float* v, int64_t n) {
   return sum_in_lanes(n, [v](int64_t i) { return v[i]; });
 }
 
-// The parameter row of row r, or where the parameter is absent a row of its number: element loops read a row
-// either way (no branch per element, which keeps them from vectorizing).
+// ---- Buffers a piece's rows work in -------------------------------------------------------------------------
+
+// Rows longer than a piece (one row per piece) take each thread's buffers, kept across pieces and calls: a row-sized
+// std::vector made (allocated and zeroed) per piece cost about a pass over the row there, and an absent parameter's
+// constant row was filled per piece too (the CPU handlers' v85, benchmarks/RESULTS.md). Shorter rows keep a buffer of
+// the piece's own, made once for its several rows, as before v85. Rows longer than kKeptFloats take their own too, so
+// that a thread keeps at most six buffers of 4 MB.
+inline constexpr size_t kKeptFloats = size_t{1} << 20;
+inline bool kept_row(size_t n) { return n > static_cast<size_t>(kPieceElems) && n <= kKeptFloats; }
+enum ScratchSlot : int { kScratchA, kScratchB, kScratchC, kScratchD, kScratchSlots };
+enum ConstSlot : int { kScaleRow, kBiasRow, kConstSlots };
+
+// n floats (contents undefined; n may be 0) from this thread's buffer `slot`, valid until the next RowScratch of that
+// slot on this thread.
+class RowScratch {
+ public:
+  RowScratch(ScratchSlot slot, size_t n) {
+    if (!kept_row(n)) {
+      own_.resize(n);
+      p_ = own_.data();
+      return;
+    }
+    thread_local std::vector<float> kept[kScratchSlots];
+    std::vector<float>& v = kept[slot];
+    if (v.size() < n) v.resize(n);
+    p_ = v.data();
+  }
+  float* data() const { return p_; }
+
+ private:
+  std::vector<float> own_;
+  float* p_ = nullptr;
+};
+
+// The parameter row of row r, or where the parameter is absent a row of its number (this thread's constant row
+// `slot`, filled again only when the number or a longer row asks): element loops read a row either way (no branch per
+// element, which keeps them from vectorizing).
 class ParamRows {
  public:
-  ParamRows(const ParamView& p, float value, int64_t cols)
-      : p_(p), cols_(cols), constant_(p.data ? 0 : static_cast<size_t>(cols), value) {}
-  const float* row(int64_t r) const { return p_.data ? p_.data + (r / p_.rows_per_group) * cols_ : constant_.data(); }
+  ParamRows(const ParamView& p, float value, int64_t cols, ConstSlot slot) : p_(p), cols_(cols) {
+    if (p.data) return;
+    const size_t n = static_cast<size_t>(cols);
+    if (!kept_row(n)) {
+      own_.assign(n, value);
+      constant_ = own_.data();
+      return;
+    }
+    struct Kept {
+      std::vector<float> row;
+      uint32_t bits = 0;
+    };
+    thread_local Kept kept[kConstSlots];
+    Kept& k = kept[slot];
+    if (k.row.size() < n || k.bits != float_bits(value)) {
+      k.row.assign(std::max(n, k.row.size()), value);
+      k.bits = float_bits(value);
+    }
+    constant_ = k.row.data();
+  }
+  const float* row(int64_t r) const { return p_.data ? p_.data + (r / p_.rows_per_group) * cols_ : constant_; }
 
  private:
   ParamView p_;
   int64_t cols_;
-  std::vector<float> constant_;
+  std::vector<float> own_;
+  const float* constant_ = nullptr;
 };
 
 }  // namespace jm::cpu

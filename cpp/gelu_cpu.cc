@@ -1,6 +1,5 @@
 // Fused scale -> bias -> GELU on the CPU: one pass over x; the backward's per-column parameter gradients summed
 // with dx in the same pass (cpu_grad_sums.h).
-#include <vector>
 
 #include "cpu_common.h"
 #include "cpu_grad_sums.h"
@@ -20,8 +19,8 @@ struct Affine {
 template <typename T>
 void gelu_fwd_rows(const T* x, T* y, Affine a, RowShape s, int64_t r0, int64_t r1) {
   using R = row_t<T>;
-  const ParamRows scale(a.scale, a.scale_value, s.cols), bias(a.bias, a.bias_value, s.cols);
-  std::vector<float> buf(row_buffer<T>(s.cols));  // f16 rows: x, then y, as floats (cpu_common.h)
+  const ParamRows scale(a.scale, a.scale_value, s.cols, kScaleRow), bias(a.bias, a.bias_value, s.cols, kBiasRow);
+  const RowScratch buf(kScratchA, row_buffer<T>(s.cols));  // f16 rows: x, then y, as floats (cpu_common.h)
   for (int64_t r = r0; r < r1; ++r) {
     const float* sc = scale.row(r);
     const float* bi = bias.row(r);
@@ -48,11 +47,12 @@ template <typename T>
 void gelu_bwd_block(const T* x, const T* dy, T* dx, Affine a, Runs ra, Runs rb, RowShape s, int64_t r0, int64_t r1,
                     int64_t c0, int64_t c1) {
   const int64_t w = c1 - c0;
-  const ParamRows scale(a.scale, a.scale_value, s.cols), bias(a.bias, a.bias_value, s.cols);
+  const ParamRows scale(a.scale, a.scale_value, s.cols, kScaleRow), bias(a.bias, a.bias_value, s.cols, kBiasRow);
   ColumnSums ds(ra, w), db(rb, w);
-  std::vector<float> grow(static_cast<size_t>(w));  // this row's dy * gelu'(u), for the sums' loops
+  const RowScratch grow(kScratchA, static_cast<size_t>(w));  // this row's dy * gelu'(u), for the sums' loops
   // f16 rows as floats (cpu_common.h): x, dy and dx (a buffer of its own: grad_row's pointers are restrict).
-  std::vector<float> xbuf(row_buffer<T>(w)), dybuf(row_buffer<T>(w)), dxbuf(row_buffer<T>(w));
+  const RowScratch xbuf(kScratchB, row_buffer<T>(w)), dybuf(kScratchC, row_buffer<T>(w)),
+      dxbuf(kScratchD, row_buffer<T>(w));
   for (int64_t r = r0; r < r1; ++r) {
     const float* sc = scale.row(r) + c0;
     const float* bi = bias.row(r) + c0;

@@ -2,7 +2,6 @@
 // into double: sum_in_lanes), one template for both norms (kRms drops the mean and the bias). x (and dx) of type T,
 // y (and dy) of type Ty, which the ops' `dtype` may make another (a bfloat16 x normalized into float32).
 #include <cmath>
-#include <vector>
 
 #include "cpu_common.h"
 #include "cpu_grad_sums.h"
@@ -20,22 +19,38 @@ float row_pivot(const T* xr, int64_t cols) {
   return kRms || cols == 0 ? 0.0f : to_float(xr[0]);
 }
 
-// Rows [r0, r1). The loops vectorize: the row's d = x - pivot kept as floats, the sums in lanes (sum_in_lanes),
-// absent parameters as rows of 1 and 0 (ParamRows).
+// Rows [r0, r1). The loops vectorize: d = x - pivot, the sums in lanes (sum_in_lanes), absent parameters as rows of 1
+// and 0 (ParamRows). d is made from x in each pass: a row of floats written and read back cost RMSNorm up to 1.8x at
+// long rows (v85). bf16 LayerNorm's three passes keep it as floats, read in the loops as kept[c] (made from x in each
+// pass, its conversions cost 1.05-1.5x where the row stays in cache; read through the lambda d, 5% at C = 1024).
+// f16 x (or y) passes through floats in the buffer: x's, then y's in place.
 template <typename T, typename Ty, bool kRms>
 void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, Ty* y, float* mean, float* rstd,
                    float epsilon, RowShape s, int64_t r0, int64_t r1) {
   using R = row_t<T>;
   using Ry = row_t<Ty>;
-  const ParamRows scales(scale, 1.0f, s.cols), biases(bias, 0.0f, s.cols);
-  std::vector<float> d(static_cast<size_t>(s.cols));
+  constexpr bool kKeepD = !kRms && std::is_same_v<T, bf16>;
+  const ParamRows scales(scale, 1.0f, s.cols, kScaleRow), biases(bias, 0.0f, s.cols, kBiasRow);
+  const RowScratch buf(kScratchA, kKeepD ? static_cast<size_t>(s.cols)
+                                         : std::max(row_buffer<T>(s.cols), row_buffer<Ty>(s.cols)));
+  float* const kept = buf.data();
   for (int64_t r = r0; r < r1; ++r) {
-    const R* xr = in_row(x + r * s.cols, s.cols, d.data());  // f16 rows: into d (rows as floats)
+    const R* xr = in_row(x + r * s.cols, s.cols, kept);
     const float pivot = row_pivot<T, kRms>(x + r * s.cols, s.cols);
-    for (int64_t c = 0; c < s.cols; ++c) d[c] = to_float(xr[c]) - pivot;
-    const float m = kRms ? 0.0f : static_cast<float>(sum_of(d.data(), s.cols) / double(s.cols));
+    if constexpr (kKeepD) {
+      for (int64_t c = 0; c < s.cols; ++c) kept[c] = to_float(xr[c]) - pivot;
+    }
+    const auto d = [xr, kept, pivot](int64_t c) {
+      if constexpr (kKeepD) {
+        return kept[c];
+      } else {
+        return to_float(xr[c]) - pivot;
+      }
+    };
+    const double sum_d = kRms ? 0.0 : kKeepD ? sum_of(kept, s.cols) : sum_in_lanes(s.cols, d);
+    const float m = kRms ? 0.0f : static_cast<float>(sum_d / double(s.cols));
     const double ss = sum_in_lanes(s.cols, [&](int64_t c) {
-      const float e = d[c] - m;  // about m as rounded: the mean the kernels save and subtract
+      const float e = (kKeepD ? kept[c] : d(c)) - m;  // about m as rounded: the mean the kernels save and subtract
       return e * e;
     });
     const float rs = static_cast<float>(1.0 / std::sqrt(ss / double(s.cols) + double(epsilon)));
@@ -43,9 +58,13 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, Ty* y, float* me
     rstd[r] = rs;
     const float* sc = scales.row(r);
     const float* bi = biases.row(r);
-    Ry* yr = out_row(y + r * s.cols, d.data());  // f16 rows: d, converted by finish_row
-    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<Ry>((d[c] - m) * rs * sc[c] + bi[c]);
-    finish_row(d.data(), y + r * s.cols, s.cols);
+    Ry* yr = out_row(y + r * s.cols, kept);  // f16 y: the buffer, converted by finish_row
+    if constexpr (kRms) {
+      for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<Ry>(d(c) * rs * sc[c]);
+    } else {
+      for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<Ry>(((kKeepD ? kept[c] : d(c)) - m) * rs * sc[c] + bi[c]);
+    }
+    finish_row(kept, y + r * s.cols, s.cols);
   }
 }
 
@@ -56,16 +75,18 @@ template <typename T, typename Ty, bool kRms>
 void norm_bwd_rows(const T* x, ParamView scale, const float* mean, const float* rstd, const Ty* dy, T* dx, Runs ra,
                    Runs rb, RowShape s, int64_t r0, int64_t r1) {
   using R = row_t<T>;
-  const ParamRows scales(scale, 1.0f, s.cols);
+  const ParamRows scales(scale, 1.0f, s.cols, kScaleRow);
   ColumnSums ds(ra, s.cols), db(rb, s.cols);
-  std::vector<float> xhat(static_cast<size_t>(s.cols)), g(static_cast<size_t>(s.cols));
-  std::vector<float> dybuf(ds.wanted() || db.wanted() ? row_buffer<Ty>(s.cols) : 0);  // f16 dy kept beside g
+  const size_t n = static_cast<size_t>(s.cols), dy_kept = ds.wanted() || db.wanted() ? row_buffer<Ty>(s.cols) : 0;
+  const RowScratch xhat_buf(kScratchA, n), g_buf(kScratchB, n), dy_buf(kScratchC, dy_kept);  // f16 dy kept beside g
+  float* const xhat = xhat_buf.data();
+  float* const g = g_buf.data();
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * s.cols;
     const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
     const float* sc = scales.row(r);
-    const R* xr = in_row(x + o, s.cols, xhat.data());  // f16 rows: into xhat and g or dybuf (rows as floats)
-    const row_t<Ty>* dyr = in_row(dy + o, s.cols, dybuf.empty() ? g.data() : dybuf.data());
+    const R* xr = in_row(x + o, s.cols, xhat);  // f16 rows: into xhat and g or dy_buf (rows as floats)
+    const row_t<Ty>* dyr = in_row(dy + o, s.cols, dy_kept == 0 ? g : dy_buf.data());
     for (int64_t c = 0; c < s.cols; ++c) {
       xhat[c] = (to_float(xr[c]) - pivot - m) * rs;
       g[c] = to_float(dyr[c]) * sc[c];
@@ -81,11 +102,11 @@ void norm_bwd_rows(const T* x, ParamView scale, const float* mean, const float* 
     ds.end_row(r);
     db.end_row(r);
     const double sum_gx = sum_in_lanes(s.cols, [&](int64_t c) { return g[c] * xhat[c]; });
-    const float mg = kRms ? 0.0f : static_cast<float>(sum_of(g.data(), s.cols) / double(s.cols));
+    const float mg = kRms ? 0.0f : static_cast<float>(sum_of(g, s.cols) / double(s.cols));
     const float mgx = static_cast<float>(sum_gx / double(s.cols));
-    R* dxr = out_row(dx + o, g.data());
+    R* dxr = out_row(dx + o, g);
     for (int64_t c = 0; c < s.cols; ++c) dxr[c] = from_float<R>(rs * (g[c] - mg - xhat[c] * mgx));
-    finish_row(g.data(), dx + o, s.cols);
+    finish_row(g, dx + o, s.cols);
   }
 }
 
@@ -96,7 +117,7 @@ void norm_bwd_param_cols(const T* x, const float* mean, const float* rstd, const
                          GradView dbias, RowShape s, int64_t c0, int64_t c1) {
   const int64_t w = c1 - c0;
   ColumnSums ds(Runs::groups(dscale, s, c0), w), db(Runs::groups(dbias, s, c0), w);
-  std::vector<float> xbuf(ds.wanted() ? row_buffer<T>(w) : 0), dybuf(row_buffer<Ty>(w));  // f16 rows as floats
+  const RowScratch xbuf(kScratchA, ds.wanted() ? row_buffer<T>(w) : 0), dybuf(kScratchB, row_buffer<Ty>(w));
   for (int64_t r = 0; r < s.rows; ++r) {
     const int64_t o = r * s.cols;
     const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <limits>
 #include <string>
-#include <vector>
 
 #include "cpu_common.h"
 #include "bindings.h"
@@ -18,24 +17,25 @@ namespace {
 template <typename T>
 void softmax_rows(const T* x, T* y, RowShape s, int64_t r0, int64_t r1) {
   using R = row_t<T>;
-  std::vector<float> row(static_cast<size_t>(s.cols));
+  const RowScratch row_buf(kScratchA, static_cast<size_t>(s.cols));
+  float* const row = row_buf.data();
   for (int64_t r = r0; r < r1; ++r) {
-    const float* xr = floats_of(x + r * s.cols, s.cols, row.data());
+    const float* xr = floats_of(x + r * s.cols, s.cols, row);
     bool nan = false;
     float m = max_of(xr, s.cols, &nan);
     if (nan) m = std::numeric_limits<float>::quiet_NaN();  // a NaN poisons its own row only
     for (int64_t c = 0; c < s.cols; ++c) row[c] = host::exp_nonpositive(xr[c] - m);  // vectorized
-    const float inv = static_cast<float>(1.0 / sum_of(row.data(), s.cols));
-    R* yr = out_row(y + r * s.cols, row.data());
+    const float inv = static_cast<float>(1.0 / sum_of(row, s.cols));
+    R* yr = out_row(y + r * s.cols, row);
     for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<R>(row[c] * inv);
-    finish_row(row.data(), y + r * s.cols, s.cols);
+    finish_row(row, y + r * s.cols, s.cols);
   }
 }
 
 template <typename T>
 void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s, int64_t r0, int64_t r1) {
   using R = row_t<T>;
-  std::vector<float> ybuf(row_buffer<T>(s.cols)), dybuf(row_buffer<T>(s.cols));
+  const RowScratch ybuf(kScratchA, row_buffer<T>(s.cols)), dybuf(kScratchB, row_buffer<T>(s.cols));
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * s.cols;
     const R* yr = in_row(y + o, s.cols, ybuf.data());
