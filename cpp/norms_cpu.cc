@@ -40,13 +40,7 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, Ty* y, float* me
     if constexpr (kKeepD) {
       for (int64_t c = 0; c < s.cols; ++c) kept[c] = to_float(xr[c]) - pivot;
     }
-    const auto d = [xr, kept, pivot](int64_t c) {
-      if constexpr (kKeepD) {
-        return kept[c];
-      } else {
-        return to_float(xr[c]) - pivot;
-      }
-    };
+    const auto d = [xr, pivot](int64_t c) { return to_float(xr[c]) - pivot; };  // (kKeepD reads kept[c] instead)
     const double sum_d = kRms ? 0.0 : kKeepD ? sum_of(kept, s.cols) : sum_in_lanes(s.cols, d);
     const float m = kRms ? 0.0f : static_cast<float>(sum_d / double(s.cols));
     const double ss = sum_in_lanes(s.cols, [&](int64_t c) {
