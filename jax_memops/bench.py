@@ -7,7 +7,7 @@ copy of as many bytes as x holds (read + write: the bandwidth ceiling measured i
 and the device's own copy of them (memcpy_of: a check that XLA's copy is not a weak ceiling).
 
 Timing: warm-up calls (compilation excluded), then the median over `reps` repetitions of the mean time of
-`iters` back-to-back calls closed by one block_until_ready. Device work is queued asynchronously, so this
+`iters` back-to-back calls closed by one block_until_ready (on a CPU, by default, as many calls as take 10 ms). Device work is queued asynchronously, so this
 is device throughput as long as one call outlasts its dispatch (tens of microseconds): true for the
 default GPU tensors (2^26 elements, 4x larger than the H200's L2 even in bf16, so no buffer rotation is
 needed). It needs no profiler, works on any backend and counts what a user's jitted loop pays, launch
@@ -245,29 +245,47 @@ def _rel_diff(u, v):
     return jnp.max(jnp.abs(u - v)) / jnp.maximum(jnp.max(jnp.abs(v)), 1e-30), finite
 
 
-def time_interleaved(calls: list[Callable[[], object]], iters: int, reps: int, timing: str = "wall") -> list[float]:
+AUTO_REP_MS = 10.0  # with iters=None each timing lasts at least this long (capped at MAX_AUTO_ITERS calls)
+MAX_AUTO_ITERS = 1000
+
+
+def auto_iters(call: Callable[[], object]) -> int:
+    """Back-to-back calls of `call` (warm) that take about AUTO_REP_MS: enough that a timing of small tensors
+    is not one scheduler tick (on a CPU, 3 calls of ~0.1 ms read anywhere from 0.6x to 1.4x their median)."""
+    t0 = time.perf_counter()
+    for _ in range(3):
+        r = call()
+    jax.block_until_ready(r)
+    per_call_ms = (time.perf_counter() - t0) * 1e3 / 3
+    return int(min(MAX_AUTO_ITERS, max(1, -(-AUTO_REP_MS // max(per_call_ms, 1e-6)))))
+
+
+def time_interleaved(calls: list[Callable[[], object]], iters: int | None, reps: int,
+                     timing: str = "wall") -> list[float]:
     """Median ms per call of each zero-argument call, measured in alternation so drifts hit all alike; by the
     wall clock, or with timing="device" the device's busy time per call from a profiler trace
-    (_device_timing.py: without what each call costs beyond its kernels)."""
+    (_device_timing.py: without what each call costs beyond its kernels). Each timing is the mean of `iters`
+    back-to-back calls; iters=None picks, per call, as many as take AUTO_REP_MS."""
     if timing not in TIMINGS:
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     for f in calls:  # compile and warm up
         jax.block_until_ready(f())
         jax.block_until_ready(f())
+    counts = [auto_iters(f) if iters is None else iters for f in calls]
     if timing == "device":
-        return device_times(calls, iters, reps)
+        return device_times(calls, max(counts), reps)
     samples = [[] for _ in calls]
     for _ in range(reps):
-        for f, out in zip(calls, samples):
+        for f, n, out in zip(calls, counts, samples):
             t0 = time.perf_counter()
-            for _ in range(iters):
+            for _ in range(n):
                 r = f()
             jax.block_until_ready(r)
-            out.append((time.perf_counter() - t0) * 1e3 / iters)
+            out.append((time.perf_counter() - t0) * 1e3 / n)
     return [statistics.median(s) for s in samples]
 
 
-def run_case(case: Case, key, iters: int, reps: int, timing: str = "wall") -> Result:
+def run_case(case: Case, key, iters: int | None, reps: int, timing: str = "wall") -> Result:
     ours, xla, args = build(case, key)
     diff = max_rel_diff(ours(*args), xla(*args))
     if not diff <= case.tolerance:
@@ -310,7 +328,7 @@ FUSION_SCALE, FUSION_BIAS = 1.5, 0.25
 FUSION_ELEMENTS = (1 << 25, 1 << 28)  # the seeds' n, and one far past any cache
 
 
-def fusion_case(n: int, dtype: str, key, iters: int, reps: int, timing: str = "wall") -> dict:
+def fusion_case(n: int, dtype: str, key, iters: int | None, reps: int, timing: str = "wall") -> dict:
     """gelu(x * 1.5 + 0.25) four ways: our fused kernel, our three kernels (three custom calls), XLA's
     fused jit, and XLA as three separately jitted calls; with the copy of x as the ceiling."""
     from . import unfused

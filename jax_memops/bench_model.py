@@ -66,7 +66,7 @@ def block(params: dict, x, cfg: BlockConfig, ops: str):
     return x + y @ params["w_proj"]
 
 
-def _fwd_bwd_vs_xla(forward, params, x, cfg, label: str, iters: int, reps: int, timing: str = "wall") -> dict:
+def _fwd_bwd_vs_xla(forward, params, x, cfg, label: str, iters: int | None, reps: int, timing: str = "wall") -> dict:
     """Jitted value_and_grad of mean(forward(params, x, ops)^2) for ops "jm" and "xla": checked against each
     other (bf16 activations through a whole block: 5e-2), then timed interleaved."""
     def step(ops):
@@ -83,7 +83,7 @@ def _fwd_bwd_vs_xla(forward, params, x, cfg, label: str, iters: int, reps: int, 
             "xla_ms": xla_ms, "speedup": xla_ms / ours_ms}
 
 
-def run(cfg: BlockConfig, key, iters: int, reps: int, timing: str = "wall") -> dict:
+def run(cfg: BlockConfig, key, iters: int | None, reps: int, timing: str = "wall") -> dict:
     params = init_params(cfg, key)
     x = jax.random.normal(jax.random.fold_in(key, 1), (cfg.batch, cfg.seq, cfg.width)).astype(jnp.bfloat16)
     return _fwd_bwd_vs_xla(lambda p, x, ops: block(p, x, cfg, ops), params, x, cfg, "transformer block",
@@ -113,7 +113,7 @@ def mlp(params: dict, x, ops: str):
     return h @ params["w_proj"]
 
 
-def run_mlp(cfg: MlpConfig, key, iters: int, reps: int, timing: str = "wall") -> dict:
+def run_mlp(cfg: MlpConfig, key, iters: int | None, reps: int, timing: str = "wall") -> dict:
     """Forward + backward (grads of params and x) of the MLP block, jm vs XLA, same bf16 numerics."""
     d, bf16 = cfg.width, jnp.bfloat16
     k = jax.random.split(key, 4)

@@ -76,12 +76,13 @@ def cmd_bench(args) -> int:
     sweep, ladder = _cases(args, gpu)
     sweep = sweep if "sweep" in parts else []
     ladder = ladder if "ladder" in parts else []
-    iters, reps = (args.iters or (20 if gpu else 3)), (args.reps or (7 if gpu else 3))
+    # a GPU's default tensors take 35-150 us a call; a CPU's small ones ~0.1 ms, where few calls are noise
+    iters, reps = (args.iters or (20 if gpu else None)), (args.reps or (7 if gpu else 5))
     os.makedirs(args.out, exist_ok=True)
     env = bench_report.environment(args.timing)
     print(f"jax-memops bench on {env['device']} (jax {env['jax']}): {len(sweep)} sweep cases, "
           f"{len(ladder)} ladder cases{', a transformer block' if 'model' in parts else ''}; "
-          f"median of {reps} x {iters} calls, {args.timing} timing", flush=True)
+          f"median of {reps} x {iters or 'auto (10 ms)'} calls, {args.timing} timing", flush=True)
     fusion_sizes = [(n, dt) for n in (bench.FUSION_ELEMENTS if gpu and not args.quick else (1 << 16,))
                     for dt in args.dtypes] if "fusion" in parts else []
     mlp_configs = ((bench_model.QUICK_MLP_CONFIGS if args.quick or not gpu else bench_model.MLP_CONFIGS)
@@ -159,8 +160,10 @@ def main(argv=None) -> int:
                    help="only the seed's softmax story: every algorithm vs XLA and the copy")
     p.add_argument("--fusion", action="store_true",
                    help="only the fusion experiment: fused scale-bias-GELU vs three kernels vs XLA")
-    p.add_argument("--iters", type=int, help="back-to-back calls per timing (default 20 GPU, 3 CPU)")
-    p.add_argument("--reps", type=int, help="timings per function, the median is kept (default 7 GPU, 3 CPU)")
+    p.add_argument("--iters", type=int,
+                   help="back-to-back calls per timing (default 20 on a GPU; elsewhere, per function, as many as "
+                        "take 10 ms)")
+    p.add_argument("--reps", type=int, help="timings per function, the median is kept (default 7 GPU, 5 CPU)")
     p.add_argument("--timing", choices=bench.TIMINGS, default="wall",
                    help="wall: wall clock over back-to-back jitted calls, what a user's loop pays (default); "
                         "device: the device's busy time per call from a profiler trace, without each call's "

@@ -47,6 +47,19 @@ def test_time_interleaved_rejects_an_unknown_timing():
         bench.time_interleaved([lambda: jnp.ones(2)], 1, 1, "cycles")
 
 
+def test_auto_iters_fill_the_timing_window(monkeypatch):
+    """iters=None: as many calls as take AUTO_REP_MS, at least one, at most MAX_AUTO_ITERS."""
+    monkeypatch.setattr(bench, "AUTO_REP_MS", 10.0)
+    slow = bench.auto_iters(lambda: time.sleep(0.002))  # >= 2 ms a call: at most 5 fill 10 ms
+    assert 1 <= slow <= 5
+    assert bench.auto_iters(lambda: time.sleep(0.02)) == 1
+    assert bench.auto_iters(lambda: None) == bench.MAX_AUTO_ITERS  # ~no time a call: the cap
+    counted = []
+    (ms,) = bench.time_interleaved([lambda: counted.append(time.sleep(0.002))], None, 2)
+    # 2 warm-up calls, 3 to probe, then 2 timings of 2-5 calls each (>= 2 ms a call, well under 5 ms)
+    assert ms >= 2.0 and 2 + 3 + 2 * 2 <= len(counted) <= 2 + 3 + 2 * 5
+
+
 def test_no_device_work_is_an_error(monkeypatch):
     monkeypatch.setattr(dt, "device_intervals", lambda planes: [])
     with pytest.raises(RuntimeError, match="no device work"):
