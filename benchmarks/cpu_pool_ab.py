@@ -1,0 +1,72 @@
+"""The CPU handlers' parallel work at 2^15..2^20 elements (1 to 32 pieces of kPieceElems), two cores or one: each
+op's jitted forward timed alone, then alternating with XLA's jnp formulation (whose pool threads then run between our
+calls), medians of `bench.time_interleaved` (calls filling 10 ms, 9 timings).
+
+Two versions of the library, each installed with `pip install --target DIR`, run alternately with PYTHONPATH=DIR:
+
+    for r in 1 2 3; do for v in old new; do
+        PYTHONPATH=/tmp/$v python3 benchmarks/cpu_pool_ab.py > out/${v}_$r.txt            # both cores
+        PYTHONPATH=/tmp/$v taskset -c 0 python3 benchmarks/cpu_pool_ab.py > out/${v}_1core_$r.txt
+    done; done
+    python3 benchmarks/cpu_pool_ab.py --old out/old_[0-9].txt --new out/new_[0-9].txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+
+_LINE = re.compile(r"(\S+ 2\^\d+) alone (\S+) interleaved (\S+) xla (\S+)")
+
+
+def measure() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    import jax_memops as jm
+    from jax_memops import bench
+
+    ours = {"gelu": lambda x: jm.scale_bias_gelu(x, 1.5, 0.25), "softmax": jm.softmax, "rms": jm.rms_norm}
+    xla = {"gelu": lambda x: jax.nn.gelu(x * jnp.asarray(1.5, x.dtype) + jnp.asarray(0.25, x.dtype)),
+           "softmax": jax.nn.softmax,
+           "rms": lambda x: x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6)}
+    for op in ours:
+        for lg in (15, 16, 17, 18, 20):
+            x = (2 * jax.random.normal(jax.random.key(1), ((1 << lg) // 1000, 1000))).astype(jnp.float32)
+            fo, fx = jax.jit(ours[op]), jax.jit(xla[op])
+            (alone,) = bench.time_interleaved([lambda: fo(x)], None, 9)
+            mixed, theirs = bench.time_interleaved([lambda: fo(x), lambda: fx(x)], None, 9)
+            print(f"{op} 2^{lg} alone {alone * 1e3:.1f} interleaved {mixed * 1e3:.1f} xla {theirs * 1e3:.1f}",
+                  flush=True)
+
+
+def load(paths: list[str]) -> dict[str, list[tuple[float, ...]]]:
+    out: dict[str, list[tuple[float, ...]]] = {}
+    for p in paths:
+        for line in open(p):
+            m = _LINE.match(line)
+            if m:
+                out.setdefault(m.group(1), []).append(tuple(float(v) for v in m.groups()[1:]))
+    return out
+
+
+def compare(old: list[str], new: list[str]) -> None:
+    a, b = load(old), load(new)
+    print("| case | alone: old / new µs | × | with XLA: old / new µs | × | XLA over new |")
+    print("|---|---|---|---|---|---|")
+    for k in a:
+        ao, an = (statistics.median(r[0] for r in d[k]) for d in (a, b))
+        io, i_n = (statistics.median(r[1] for r in d[k]) for d in (a, b))
+        xn = statistics.median(r[2] / r[1] for r in b[k])
+        print(f"| {k} | {ao:.1f} / {an:.1f} | {ao / an:.2f} | {io:.1f} / {i_n:.1f} | {io / i_n:.2f} | {xn:.2f} |")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--old", nargs="+", metavar="FILE", help="outputs of the version before")
+    p.add_argument("--new", nargs="+", metavar="FILE", help="outputs of the version after")
+    args = p.parse_args()
+    if bool(args.old) != bool(args.new):
+        p.error("--old and --new go together")
+    compare(args.old, args.new) if args.old else measure()
