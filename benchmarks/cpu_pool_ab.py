@@ -9,6 +9,9 @@ Two versions of the library, each installed with `pip install --target DIR`, run
         PYTHONPATH=/tmp/$v taskset -c 0 python3 benchmarks/cpu_pool_ab.py > out/${v}_1core_$r.txt
     done; done
     python3 benchmarks/cpu_pool_ab.py --old out/old_[0-9].txt --new out/new_[0-9].txt
+
+`--steps` times instead the bench's f32 cases at 64 x 1000 (two pieces), forward, backward and training step, ours
+and XLA's alternating; its lines read `op  fwd OURS/XLA  bwd OURS/XLA  fwd+bwd OURS/XLA` (µs).
 """
 
 from __future__ import annotations
@@ -41,6 +44,20 @@ def measure() -> None:
                   flush=True)
 
 
+def measure_steps() -> None:
+    import jax
+
+    from jax_memops import bench
+
+    for op in ("rms_norm", "layer_norm", "gelu", "softmax"):
+        cells = []
+        for d in ("fwd", "bwd", "fwd+bwd"):
+            ours, xla, args = bench.build(bench.Case(op, d, "float32", (64, 1000)), jax.random.key(0))
+            t_ours, t_xla = bench.time_interleaved([lambda: ours(*args), lambda: xla(*args)], None, 9)
+            cells.append(f"{d} {t_ours * 1e3:.1f}/{t_xla * 1e3:.1f}")
+        print(op, "  ".join(cells), flush=True)
+
+
 def load(paths: list[str]) -> dict[str, list[tuple[float, ...]]]:
     out: dict[str, list[tuple[float, ...]]] = {}
     for p in paths:
@@ -64,9 +81,10 @@ def compare(old: list[str], new: list[str]) -> None:
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", action="store_true", help="the bench's cases at 64 x 1000 instead")
     p.add_argument("--old", nargs="+", metavar="FILE", help="outputs of the version before")
     p.add_argument("--new", nargs="+", metavar="FILE", help="outputs of the version after")
     args = p.parse_args()
     if bool(args.old) != bool(args.new):
         p.error("--old and --new go together")
-    compare(args.old, args.new) if args.old else measure()
+    compare(args.old, args.new) if args.old else measure_steps() if args.steps else measure()

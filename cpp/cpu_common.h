@@ -71,7 +71,8 @@ inline int usable_cpus() {
 template <class F>
 void parallel_for(ffi::ThreadPool& pool, int64_t n, int64_t grain, const F& fn) {
   const int64_t pieces = n <= 0 ? 0 : (n + grain - 1) / grain;
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), pieces - 1);
+  // On one CPU (taskset, a cpuset) helpers only take turns with the caller: the pieces run in it alone.
+  const int64_t helpers = usable_cpus() > 1 ? std::min<int64_t>(pool.num_threads(), pieces - 1) : 0;
   if (helpers <= 0) {
     if (n > 0) fn(int64_t{0}, n);
     return;
@@ -96,7 +97,7 @@ void parallel_for(ffi::ThreadPool& pool, int64_t n, int64_t grain, const F& fn) 
   work();
   const auto finished = [&] { return st->done.load() == pieces; };
   const auto t0 = std::chrono::steady_clock::now();
-  for (int spins = 1; usable_cpus() > 1 && !finished(); ++spins) {  // alone on one CPU, spinning would hold the helper
+  for (int spins = 1; !finished(); ++spins) {
     cpu_relax();
     if (spins % 64 == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::nanoseconds(kSpinNs)) break;
   }
