@@ -7,13 +7,14 @@ copy of as many bytes as x holds (read + write: the bandwidth ceiling measured i
 and the device's own copy of them (memcpy_of: a check that XLA's copy is not a weak ceiling).
 
 Timing: warm-up calls (compilation excluded), then the median over `reps` repetitions of the mean time of
-`iters` back-to-back calls closed by one block_until_ready (on a CPU, by default, as many calls as take 10 ms). Device work is queued asynchronously, so this
-is device throughput as long as one call outlasts its dispatch (tens of microseconds): true for the
-default GPU tensors (2^26 elements, 4x larger than the H200's L2 even in bf16, so no buffer rotation is
-needed). It needs no profiler, works on any backend and counts what a user's jitted loop pays, launch
-gaps included. With timing="device" (`--timing device`) the same calls run inside a profiler
-trace and each is charged the device's busy time alone (_device_timing.py): on the H200 a jitted call costs
-~10-19 us beyond its kernels, on both sides, which the wall clock adds to kernels of ~35-150 us.
+`iters` back-to-back calls closed by one block_until_ready (on a CPU, by default, as many calls as take
+10 ms). Device work is queued asynchronously, so this is device throughput as long as one call outlasts its
+dispatch (tens of microseconds): true for the default GPU tensors (2^26 elements, 4x larger than the H200's L2
+even in bf16, so no buffer rotation is needed). It needs no profiler, works on any backend and counts what a
+user's jitted loop pays, launch gaps included. With timing="device" (`--timing device`) the same calls run
+inside a profiler trace and each is charged the device's busy time alone (_device_timing.py): on the H200 a
+jitted call costs ~10-19 us beyond its kernels, on both sides, which the wall clock adds to kernels of
+~35-150 us.
 """
 
 from __future__ import annotations
@@ -251,7 +252,8 @@ MAX_AUTO_ITERS = 1000
 
 def auto_iters(call: Callable[[], object]) -> int:
     """Back-to-back calls of `call` (warm) that take about AUTO_REP_MS: enough that a timing of small tensors
-    is not one scheduler tick (on a CPU, 3 calls of ~0.1 ms read anywhere from 0.6x to 1.4x their median)."""
+    is not one scheduler tick (on a CPU, two `--quick` runs timing 3 calls of ~0.1 ms 3 times differed by a
+    median 16% per case; with 10 ms timings, 6%)."""
     t0 = time.perf_counter()
     for _ in range(3):
         r = call()

@@ -66,7 +66,8 @@ def block(params: dict, x, cfg: BlockConfig, ops: str):
     return x + y @ params["w_proj"]
 
 
-def _fwd_bwd_vs_xla(forward, params, x, cfg, label: str, iters: int | None, reps: int, timing: str = "wall") -> dict:
+def _fwd_bwd_vs_xla(forward, params, x, cfg, label: str, iters: int | None, reps: int,
+                    timing: str = "wall") -> dict:
     """Jitted value_and_grad of mean(forward(params, x, ops)^2) for ops "jm" and "xla": checked against each
     other (bf16 activations through a whole block: 5e-2), then timed interleaved."""
     def step(ops):
