@@ -19,6 +19,7 @@ jitted call costs ~10-19 us beyond its kernels, on both sides, which the wall cl
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -259,7 +260,7 @@ def auto_iters(call: Callable[[], object]) -> int:
         r = call()
     jax.block_until_ready(r)
     per_call_ms = (time.perf_counter() - t0) * 1e3 / 3
-    return int(min(MAX_AUTO_ITERS, max(1, -(-AUTO_REP_MS // max(per_call_ms, 1e-6)))))
+    return min(MAX_AUTO_ITERS, max(1, math.ceil(AUTO_REP_MS / max(per_call_ms, 1e-6))))
 
 
 def time_interleaved(calls: list[Callable[[], object]], iters: int | None, reps: int,
