@@ -1,6 +1,6 @@
 """The CPU handlers' parallel work at 2^15..2^20 elements (1 to 32 pieces of kPieceElems), two cores or one: each
-op's jitted forward timed alone, then alternating with XLA's jnp formulation (whose pool threads then run between our
-calls), medians of `bench.time_interleaved` (calls filling 10 ms, 9 timings).
+op's jitted forward timed alone, then alternating with XLA's formulation from `jax_memops.reference` (whose pool
+threads then run between our calls), medians of `bench.time_interleaved` (calls filling 10 ms, 9 timings).
 
 Two versions of the library, each installed with `pip install --target DIR`, run alternately with PYTHONPATH=DIR:
 
@@ -28,12 +28,11 @@ def measure() -> None:
     import jax.numpy as jnp
 
     import jax_memops as jm
-    from jax_memops import bench
+    from jax_memops import bench, reference
 
     ours = {"gelu": lambda x: jm.scale_bias_gelu(x, 1.5, 0.25), "softmax": jm.softmax, "rms": jm.rms_norm}
-    xla = {"gelu": lambda x: jax.nn.gelu(x * jnp.asarray(1.5, x.dtype) + jnp.asarray(0.25, x.dtype)),
-           "softmax": jax.nn.softmax,
-           "rms": lambda x: x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6)}
+    xla = {"gelu": lambda x: reference.scale_bias_gelu(x, 1.5, 0.25), "softmax": reference.softmax,
+           "rms": reference.rms_norm}
     for op in ours:
         for lg in (15, 16, 17, 18, 20):
             x = (2 * jax.random.normal(jax.random.key(1), ((1 << lg) // 1000, 1000))).astype(jnp.float32)
