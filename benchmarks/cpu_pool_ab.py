@@ -10,6 +10,10 @@ Two versions of the library, each installed with `pip install --target DIR`, run
     done; done
     python3 benchmarks/cpu_pool_ab.py --old out/old_[0-9].txt --new out/new_[0-9].txt
 
+`--gap US` times instead each call alone after US µs of busy waiting (XLA's pool threads sleep after ~20-30 µs
+without work, so a gap of 50 finds them asleep, 0 spinning): each op and size's median of 5 means of >= 20 calls;
+its lines read `gapUS op  T(2^15) ... T(2^20)` (µs).
+
 `--steps` times instead the bench's f32 cases at 64 x 1000 (two pieces), forward, backward and training step, ours
 and XLA's alternating; its lines read `op  fwd OURS/XLA  bwd OURS/XLA  fwd+bwd OURS/XLA` (µs).
 """
@@ -41,6 +45,38 @@ def measure() -> None:
             mixed, theirs = bench.time_interleaved([lambda: fo(x), lambda: fx(x)], None, 9)
             print(f"{op} 2^{lg} alone {alone * 1e3:.1f} interleaved {mixed * 1e3:.1f} xla {theirs * 1e3:.1f}",
                   flush=True)
+
+
+def measure_gap(gap_us: float) -> None:
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    import jax_memops as jm
+
+    ops = {"gelu": lambda x: jm.scale_bias_gelu(x, 1.5, 0.25), "softmax": jm.softmax, "rms": jm.rms_norm,
+           "ln": jm.layer_norm}
+    for op, f in ops.items():
+        row = []
+        for lg in (15, 16, 17, 18, 19, 20):
+            x = (2 * jax.random.normal(jax.random.key(1), ((1 << lg) // 1000, 1000))).astype(jnp.float32)
+            fj = jax.jit(f)
+            for _ in range(50):
+                jax.block_until_ready(fj(x))
+            means = []
+            for _ in range(5):
+                total, calls = 0.0, max(20, 2000 >> max(0, lg - 15))
+                for _ in range(calls):
+                    t0 = time.perf_counter()
+                    while time.perf_counter() - t0 < gap_us * 1e-6:
+                        pass
+                    t1 = time.perf_counter()
+                    jax.block_until_ready(fj(x))
+                    total += time.perf_counter() - t1
+                means.append(total / calls * 1e6)
+            row.append(f"{statistics.median(means):.1f}")
+        print(f"gap{gap_us:g}", op, " ".join(row), flush=True)
 
 
 def measure_steps() -> None:
@@ -81,9 +117,15 @@ def compare(old: list[str], new: list[str]) -> None:
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", action="store_true", help="the bench's cases at 64 x 1000 instead")
+    p.add_argument("--gap", type=float, metavar="US", help="each call alone after US µs of busy waiting instead")
     p.add_argument("--old", nargs="+", metavar="FILE", help="outputs of the version before")
     p.add_argument("--new", nargs="+", metavar="FILE", help="outputs of the version after")
     args = p.parse_args()
     if bool(args.old) != bool(args.new):
         p.error("--old and --new go together")
-    compare(args.old, args.new) if args.old else measure_steps() if args.steps else measure()
+    if args.old:
+        compare(args.old, args.new)
+    elif args.gap is not None:
+        measure_gap(args.gap)
+    else:
+        measure_steps() if args.steps else measure()

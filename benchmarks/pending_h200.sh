@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 measurements issues 4 and 5 still wait for (RESULTS.md, "The thirty-fourth session"), as one device call
 # from the repository root: `bash benchmarks/pending_h200.sh` (~5 min warm, ~7 with the start). On another card it
-# runs only step 2 (an A/B's direction, not the issue's figure) and then the slow GPU tests but the > 2^31 ones.
+# stops at once (PENDING_ANY_GPU=1: runs step 2, an A/B's direction, not the issue's figure, and then the slow GPU
+# tests but the > 2^31 ones; the thirty-fifth session's H100 did, benchmarks/h100/s35/).
 #   1. the long rows' sizes: the default against [kr] at 2^26 and 2^28 elements, 50 µs spin (issue 4: per launch or
 #      per byte, on the H200);
 #   2. norm_fwd_ab pairs, whose [r3] columns are bf16 LayerNorm with three rows per block (issue 5: 12288 at 89%);
@@ -10,10 +11,11 @@ set -u
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 o=${OUT:-/tmp/pending}; mkdir -p "$o"; t0=$SECONDS
 g=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "GPU: $g"
+h200=0; case "$g" in *H200*) h200=1 ;; esac
+[ $h200 = 0 ] && [ "${PENDING_ANY_GPU:-0}" != 1 ] && { echo "not an H200: nothing run"; exit 0; }
 inc=$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())")
 (JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
   > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s") &
-h200=0; case "$g" in *H200*) h200=1 ;; esac
 [ $h200 = 1 ] && (OUT=/tmp/h bash benchmarks/ab_sizes.sh harness > /tmp/harness.log 2>&1; echo "harness rc=$?") &
 (nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -I"$inc" -Icpp benchmarks/norm_fwd_ab.cu \
   -o /tmp/norm_fwd_ab > /tmp/nb.log 2>&1; echo "norm harness rc=$?") &
