@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # v89's A/B on a many-core host (RESULTS.md, "The thirty-fifth session"): the CPU handlers as they are against
 # benchmarks/cpu/v89/v89-chained-wakes.patch (the caller wakes one helper, each helper two more), both built CPU-only,
-# timed by `cpu_pool_ab.py --gap` with 50 µs (a sleeping pool) and 0 µs between calls, two rounds alternating.
+# timed by `cpu_pool_ab.py --gap` with 50 µs (a sleeping pool) and 0 µs between calls, ROUNDS (2) rounds alternating.
 # From the repository root: `bash benchmarks/cpu_pool_many.sh` (~6 min on 16 cores); one log, $OUT/many.txt.
 set -u
 o=${OUT:-/tmp/many}; mkdir -p "$o"; t0=$SECONDS; exec > >(tee "$o/many.txt") 2>&1
@@ -13,7 +13,7 @@ rm -rf /tmp/v89src && cp -r . /tmp/v89src && (cd /tmp/v89src && patch -s -p1 < b
 (cd /tmp/v89src && python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/cpu_new . \
   > /tmp/build_new.log 2>&1; echo "new build rc=$?") &
 wait; echo "built at $((SECONDS - t0)) s"
-for r in 1 2; do for v in old new; do for g in 50 0; do
+for r in $(seq "${ROUNDS:-2}"); do for v in old new; do for g in 50 0; do
   echo "$v r$r gap $g at $((SECONDS - t0)) s"
   PYTHONPATH=/tmp/cpu_$v python3 benchmarks/cpu_pool_ab.py --gap $g 2>/dev/null
 done; done; done
