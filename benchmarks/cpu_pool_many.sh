@@ -7,7 +7,8 @@ set -u
 o=${OUT:-/tmp/many}; mkdir -p "$o"; t0=$SECONDS; exec > >(tee "$o/many.txt") 2>&1
 export JAX_PLATFORMS=cpu PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=8 JAX_MEMOPS_CUDA=OFF
 echo "CPUs: $(nproc)"
-rm -rf /tmp/v89src && cp -r . /tmp/v89src && (cd /tmp/v89src && patch -s -p1 < benchmarks/cpu/v89/v89-chained-wakes.patch)
+rm -rf /tmp/v89src && cp -r . /tmp/v89src
+(cd /tmp/v89src && patch -s -p1 < benchmarks/cpu/v89/v89-chained-wakes.patch)
 (python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/cpu_old . > /tmp/build_old.log 2>&1
  echo "old build rc=$?") &
 (cd /tmp/v89src && python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/cpu_new . \

@@ -29,7 +29,8 @@ timeout 150 /tmp/norm_fwd_ab pairs > "$o/pairs.md" 2>&1; echo "pairs rc=$? at $(
 # C | v45 | A/A | none | v48's default (R=2, NP=3, 64) | [r3] NP=6 at 128 | [r3] NP=3 at 80
 awk -F'|' '/^\| [0-9]/{print $2"|"$4"|"$5"|"$6"| v48"$9"| r3-6-128"$14"| r3-3-80"$15}' "$o/pairs.md"
 left=$((${PENDING_END:-560} - (SECONDS - t0)))  # PENDING_END: seconds from the start at which the tests stop
-if [ $h200 = 1 ]; then sel=(-k "gpu and not slow" tests/test_norms.py); else sel=(-k "gpu and slow and not big" tests/); fi
+sel=(-k "gpu and slow and not big" tests/)
+[ $h200 = 1 ] && sel=(-k "gpu and not slow" tests/test_norms.py)
 [ $left -gt 60 ] && timeout -s INT $left python3 -P -m pytest -q -n 14 -p no:cacheprovider "${sel[@]}" \
   > "$o/tests.log" 2>&1; tail -2 "$o/tests.log" 2>/dev/null
 echo "end at $((SECONDS - t0)) s"
