@@ -13,7 +13,8 @@ rm -rf /tmp/v89src && cp -r . /tmp/v89src
  echo "old build rc=$?") & b1=$!
 (cd /tmp/v89src && python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/cpu_new . \
   > /tmp/build_new.log 2>&1; echo "new build rc=$?") & b2=$!
-wait $b1 $b2;  # not a bare wait: it would wait for the tee too echo "built at $((SECONDS - t0)) s"
+wait $b1 $b2  # not a bare wait: it would wait for the tee too
+echo "built at $((SECONDS - t0)) s"
 for r in $(seq "${ROUNDS:-2}"); do for v in old new; do for g in 50 0; do
   echo "$v r$r gap $g at $((SECONDS - t0)) s"
   PYTHONPATH=/tmp/cpu_$v python3 benchmarks/cpu_pool_ab.py --gap $g 2>/dev/null
