@@ -27,19 +27,29 @@ import statistics
 _LINE = re.compile(r"(\S+ 2\^\d+) alone (\S+) interleaved (\S+) xla (\S+)")
 
 
-def measure() -> None:
+def _ops(lib) -> dict:
+    """GELU (at scalar scale and bias), softmax and RMSNorm from `lib`: jax_memops, or its XLA formulations."""
+    return {"gelu": lambda x: lib.scale_bias_gelu(x, 1.5, 0.25), "softmax": lib.softmax, "rms": lib.rms_norm}
+
+
+def _rows(lg: int):
+    """f32 rows of 1000 elements, 2^lg elements rounded down to whole rows."""
     import jax
     import jax.numpy as jnp
+
+    return (2 * jax.random.normal(jax.random.key(1), ((1 << lg) // 1000, 1000))).astype(jnp.float32)
+
+
+def measure() -> None:
+    import jax
 
     import jax_memops as jm
     from jax_memops import bench, reference
 
-    ours = {"gelu": lambda x: jm.scale_bias_gelu(x, 1.5, 0.25), "softmax": jm.softmax, "rms": jm.rms_norm}
-    xla = {"gelu": lambda x: reference.scale_bias_gelu(x, 1.5, 0.25), "softmax": reference.softmax,
-           "rms": reference.rms_norm}
+    ours, xla = _ops(jm), _ops(reference)
     for op in ours:
         for lg in (15, 16, 17, 18, 20):
-            x = (2 * jax.random.normal(jax.random.key(1), ((1 << lg) // 1000, 1000))).astype(jnp.float32)
+            x = _rows(lg)
             fo, fx = jax.jit(ours[op]), jax.jit(xla[op])
             (alone,) = bench.time_interleaved([lambda: fo(x)], None, 9)
             mixed, theirs = bench.time_interleaved([lambda: fo(x), lambda: fx(x)], None, 9)
@@ -51,16 +61,13 @@ def measure_gap(gap_us: float) -> None:
     import time
 
     import jax
-    import jax.numpy as jnp
 
     import jax_memops as jm
 
-    ops = {"gelu": lambda x: jm.scale_bias_gelu(x, 1.5, 0.25), "softmax": jm.softmax, "rms": jm.rms_norm,
-           "ln": jm.layer_norm}
-    for op, f in ops.items():
+    for op, f in (_ops(jm) | {"ln": jm.layer_norm}).items():
         row = []
         for lg in (15, 16, 17, 18, 19, 20):
-            x = (2 * jax.random.normal(jax.random.key(1), ((1 << lg) // 1000, 1000))).astype(jnp.float32)
+            x = _rows(lg)
             fj = jax.jit(f)
             for _ in range(50):
                 jax.block_until_ready(fj(x))
