@@ -105,6 +105,22 @@ void parallel_for(ffi::ThreadPool& pool, int64_t n, int64_t grain, const F& fn) 
   st->cv.wait(lock, finished);
 }
 
+// fn(r0, r1, c0, c1) over an elementwise op's rows [r0, r1) x columns [c0, c1), in pieces of about kPieceElems:
+// several whole rows a piece where a row fits in one, else one row a piece in balanced column tiles (each starting at
+// a multiple of 16 columns), so that a few long rows (a 1-D x) still spread over the pool. Fixed by the shape alone.
+template <class F>
+void parallel_tiles(ffi::ThreadPool& pool, RowShape s, const F& fn) {
+  if (s.cols <= kPieceElems) {
+    parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) { fn(r0, r1, int64_t{0}, s.cols); });
+    return;
+  }
+  const int64_t tiles = (s.cols + kPieceElems - 1) / kPieceElems;
+  const auto begin = [&](int64_t t) { return t == tiles ? s.cols : t * s.cols / tiles / 16 * 16; };
+  parallel_for(pool, s.rows * tiles, 1, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) fn(u / tiles, u / tiles + 1, begin(u % tiles), begin(u % tiles + 1));
+  });
+}
+
 struct bf16 {
   uint16_t bits;
 };
@@ -349,13 +365,13 @@ inline double sum_of(const float* v, int64_t n) {
 
 // ---- Buffers a piece's rows work in -------------------------------------------------------------------------
 
-// Rows longer than a piece (one row per piece) take each thread's buffers, kept across pieces and calls: a row-sized
-// std::vector made (allocated and zeroed) per piece cost about a pass over the row there, and an absent parameter's
-// constant row was filled per piece too (the CPU handlers' v85, benchmarks/RESULTS.md). Shorter rows keep a buffer of
-// the piece's own, made once for its several rows, as before v85. Rows longer than kKeptFloats take their own too, so
-// that a thread keeps at most six buffers of 4 MB.
+// A piece's buffers are its thread's, kept across pieces and calls: a row-sized std::vector made (allocated and
+// zeroed) per piece cost about a pass over the row where one row filled a piece, and an absent parameter's constant
+// row was filled per piece too (the CPU handlers' v85, benchmarks/RESULTS.md). Rows of up to 2^15 floats had their own
+// per piece until v90 (a row of 2^15 floats, an elementwise op's column tile, then paid that pass too). Rows longer
+// than kKeptFloats take their own, so that a thread keeps at most six buffers of 4 MB.
 inline constexpr size_t kKeptFloats = size_t{1} << 20;
-inline bool kept_row(size_t n) { return n > static_cast<size_t>(kPieceElems) && n <= kKeptFloats; }
+inline bool kept_row(size_t n) { return n <= kKeptFloats; }
 enum ScratchSlot : int { kScratchA, kScratchB, kScratchC, kScratchD, kScratchSlots };
 enum ConstSlot : int { kScaleRow, kBiasRow, kConstSlots };
 
@@ -381,14 +397,15 @@ class RowScratch {
   float* p_ = nullptr;
 };
 
-// The parameter row of row r, or where the parameter is absent a row of its number (this thread's constant row
-// `slot`, filled again only when the number or a longer row asks): element loops read a row either way (no branch per
-// element, which keeps them from vectorizing).
+// The parameter row of row r from column c0 on, or where the parameter is absent a row of its number (this thread's
+// constant row `slot`, filled again only when the number changes or a wider row asks): element loops read a row either
+// way (no branch per element, which keeps them from vectorizing). `width`: the most columns a caller reads from one
+// at(); the constant row is that long, not a whole row (an elementwise op's column tiles of a 1-D x read 2^15).
 class ParamRows {
  public:
-  ParamRows(const ParamView& p, float value, int64_t cols, ConstSlot slot) : p_(p), cols_(cols) {
+  ParamRows(const ParamView& p, float value, int64_t cols, ConstSlot slot, int64_t width = -1) : p_(p), cols_(cols) {
     if (p.data) return;
-    const size_t n = static_cast<size_t>(cols);
+    const size_t n = static_cast<size_t>(width < 0 ? cols : width);
     if (!kept_row(n)) {
       own_.assign(n, value);
       constant_ = own_.data();
@@ -396,17 +413,25 @@ class ParamRows {
     }
     struct Kept {
       std::vector<float> row;
+      size_t filled = 0;  // row[0 .. filled) holds the number whose bits are `bits`
       uint32_t bits = 0;
     };
     thread_local Kept kept[kConstSlots];
     Kept& k = kept[slot];
-    if (k.row.size() < n || k.bits != float_bits(value)) {
-      k.row.assign(std::max(n, k.row.size()), value);
+    if (k.bits != float_bits(value)) k.filled = 0;
+    if (k.filled < n) {
+      if (k.row.size() < n) k.row.resize(n);
+      std::fill(k.row.begin() + static_cast<std::ptrdiff_t>(k.filled), k.row.begin() + static_cast<std::ptrdiff_t>(n),
+                value);
+      k.filled = n;
       k.bits = float_bits(value);
     }
     constant_ = k.row.data();
   }
-  const float* row(int64_t r) const { return p_.data ? p_.data + (r / p_.rows_per_group) * cols_ : constant_; }
+  const float* at(int64_t r, int64_t c0) const {
+    return p_.data ? p_.data + (r / p_.rows_per_group) * cols_ + c0 : constant_;
+  }
+  const float* row(int64_t r) const { return at(r, 0); }
 
  private:
   ParamView p_;

@@ -15,19 +15,21 @@ struct Affine {
   float scale_value, bias_value;
 };
 
-// Rows [r0, r1).
+// Rows [r0, r1) x columns [c0, c1) (parallel_tiles).
 template <typename T>
-void gelu_fwd_rows(const T* x, T* y, Affine a, RowShape s, int64_t r0, int64_t r1) {
+void gelu_fwd_block(const T* x, T* y, Affine a, RowShape s, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   using R = row_t<T>;
-  const ParamRows scale(a.scale, a.scale_value, s.cols, kScaleRow), bias(a.bias, a.bias_value, s.cols, kBiasRow);
-  const RowScratch buf(kScratchA, row_buffer<T>(s.cols));  // f16 rows: x, then y, as floats (cpu_common.h)
+  const int64_t w = c1 - c0;
+  const ParamRows scale(a.scale, a.scale_value, s.cols, kScaleRow, w), bias(a.bias, a.bias_value, s.cols, kBiasRow, w);
+  const RowScratch buf(kScratchA, row_buffer<T>(w));  // f16 rows: x, then y, as floats (cpu_common.h)
   for (int64_t r = r0; r < r1; ++r) {
-    const float* sc = scale.row(r);
-    const float* bi = bias.row(r);
-    const R* xr = in_row(x + r * s.cols, s.cols, buf.data());
-    R* yr = out_row(y + r * s.cols, buf.data());
-    for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<R>(gelu(to_float(xr[c]) * sc[c] + bi[c]));  // vectorized
-    finish_row(buf.data(), y + r * s.cols, s.cols);
+    const float* sc = scale.at(r, c0);
+    const float* bi = bias.at(r, c0);
+    const int64_t o = r * s.cols + c0;
+    const R* xr = in_row(x + o, w, buf.data());
+    R* yr = out_row(y + o, buf.data());
+    for (int64_t c = 0; c < w; ++c) yr[c] = from_float<R>(gelu(to_float(xr[c]) * sc[c] + bi[c]));  // vectorized
+    finish_row(buf.data(), y + o, w);
   }
 }
 
@@ -47,15 +49,15 @@ template <typename T>
 void gelu_bwd_block(const T* x, const T* dy, T* dx, Affine a, Runs ra, Runs rb, RowShape s, int64_t r0, int64_t r1,
                     int64_t c0, int64_t c1) {
   const int64_t w = c1 - c0;
-  const ParamRows scale(a.scale, a.scale_value, s.cols, kScaleRow), bias(a.bias, a.bias_value, s.cols, kBiasRow);
+  const ParamRows scale(a.scale, a.scale_value, s.cols, kScaleRow, w), bias(a.bias, a.bias_value, s.cols, kBiasRow, w);
   ColumnSums ds(ra, w), db(rb, w);
   const RowScratch grow(kScratchA, static_cast<size_t>(w));  // this row's dy * gelu'(u), for the sums' loops
   // f16 rows as floats (cpu_common.h): x, dy and dx (a buffer of its own: grad_row's pointers are restrict).
   const RowScratch xbuf(kScratchB, row_buffer<T>(w)), dybuf(kScratchC, row_buffer<T>(w)),
       dxbuf(kScratchD, row_buffer<T>(w));
   for (int64_t r = r0; r < r1; ++r) {
-    const float* sc = scale.row(r) + c0;
-    const float* bi = bias.row(r) + c0;
+    const float* sc = scale.at(r, c0);
+    const float* bi = bias.at(r, c0);
     const int64_t o = r * s.cols + c0;
     const auto* xr = in_row(x + o, w, xbuf.data());
     float* g = grow.data();
@@ -93,8 +95,9 @@ ffi::Error gelu_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(y->untyped_data());
-    parallel_for(pool, s.rows, piece_rows(s.cols),
-                 [&](int64_t r0, int64_t r1) { gelu_fwd_rows(xp, yp, a, s, r0, r1); });
+    parallel_tiles(pool, s, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      gelu_fwd_block(xp, yp, a, s, r0, r1, c0, c1);
+    });
     return ffi::Error::Success();
   });
 }
@@ -125,8 +128,9 @@ ffi::Error gelu_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale
       zero_grad(dsv, s.cols);
       zero_grad(dbv, s.cols);
     } else if (!dsv.data && !dbv.data) {
-      parallel_for(pool, s.rows, piece_rows(s.cols),
-                   [&](int64_t r0, int64_t r1) { block(Runs{}, Runs{}, r0, r1, 0, s.cols); });
+      parallel_tiles(pool, s, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+        block(Runs{}, Runs{}, r0, r1, c0, c1);
+      });
     } else if (!sum_in_runs(pool, partials_view(*workspace, s, dsv, dbv), s, dsv, dbv, /*tiles_ok=*/true, block)) {
       parallel_for(pool, s.cols, piece_cols(s.rows), [&](int64_t c0, int64_t c1) {  // each piece over every row
         block(Runs::groups(dsv, s, c0), Runs::groups(dbv, s, c0), 0, s.rows, c0, c1);

@@ -18,9 +18,11 @@ KEPT_FLOATS = 1 << 20  # cpu_common.h kKeptFloats
 
 def test_constant_rows_follow_each_call(device, rng):
     """Scalar scale / bias (the constant rows' numbers) and row lengths change from call to call, shorter and longer
-    rows in turn: a row kept from an earlier call must never stand in for this one's."""
+    rows in turn: a row kept from an earlier call must never stand in for this one's. A kept row is filled as far as
+    a call reads it: the same number over wider rows (C = 100000: column tiles wider than C = 70000's) extends it, and
+    a number changed at a narrow row and changed back at a wide one fills it again."""
     for scale, bias, c in ((2.0, 0.5, 300), (-1.0, 0.0, 300), (2.0, 0.5, 5000), (0.25, -3.0, 40), (2.0, 0.5, 5000),
-                           (2.0, 0.75, 70000)):
+                           (2.0, 0.75, 70000), (2.0, 0.75, 100000), (2.0, 0.75, 300), (2.0, 0.5, 100000)):
         x = mt.randn(rng, (3, c))
         out = jm.scale_bias_gelu(jax.device_put(x, device), scale, bias)
         mt.assert_close(out, mt.ref_scale_bias_gelu(x, scale, bias), FWD_TOL[mt.F32], dtype=mt.F32,

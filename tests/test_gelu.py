@@ -208,6 +208,29 @@ def test_grad_scale_bias_kinds(device, rng, shape, dtype, kind):
     _check_grads(x, s, b, g, grads, dtype)
 
 
+# Rows longer than a piece of the CPU handlers' work (2^15 elements): the forward and dx split each row into column
+# tiles (cpp/cpu_common.h parallel_tiles), whose parameters start at the tile's column; a 1-D x is one such row.
+TILE_SHAPES = [(98309,), (2, 70001), (3, 32769)]
+
+
+@pytest.mark.parametrize("kind", ["numbers", "arrays", "array-bias"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", TILE_SHAPES, ids=["x".join(map(str, s)) for s in TILE_SHAPES])
+def test_rows_in_column_tiles(device, rng, shape, dtype, kind):
+    x = mt.randn(rng, shape, dtype, scale=2.0)
+    s, b = _scale_bias(rng, shape[-1], kind)
+    g = mt.randn(rng, shape, dtype, scale=1.0)
+    fwd, vjp = gelu_fns(s, b)
+    xd, sd, bd = jax.device_put(x, device), _put(s, device), _put(b, device)
+    out = fwd(xd, sd, bd)
+    _check_out(out, x, device)
+    mt.assert_close(out, mt.ref_scale_bias_gelu(x, s, b), FWD_TOL[dtype], dtype=dtype,
+                    mag=mt.ref_scale_bias_gelu_mag(x, s, b))
+    y, grads = vjp(xd, sd, bd, jax.device_put(g, device))
+    _check_out(grads[0], x, device)
+    _check_grads(x, s, b, g, grads, dtype)
+
+
 @pytest.mark.parametrize("pdtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_scalar_array_params(device, rng, dtype, pdtype):
