@@ -105,19 +105,29 @@ void parallel_for(ffi::ThreadPool& pool, int64_t n, int64_t grain, const F& fn) 
   st->cv.wait(lock, finished);
 }
 
+// A row of `cols` elements in balanced column tiles of at most kPieceElems (+16) columns, each starting at a multiple
+// of 16 (one tile where the row fits in a piece). Fixed by the row's length alone.
+struct ColumnTiles {
+  int64_t cols, n;
+  explicit ColumnTiles(int64_t c) : cols(c), n(std::max<int64_t>(1, (c + kPieceElems - 1) / kPieceElems)) {}
+  int64_t begin(int64_t t) const { return t == n ? cols : t * cols / n / 16 * 16; }
+};
+
 // fn(r0, r1, c0, c1) over an elementwise op's rows [r0, r1) x columns [c0, c1), in pieces of about kPieceElems:
-// several whole rows a piece where a row fits in one, else one row a piece in balanced column tiles (each starting at
-// a multiple of 16 columns), so that a few long rows (a 1-D x) still spread over the pool. Fixed by the shape alone.
+// several whole rows a piece where a row fits in one, else one column tile a piece (ColumnTiles), so that a few long
+// rows (a 1-D x) still spread over the pool. Fixed by the shape alone.
 template <class F>
 void parallel_tiles(ffi::ThreadPool& pool, RowShape s, const F& fn) {
   if (s.cols <= kPieceElems) {
     parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) { fn(r0, r1, int64_t{0}, s.cols); });
     return;
   }
-  const int64_t tiles = (s.cols + kPieceElems - 1) / kPieceElems;
-  const auto begin = [&](int64_t t) { return t == tiles ? s.cols : t * s.cols / tiles / 16 * 16; };
-  parallel_for(pool, s.rows * tiles, 1, [&](int64_t u0, int64_t u1) {
-    for (int64_t u = u0; u < u1; ++u) fn(u / tiles, u / tiles + 1, begin(u % tiles), begin(u % tiles + 1));
+  const ColumnTiles tiles(s.cols);
+  parallel_for(pool, s.rows * tiles.n, 1, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t r = u / tiles.n, t = u % tiles.n;
+      fn(r, r + 1, tiles.begin(t), tiles.begin(t + 1));
+    }
   });
 }
 

@@ -18,7 +18,7 @@
 #if defined(__CUDACC__)
 #define JM_HD __host__ __device__ __forceinline__
 #else
-#define JM_HD inline
+#define JM_HD JM_ALWAYS_INLINE  // host_math.h: scalar loops otherwise, where a file calls these from many loops
 #endif
 
 namespace jm {

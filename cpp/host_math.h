@@ -20,6 +20,15 @@
 #include <cstdint>
 #include <cstring>
 
+// The exps' helpers are inlined wherever they are called: an out-of-line call in an element loop keeps it scalar.
+// GCC's heuristics stopped inlining exp_nonpositive once a file called it from five loops (v91's softmax: its CPU
+// forward 6-10x slower everywhere until this).
+#if defined(__GNUC__)
+#define JM_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define JM_ALWAYS_INLINE inline
+#endif
+
 namespace jm {
 
 // A float's bits and back.
@@ -54,14 +63,14 @@ inline float pow2_of(float biased) { return bits_float((float_bits(biased) - 0x4
 constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: x + this rounds x to an integer (|x| < 2^22)
 
 // c[0] + c[1] r + ... + c[7] r^7 as (c0 + c1 r) + r^2 ((c2 + c3 r) + r^2 ((c4 + c5 r) + r^2 (c6 + c7 r))).
-inline float poly_deg7(float r, const float (&c)[8]) {
+JM_ALWAYS_INLINE float poly_deg7(float r, const float (&c)[8]) {
   const float r2 = r * r;
   const float p67 = c[6] + c[7] * r, p45 = c[4] + c[5] * r, p23 = c[2] + c[3] * r, p01 = c[0] + c[1] * r;
   return p01 + r2 * (p23 + r2 * (p45 + r2 * p67));
 }
 
 // 2^a for a <= 0 (NaN stays NaN: the comparisons are false; below 2^-126 the result is 0).
-inline float exp2_nonpositive(float a) {
+JM_ALWAYS_INLINE float exp2_nonpositive(float a) {
   const bool tiny = a < -126.0f;
   a = pick(tiny, -126.0f, a);  // a select GCC keeps (a ternary became a branch: the loop stayed scalar)
   const float biased = a + kRoundMagic;
@@ -74,7 +83,7 @@ inline float exp2_nonpositive(float a) {
 }
 
 // e^a for a <= 0 (NaN stays NaN; below -87.5, where n = round(a log2 e) would pass -126, the result is 0).
-inline float exp_nonpositive(float a) {
+JM_ALWAYS_INLINE float exp_nonpositive(float a) {
   const bool tiny = a < -87.5f;
   a = pick(tiny, -87.5f, a);
   const float biased = a * 1.4426950408889634f + kRoundMagic;

@@ -235,6 +235,34 @@ def test_huge_logits(device, rng, c, dtype, algorithm):
     mt.assert_close(out, mt.ref_softmax(x), FWD_TOL[dtype], dtype=dtype)
 
 
+# Rows longer than 2^16: on the CPU each by its column tiles, each tile's max and sum merged into the row's
+# (cpp/softmax_cpu.cc); rows of 2^17 or more, fewer than the pool's threads, with the tiles shared by the pool. Row 1
+# of (3, 70001) holds a first tile of -inf only, row 2 a NaN in its last tile; (1, 200003) at logits of ~1e4 (f32).
+FEW_LONG_ROWS = [(1, 200003), (2, 140001), (3, 70001), (100003,)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", FEW_LONG_ROWS, ids=["x".join(map(str, s)) for s in FEW_LONG_ROWS])
+def test_few_long_rows(device, rng, shape, dtype):
+    x = mt.randn(rng, shape, dtype, scale=2.0)
+    g = mt.randn(rng, shape, dtype, scale=1.0)
+    if shape == (3, 70001):
+        x[1, :40000] = -np.inf
+        x[2, 60000] = np.nan
+    if shape == (1, 200003) and dtype == mt.F32:
+        x = np.clip(1e4 * rng.standard_normal(shape), -6e4, 6e4).astype(np.float32)
+    y, dx = softmax_vjp_jit(jax.device_put(x, device), jax.device_put(g, device))
+    _check_out(y, x, device)
+    _check_out(dx, x, device)
+    finite = ~np.isnan(x).any(axis=-1)  # the NaN row: NaN throughout, forward and backward
+    assert np.isnan(mt.f64(y)[~finite]).all() and np.isnan(mt.f64(dx)[~finite]).all()
+    yo, dxo = mt.f64(y)[finite], mt.f64(dx)[finite]
+    assert (yo[np.isneginf(x[finite])] == 0).all(), "masked (-inf) entries must give exactly 0"
+    mt.assert_close(yo, mt.ref_softmax(x)[finite], FWD_TOL[dtype], dtype=dtype, what="y")
+    mt.assert_close(dxo, mt.ref_softmax_vjp(x, g)[finite], GRAD_TOL[dtype], dtype=dtype, what="dx",
+                    mag=mt.ref_softmax_vjp_mag(x, g)[finite])
+
+
 def test_cpu_exp_accuracy_f32():
     """Rows (0, a): y = (1, e^a) / (1 + e^a) for a over [-110, 0], where every exp of the kernel lies, against
     float64 within 4 float ulp: the CPU's exps are polynomials (cpp/host_math.h). Results below the smallest
