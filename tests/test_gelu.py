@@ -226,7 +226,7 @@ def test_rows_in_column_tiles(device, rng, shape, dtype, kind):
     _check_out(out, x, device)
     mt.assert_close(out, mt.ref_scale_bias_gelu(x, s, b), FWD_TOL[dtype], dtype=dtype,
                     mag=mt.ref_scale_bias_gelu_mag(x, s, b))
-    y, grads = vjp(xd, sd, bd, jax.device_put(g, device))
+    _, grads = vjp(xd, sd, bd, jax.device_put(g, device))
     _check_out(grads[0], x, device)
     _check_grads(x, s, b, g, grads, dtype)
 
