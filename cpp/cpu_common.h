@@ -105,13 +105,25 @@ void parallel_for(ffi::ThreadPool& pool, int64_t n, int64_t grain, const F& fn) 
   st->cv.wait(lock, finished);
 }
 
-// A row of `cols` elements in balanced column tiles of at most kPieceElems (+16) columns, each starting at a multiple
-// of 16 (one tile where the row fits in a piece). Fixed by the row's length alone.
+// A row of `cols` elements in balanced column tiles of at most `width` (+16) columns, each starting at a multiple of
+// 16 (one tile where the row fits in one). Fixed by the row's length alone.
 struct ColumnTiles {
   int64_t cols, n;
-  explicit ColumnTiles(int64_t c) : cols(c), n(std::max<int64_t>(1, (c + kPieceElems - 1) / kPieceElems)) {}
+  explicit ColumnTiles(int64_t c, int64_t width = kPieceElems)
+      : cols(c), n(std::max<int64_t>(1, (c + width - 1) / width)) {}
   int64_t begin(int64_t t) const { return t == n ? cols : t * cols / n / 16 * 16; }
 };
+
+// fn(u, r, c0, c1) over every tile u = r * tiles.n + t of rows [0, s.rows), one tile a piece of the pool's work.
+template <class F>
+void for_each_tile(ffi::ThreadPool& pool, RowShape s, const ColumnTiles& tiles, const F& fn) {
+  parallel_for(pool, s.rows * tiles.n, 1, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t r = u / tiles.n, t = u % tiles.n;
+      fn(u, r, tiles.begin(t), tiles.begin(t + 1));
+    }
+  });
+}
 
 // fn(r0, r1, c0, c1) over an elementwise op's rows [r0, r1) x columns [c0, c1), in pieces of about kPieceElems:
 // several whole rows a piece where a row fits in one, else one column tile a piece (ColumnTiles), so that a few long
@@ -122,13 +134,8 @@ void parallel_tiles(ffi::ThreadPool& pool, RowShape s, const F& fn) {
     parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) { fn(r0, r1, int64_t{0}, s.cols); });
     return;
   }
-  const ColumnTiles tiles(s.cols);
-  parallel_for(pool, s.rows * tiles.n, 1, [&](int64_t u0, int64_t u1) {
-    for (int64_t u = u0; u < u1; ++u) {
-      const int64_t r = u / tiles.n, t = u % tiles.n;
-      fn(r, r + 1, tiles.begin(t), tiles.begin(t + 1));
-    }
-  });
+  for_each_tile(pool, s, ColumnTiles(s.cols),
+                [&](int64_t, int64_t r, int64_t c0, int64_t c1) { fn(r, r + 1, c0, c1); });
 }
 
 struct bf16 {
@@ -252,6 +259,12 @@ void from_floats(const float* src, T* dst, int64_t n) {
   }
 #endif
   for (; i < n; ++i) dst[i] = from_float<T>(src[i]);
+}
+
+// Floats a row of n elements needs beside it as floats (floats_of): 0 for f32, else n.
+template <typename T>
+size_t floats_buffer(int64_t n) {
+  return std::is_same_v<T, float> ? 0 : static_cast<size_t>(n);
 }
 
 // A row of n elements as floats: the row itself for f32, else its conversion into buf (of at least n floats).

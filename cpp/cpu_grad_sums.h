@@ -138,7 +138,7 @@ bool sum_in_runs(ffi::ThreadPool& pool, const PartialsView& ws, RowShape s, cons
   if (a.data && b.data && a.groups != b.groups) return false;
   const int64_t groups = (a.data ? a : b).groups, n = s.rows / groups;
   const int64_t pieces = runs_per_group(n, s.cols, groups, ws.data ? ws.per_group : 1);
-  const int64_t tiles = tiles_ok ? (s.cols + kTileCols - 1) / kTileCols : 1;
+  const ColumnTiles tiles(s.cols, tiles_ok ? kTileCols : std::max<int64_t>(s.cols, 1));
   if (groups * pieces < kMinRuns && s.size() > 2 * kPieceElems) return false;
   Runs ra = Runs::groups(a, s, 0), rb = Runs::groups(b, s, 0);
   float* slab_b = nullptr;
@@ -152,20 +152,17 @@ bool sum_in_runs(ffi::ThreadPool& pool, const PartialsView& ws, RowShape s, cons
     partial_range(n, pieces, u % pieces, &begin, &end);
     return u / pieces * n + begin;
   };
-  const auto tile_begin = [&](int64_t t) {  // balanced tiles, each starting at a multiple of 16 columns
-    return t == tiles ? s.cols : t * s.cols / tiles / 16 * 16;
-  };
   const auto at = [](Runs r, int64_t c0) {
     r.c0 = c0;
     return r;
   };
   // A piece of parallel work: consecutive runs (or tiles of runs), about kPieceElems elements or more.
-  const int64_t unit_elems = std::max<int64_t>(1, n / pieces * (s.cols / tiles));
-  parallel_for(pool, groups * pieces * tiles, std::max<int64_t>(1, kPieceElems / unit_elems),
+  const int64_t unit_elems = std::max<int64_t>(1, n / pieces * (s.cols / tiles.n));
+  parallel_for(pool, groups * pieces * tiles.n, std::max<int64_t>(1, kPieceElems / unit_elems),
                [&](int64_t u0, int64_t u1) {
-                 if (tiles == 1) return rows_fn(ra, rb, run_begin(u0), run_begin(u1), int64_t{0}, s.cols);
+                 if (tiles.n == 1) return rows_fn(ra, rb, run_begin(u0), run_begin(u1), int64_t{0}, s.cols);
                  for (int64_t u = u0; u < u1; ++u) {
-                   const int64_t run = u / tiles, c0 = tile_begin(u % tiles), c1 = tile_begin(u % tiles + 1);
+                   const int64_t run = u / tiles.n, c0 = tiles.begin(u % tiles.n), c1 = tiles.begin(u % tiles.n + 1);
                    rows_fn(at(ra, c0), at(rb, c0), run_begin(run), run_begin(run + 1), c0, c1);
                  }
                });

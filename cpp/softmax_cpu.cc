@@ -123,17 +123,6 @@ inline bool share_tiles(ffi::ThreadPool& pool, RowShape s) {
   return s.cols >= kShareCols && s.rows < threads;
 }
 
-// fn(u, r, c0, c1) over every tile u = r * tiles.n + t of rows [0, rows), run by the pool.
-template <class F>
-void for_each_tile(ffi::ThreadPool& pool, RowShape s, const ColumnTiles& tiles, const F& fn) {
-  parallel_for(pool, s.rows * tiles.n, 1, [&](int64_t u0, int64_t u1) {
-    for (int64_t u = u0; u < u1; ++u) {
-      const int64_t r = u / tiles.n, t = u % tiles.n;
-      fn(u, r, tiles.begin(t), tiles.begin(t + 1));
-    }
-  });
-}
-
 // The long rows' tiles shared by the pool: the tile sums, each row's factors, then the outputs, each tile its exps
 // again (the tiles keep none between the passes).
 template <typename T>
@@ -147,14 +136,13 @@ void softmax_shared_tiles(ffi::ThreadPool& pool, const T* x, T* y, RowShape s) {
     return floats_of(x + r * s.cols + c0, w, buf);
   };
   for_each_tile(pool, s, tiles, [&](int64_t u, int64_t r, int64_t c0, int64_t c1) {
-    const RowScratch buf(kScratchA, std::is_same_v<T, float> ? 0 : static_cast<size_t>(c1 - c0));
+    const RowScratch buf(kScratchA, floats_buffer<T>(c1 - c0));
     sums[u] = tile_sum(tile_x(r, c0, c1 - c0, buf.data()), c1 - c0, nullptr);
   });
   for (int64_t r = 0; r < s.rows; ++r) ok[r] = tile_factors(&sums[r * tiles.n], tiles.n, &factors[r * tiles.n]);
   for_each_tile(pool, s, tiles, [&](int64_t u, int64_t r, int64_t c0, int64_t c1) {
     const int64_t w = c1 - c0, o = r * s.cols + c0;
-    const RowScratch buf(kScratchA, std::is_same_v<T, float> ? 0 : static_cast<size_t>(w)),
-        ybuf(kScratchB, row_buffer<T>(w));
+    const RowScratch buf(kScratchA, floats_buffer<T>(w)), ybuf(kScratchB, row_buffer<T>(w));
     R* yr = out_row(y + o, ybuf.data());
     tile_out(tile_x(r, c0, w, buf.data()), static_cast<const float*>(nullptr), sums[u], factors[u], ok[r] != 0, yr, w);
     finish_row(ybuf.data(), y + o, w);
