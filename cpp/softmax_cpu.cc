@@ -165,6 +165,12 @@ float row_dot(const R* y, const R* dy, int64_t cols) {
   return static_cast<float>(d);
 }
 
+// dx = y (dy - d) over n elements (a row, or a long row's tile).
+template <typename R>
+void dx_of(const R* y, const R* dy, float d, R* dx, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) dx[c] = from_float<R>(to_float(y[c]) * (to_float(dy[c]) - d));  // vectorized
+}
+
 template <typename T>
 void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s, int64_t r0, int64_t r1) {
   using R = row_t<T>;
@@ -175,7 +181,7 @@ void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s, int64_t r0, in
     const R* dyr = in_row(dy + o, s.cols, dybuf.data());
     const float d = row_dot(yr, dyr, s.cols);
     R* dxr = out_row(dx + o, dybuf.data());
-    for (int64_t c = 0; c < s.cols; ++c) dxr[c] = from_float<R>(to_float(yr[c]) * (to_float(dyr[c]) - d));
+    dx_of(yr, dyr, d, dxr, s.cols);
     finish_row(dybuf.data(), dx + o, s.cols);
   }
 }
@@ -204,7 +210,7 @@ void softmax_bwd_shared_tiles(ffi::ThreadPool& pool, const T* y, const T* dy, T*
     const R* dyr = in_row(dy + o, w, dybuf.data());
     const float d = row_dots[r];
     R* dxr = out_row(dx + o, dybuf.data());
-    for (int64_t c = 0; c < w; ++c) dxr[c] = from_float<R>(to_float(yr[c]) * (to_float(dyr[c]) - d));
+    dx_of(yr, dyr, d, dxr, w);
     finish_row(dybuf.data(), dx + o, w);
   });
 }
