@@ -138,6 +138,22 @@ void parallel_tiles(ffi::ThreadPool& pool, RowShape s, const F& fn) {
                 [&](int64_t, int64_t r, int64_t c0, int64_t c1) { fn(r, r + 1, c0, c1); });
 }
 
+// Rows longer than kLongRow elements are reduced by their column tiles (ColumnTiles): a row's sums are its tiles' sums
+// added in tile order (row_sum), so that the pool may share a few long rows' tiles and give the bits of one thread
+// (softmax v91, the norms v92).
+inline constexpr int64_t kLongRow = int64_t{1} << 16;
+
+// Whether the pool shares the long rows' tiles: where whole rows, one a thread, would leave some of its threads idle,
+// and the rows are long enough to repay the passes' extra work and the pool's wake-ups (kShareCols: on two cores
+// 1 x 131072 ties and 1 x 2^20 gains 1.35-2x; 1 x 50257's softmax backward, shared, took 2x as long; RESULTS.md
+// "v91"). Chosen by the threads, not the shape alone: either way gives the same bits. min_work: the least row length
+// times threads at which an op shares (the norms' passes are light: 2^20, RESULTS.md "v92").
+inline constexpr int64_t kShareCols = int64_t{1} << 17;
+inline bool share_long_rows(ffi::ThreadPool& pool, RowShape s, int64_t min_work = 0) {
+  const int64_t threads = usable_cpus() > 1 ? std::min<int64_t>(pool.num_threads(), usable_cpus()) : 1;
+  return s.cols >= kShareCols && s.rows < threads && s.cols * threads >= min_work;
+}
+
 struct bf16 {
   uint16_t bits;
 };
@@ -384,6 +400,20 @@ inline double sum_in_lanes(int64_t n, F term) {
 // Σ v[0 .. n) (sum_in_lanes).
 inline double sum_of(const float* v, int64_t n) {
   return sum_in_lanes(n, [v](int64_t i) { return v[i]; });
+}
+
+// Σ term(c) over a row of n elements (sum_in_lanes); a long row's (kLongRow) by column tiles, their sums added in tile
+// order, as a pool sharing its tiles adds them.
+template <class F>
+inline double row_sum(int64_t n, const F& term) {
+  if (n <= kLongRow) return sum_in_lanes(n, term);
+  const ColumnTiles tiles(n);
+  double sum = 0.0;
+  for (int64_t t = 0; t < tiles.n; ++t) {
+    const int64_t c0 = tiles.begin(t);
+    sum += sum_in_lanes(tiles.begin(t + 1) - c0, [&](int64_t c) { return term(c0 + c); });
+  }
+  return sum;
 }
 
 // ---- Buffers a piece's rows work in -------------------------------------------------------------------------

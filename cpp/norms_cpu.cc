@@ -41,9 +41,10 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, Ty* y, float* me
       for (int64_t c = 0; c < s.cols; ++c) kept[c] = to_float(xr[c]) - pivot;
     }
     const auto d = [xr, pivot](int64_t c) { return to_float(xr[c]) - pivot; };  // (kKeepD reads kept[c] instead)
-    const double sum_d = kRms ? 0.0 : kKeepD ? sum_of(kept, s.cols) : sum_in_lanes(s.cols, d);
+    const auto kept_d = [kept](int64_t c) { return kept[c]; };
+    const double sum_d = kRms ? 0.0 : kKeepD ? row_sum(s.cols, kept_d) : row_sum(s.cols, d);
     const float m = kRms ? 0.0f : static_cast<float>(sum_d / double(s.cols));
-    const double ss = sum_in_lanes(s.cols, [&](int64_t c) {
+    const double ss = row_sum(s.cols, [&](int64_t c) {
       const float e = (kKeepD ? kept[c] : d(c)) - m;  // about m as rounded: the mean the kernels save and subtract
       return e * e;
     });
@@ -95,8 +96,9 @@ void norm_bwd_rows(const T* x, ParamView scale, const float* mean, const float* 
     }
     ds.end_row(r);
     db.end_row(r);
-    const double sum_gx = sum_in_lanes(s.cols, [&](int64_t c) { return g[c] * xhat[c]; });
-    const float mg = kRms ? 0.0f : static_cast<float>(sum_of(g, s.cols) / double(s.cols));
+    const double sum_gx = row_sum(s.cols, [&](int64_t c) { return g[c] * xhat[c]; });
+    const double sum_g = kRms ? 0.0 : row_sum(s.cols, [g](int64_t c) { return g[c]; });
+    const float mg = static_cast<float>(sum_g / double(s.cols));
     const float mgx = static_cast<float>(sum_gx / double(s.cols));
     R* dxr = out_row(dx + o, g);
     for (int64_t c = 0; c < s.cols; ++c) dxr[c] = from_float<R>(rs * (g[c] - mg - xhat[c] * mgx));
@@ -130,6 +132,120 @@ void norm_bwd_param_cols(const T* x, const float* mean, const float* rstd, const
   }
 }
 
+// ---- A few long rows: their column tiles shared by the pool (v92) --------------------------------------------------
+// Where share_long_rows (cpu_common.h) says so, each pass over the rows (sums, then outputs) runs tile by tile on the
+// pool, every tile making its d = x - pivot (and f16 rows' floats) again; a row's sums are its tiles' in tile order,
+// as row_sum adds them in the rows above: the same operations, so the same bits as one thread's. The norms' passes are
+// light (no exps) and mostly bound by memory, so they share only from a row length times threads of 2^20: a 2^20 row
+// then runs 3.3-6x faster on 16 CPUs, 1.8-3.7x on 4 and 1.3-2.2x on two, where rows of 2^17-2^18 on two cores gained
+// nothing against the pool's three wake-ups (RESULTS.md "v92").
+inline constexpr int64_t kNormShareWork = int64_t{1} << 20;
+
+inline bool share_norm_rows(ffi::ThreadPool& pool, RowShape s) { return share_long_rows(pool, s, kNormShareWork); }
+
+// One pass over every tile of rows [0, s.rows): tile(u, r, c0, c1, xr) with xr the tile's x (f16 as floats).
+template <typename T, class F>
+void each_x_tile(ffi::ThreadPool& pool, const T* x, RowShape s, const ColumnTiles& tiles, const F& tile) {
+  for_each_tile(pool, s, tiles, [&](int64_t u, int64_t r, int64_t c0, int64_t c1) {
+    const RowScratch buf(kScratchA, row_buffer<T>(c1 - c0));
+    tile(u, r, c0, c1, in_row(x + r * s.cols + c0, c1 - c0, buf.data()));
+  });
+}
+
+// Row r's sum of its tiles' sums (part, tiles.n a row), in tile order.
+inline double tiles_total(const std::vector<double>& part, const ColumnTiles& tiles, int64_t r) {
+  double sum = 0.0;
+  for (int64_t t = 0; t < tiles.n; ++t) sum += part[r * tiles.n + t];
+  return sum;
+}
+
+template <typename T, typename Ty, bool kRms>
+void norm_fwd_shared(ffi::ThreadPool& pool, const T* x, ParamView scale, ParamView bias, Ty* y, float* mean,
+                     float* rstd, float epsilon, RowShape s) {
+  const ColumnTiles tiles(s.cols);
+  std::vector<double> part(static_cast<size_t>(s.rows * tiles.n));
+  std::vector<float> pivot(static_cast<size_t>(s.rows)), m(pivot.size(), 0.0f), rs(pivot.size());
+  for (int64_t r = 0; r < s.rows; ++r) pivot[r] = row_pivot<T, kRms>(x + r * s.cols, s.cols);
+  if (!kRms) {
+    each_x_tile(pool, x, s, tiles, [&](int64_t u, int64_t r, int64_t c0, int64_t c1, const auto* xr) {
+      part[u] = sum_in_lanes(c1 - c0, [&](int64_t c) { return to_float(xr[c]) - pivot[r]; });
+    });
+    for (int64_t r = 0; r < s.rows; ++r) {
+      mean[r] = m[r] = static_cast<float>(tiles_total(part, tiles, r) / double(s.cols));
+    }
+  }
+  each_x_tile(pool, x, s, tiles, [&](int64_t u, int64_t r, int64_t c0, int64_t c1, const auto* xr) {
+    part[u] = sum_in_lanes(c1 - c0, [&](int64_t c) {
+      const float e = (to_float(xr[c]) - pivot[r]) - m[r];
+      return e * e;
+    });
+  });
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const double ss = tiles_total(part, tiles, r);
+    rstd[r] = rs[r] = static_cast<float>(1.0 / std::sqrt(ss / double(s.cols) + double(epsilon)));
+  }
+  each_x_tile(pool, x, s, tiles, [&](int64_t, int64_t r, int64_t c0, int64_t c1, const auto* xr) {
+    const int64_t w = c1 - c0;
+    const ParamRows scales(scale, 1.0f, s.cols, kScaleRow, w), biases(bias, 0.0f, s.cols, kBiasRow, w);
+    const float* sc = scales.at(r, c0);
+    const float* bi = biases.at(r, c0);
+    const RowScratch ybuf(kScratchB, row_buffer<Ty>(c1 - c0));
+    row_t<Ty>* yr = out_row(y + r * s.cols + c0, ybuf.data());
+    const float p = pivot[r], mr = m[r], rr = rs[r];
+    for (int64_t c = 0; c < c1 - c0; ++c) {
+      const float d = to_float(xr[c]) - p;
+      yr[c] = from_float<row_t<Ty>>(kRms ? d * rr * sc[c] : (d - mr) * rr * sc[c] + bi[c]);
+    }
+    finish_row(ybuf.data(), y + r * s.cols + c0, c1 - c0);
+  });
+}
+
+// dx alone (the parameter gradients by columns, norm_bwd_param_cols): the tiles' Σ g and Σ g xhat, then dx.
+template <typename T, typename Ty, bool kRms>
+void norm_bwd_dx_shared(ffi::ThreadPool& pool, const T* x, ParamView scale, const float* mean, const float* rstd,
+                        const Ty* dy, T* dx, RowShape s) {
+  using R = row_t<T>;
+  const ColumnTiles tiles(s.cols);
+  std::vector<double> part_g(static_cast<size_t>(s.rows * tiles.n)), part_gx(part_g.size());
+  std::vector<float> mg(static_cast<size_t>(s.rows), 0.0f), mgx(mg.size());
+  // A tile's xhat and g into this thread's buffers (as norm_bwd_rows makes them); then fn(xhat, g, dx's tile).
+  const auto tile_terms = [&](int64_t r, int64_t c0, int64_t c1, const auto& fn) {
+    const int64_t w = c1 - c0, o = r * s.cols + c0;
+    const float pivot = row_pivot<T, kRms>(x + r * s.cols, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
+    const ParamRows scales(scale, 1.0f, s.cols, kScaleRow, w);
+    const float* sc = scales.at(r, c0);
+    const RowScratch xhat_buf(kScratchA, static_cast<size_t>(w)), g_buf(kScratchB, static_cast<size_t>(w));
+    float* const xhat = xhat_buf.data();
+    float* const g = g_buf.data();
+    const R* xr = in_row(x + o, w, xhat);  // f16: into xhat and g (rows as floats), as norm_bwd_rows
+    const row_t<Ty>* dyr = in_row(dy + o, w, g);
+    for (int64_t c = 0; c < w; ++c) {
+      xhat[c] = (to_float(xr[c]) - pivot - m) * rs;
+      g[c] = to_float(dyr[c]) * sc[c];
+    }
+    fn(xhat, g, w, rs);
+  };
+  for_each_tile(pool, s, tiles, [&](int64_t u, int64_t r, int64_t c0, int64_t c1) {
+    tile_terms(r, c0, c1, [&](const float* xhat, const float* g, int64_t w, float) {
+      part_gx[u] = sum_in_lanes(w, [&](int64_t c) { return g[c] * xhat[c]; });
+      if (!kRms) part_g[u] = sum_in_lanes(w, [g](int64_t c) { return g[c]; });
+    });
+  });
+  for (int64_t r = 0; r < s.rows; ++r) {
+    if (!kRms) mg[r] = static_cast<float>(tiles_total(part_g, tiles, r) / double(s.cols));
+    mgx[r] = static_cast<float>(tiles_total(part_gx, tiles, r) / double(s.cols));
+  }
+  for_each_tile(pool, s, tiles, [&](int64_t, int64_t r, int64_t c0, int64_t c1) {
+    tile_terms(r, c0, c1, [&](const float* xhat, const float* g, int64_t w, float rs) {
+      const RowScratch dxbuf(kScratchC, row_buffer<T>(w));
+      R* dxr = out_row(dx + r * s.cols + c0, dxbuf.data());
+      const float a = mg[r], b = mgx[r];
+      for (int64_t c = 0; c < w; ++c) dxr[c] = from_float<R>(rs * (g[c] - a - xhat[c] * b));
+      finish_row(dxbuf.data(), dx + r * s.cols + c0, w);
+    });
+  });
+}
+
 template <bool kRms>
 ffi::Error norm_fwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, const ffi::AnyBuffer* bias,
                     ffi::AnyBuffer y, const ffi::AnyBuffer* mean, ffi::AnyBuffer rstd, float epsilon) {
@@ -152,6 +268,10 @@ ffi::Error norm_fwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scal
     Ty* yp = static_cast<Ty*>(y.untyped_data());
     float* mp = mean ? static_cast<float*>(mean->untyped_data()) : nullptr;
     float* rp = static_cast<float*>(rstd.untyped_data());
+    if (share_norm_rows(pool, s)) {
+      norm_fwd_shared<T, Ty, kRms>(pool, xp, sv, bv, yp, mp, rp, epsilon, s);
+      return ffi::Error::Success();
+    }
     parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) {
       norm_fwd_rows<T, Ty, kRms>(xp, sv, bv, yp, mp, rp, epsilon, s, r0, r1);
     });
@@ -190,14 +310,19 @@ ffi::Error norm_bwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scal
     const auto rows = [&](Runs ra, Runs rb, int64_t r0, int64_t r1, int64_t /*c0 = 0*/, int64_t /*c1 = cols*/) {
       norm_bwd_rows<T, Ty, kRms>(xp, sv, mp, rp, dyp, dxp, ra, rb, s, r0, r1);
     };
-    const auto dx_only = [&](int64_t r0, int64_t r1) { rows(Runs{}, Runs{}, r0, r1, 0, s.cols); };
+    const auto dx_only = [&] {
+      if (share_norm_rows(pool, s)) return norm_bwd_dx_shared<T, Ty, kRms>(pool, xp, sv, mp, rp, dyp, dxp, s);
+      parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) {
+        rows(Runs{}, Runs{}, r0, r1, 0, s.cols);
+      });
+    };
     if (s.rows == 0) {
       zero_grad(dsv, s.cols);
       zero_grad(dbv, s.cols);
     } else if (!dsv.data && !dbv.data) {
-      parallel_for(pool, s.rows, piece_rows(s.cols), dx_only);
+      dx_only();
     } else if (!sum_in_runs(pool, ws, s, dsv, dbv, /*tiles_ok=*/false, rows)) {  // else dx by rows, sums by columns
-      parallel_for(pool, s.rows, piece_rows(s.cols), dx_only);
+      dx_only();
       parallel_for(pool, s.cols, piece_cols(s.rows), [&](int64_t c0, int64_t c1) {
         norm_bwd_param_cols<T, Ty, kRms>(xp, mp, rp, dyp, dsv, dbv, s, c0, c1);
       });

@@ -20,9 +20,8 @@ namespace {
 // s_t = Σ e, e = exp(x - m_t); merged in tile order into the row's max M and S = Σ s_t exp(m_t - M); then y = e f_t,
 // f_t = exp(m_t - M) / S. The same operations, so the same bits, whether one thread runs a row's tiles in turn
 // (keeping e in its row buffer) or the pool shares them (each tile computing e again in its second pass): the pool
-// shares the tiles where whole rows would leave its threads idle (share_tiles; v91: one row of 2^20 5.4-7.5x faster
-// on 16 CPUs, 1.35-2x on two).
-inline constexpr int64_t kLongRow = int64_t{1} << 16;
+// shares the tiles where whole rows would leave its threads idle (share_long_rows; v91: one row of 2^20 5.4-7.5x
+// faster on 16 CPUs, 1.35-2x on two).
 
 struct TileSum {
   float max;
@@ -113,16 +112,6 @@ void softmax_rows(const T* x, T* y, RowShape s, int64_t r0, int64_t r1) {
   }
 }
 
-// Whether the pool shares the long rows' tiles: where whole rows, one a thread, would leave some of its threads idle,
-// and the rows are long enough to repay the two passes' extra exps and the pool's wake-ups (kShareCols: on two cores
-// 1 x 131072 ties and 1 x 2^20 gains 1.35-2x; 1 x 50257's backward, shared, took 2x as long; RESULTS.md "v91"). Chosen
-// by the threads, not the shape alone: either way gives the same bits.
-inline constexpr int64_t kShareCols = int64_t{1} << 17;
-inline bool share_tiles(ffi::ThreadPool& pool, RowShape s) {
-  const int64_t threads = usable_cpus() > 1 ? std::min<int64_t>(pool.num_threads(), usable_cpus()) : 1;
-  return s.cols >= kShareCols && s.rows < threads;
-}
-
 // The long rows' tiles shared by the pool: the tile sums, each row's factors, then the outputs, each tile its exps
 // again (the tiles keep none between the passes).
 template <typename T>
@@ -149,20 +138,10 @@ void softmax_shared_tiles(ffi::ThreadPool& pool, const T* x, T* y, RowShape s) {
   });
 }
 
-// Σ y dy over columns [c0, c1) of a row (a long row's tile, or a whole row).
+// Σ y dy over columns [c0, c1) of a row (a long row's tile).
 template <typename R>
 double dot_of(const R* y, const R* dy, int64_t c0, int64_t c1) {
   return sum_in_lanes(c1 - c0, [&](int64_t c) { return to_float(y[c0 + c]) * to_float(dy[c0 + c]); });
-}
-
-// Σ y dy of a row: long rows' tiles summed in tile order (as the pool's shared tiles add them), else in one.
-template <typename R>
-float row_dot(const R* y, const R* dy, int64_t cols) {
-  if (cols <= kLongRow) return static_cast<float>(dot_of(y, dy, 0, cols));
-  const ColumnTiles tiles(cols);
-  double d = 0.0;
-  for (int64_t t = 0; t < tiles.n; ++t) d += dot_of(y, dy, tiles.begin(t), tiles.begin(t + 1));
-  return static_cast<float>(d);
 }
 
 // dx = y (dy - d) over n elements (a row, or a long row's tile).
@@ -179,7 +158,7 @@ void softmax_bwd_rows(const T* y, const T* dy, T* dx, RowShape s, int64_t r0, in
     const int64_t o = r * s.cols;
     const R* yr = in_row(y + o, s.cols, ybuf.data());
     const R* dyr = in_row(dy + o, s.cols, dybuf.data());
-    const float d = row_dot(yr, dyr, s.cols);
+    const float d = static_cast<float>(row_sum(s.cols, [&](int64_t c) { return to_float(yr[c]) * to_float(dyr[c]); }));
     R* dxr = out_row(dx + o, dybuf.data());
     dx_of(yr, dyr, d, dxr, s.cols);
     finish_row(dybuf.data(), dx + o, s.cols);
@@ -230,7 +209,7 @@ ffi::Error softmax_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(y->untyped_data());
-    if (share_tiles(pool, s)) {
+    if (share_long_rows(pool, s)) {
       softmax_shared_tiles(pool, xp, yp, s);
     } else {
       parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) { softmax_rows(xp, yp, s, r0, r1); });
@@ -249,7 +228,7 @@ ffi::Error softmax_bwd(ffi::ThreadPool pool, ffi::AnyBuffer y, ffi::AnyBuffer dy
     const T* yp = static_cast<const T*>(y.untyped_data());
     const T* dyp = static_cast<const T*>(dy.untyped_data());
     T* dxp = static_cast<T*>(dx->untyped_data());
-    if (share_tiles(pool, s)) {
+    if (share_long_rows(pool, s)) {
       softmax_bwd_shared_tiles(pool, yp, dyp, dxp, s);
     } else {
       parallel_for(pool, s.rows, piece_rows(s.cols),

@@ -361,6 +361,34 @@ def test_rms_norm_grad_matches_xla(device, rng, shape, dtype):
         assert mt.rel_err(a, w64) < tol + 2 * mt.rel_err(mt.round_to(w64, a.dtype), w64), name
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", [(1, 524301), (3, 70001), (2, 131075)], ids=["1x524301", "3x70001", "2x131075"])
+def test_few_long_rows(device, rng, shape, dtype):
+    """Rows of more than 2^16 features: the CPU reduces them by column tiles, and where the rows are fewer than its
+    threads and long enough (on two CPUs 2^19) the pool shares the tiles (cpp/norms_cpu.cc, v92). Both norms, forward
+    and gradients,
+    against float64; in f32 one row with a large mean and a tiny variance (LayerNorm's pivot must hold it), and a
+    constant row (y = bias, dx finite)."""
+    c = shape[-1]
+    x = mt.randn(rng, shape, dtype, scale=2.0, loc=0.5)
+    if dtype == mt.F32:
+        x[0] = 1e4 + 1e-2 * rng.standard_normal(c)
+    if shape[0] > 1:
+        x[-1] = 3.0
+    s, b = _params(rng, c, "scale+bias")
+    g = mt.randn(rng, shape, dtype, scale=1.0)
+    eps = 1e-12 if dtype == mt.F32 else 1e-5
+    y, grads = layer_norm_vjp_jit(*(jax.device_put(a, device) for a in (x, s, b, g)), epsilon=eps)
+    _check_out(y, x, device)
+    mt.assert_finite(y)
+    mt.assert_close(y, mt.ref_layer_norm(x, s, b, eps), 1e-4 if dtype == mt.F32 else FWD_TOL[dtype], dtype=dtype)
+    _check_ln_grads(x, s, b, g, eps, grads, dtype)
+    y, grads = rms_norm_vjp_jit(*(jax.device_put(a, device) for a in (x, s, g)))
+    _check_out(y, x, device)
+    mt.assert_close(y, mt.ref_rms_norm(x, s), FWD_TOL[dtype], dtype=dtype)
+    _check_rms_grads(x, s, g, 1e-6, grads, dtype)
+
+
 # ----------------------------------------------------------------------------------------------
 # empty inputs, stale outputs, determinism
 # ----------------------------------------------------------------------------------------------
