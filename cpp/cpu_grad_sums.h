@@ -34,37 +34,61 @@ struct Runs {
   // Each row group one run, written into its row of g (columns c0 ..).
   static Runs groups(const GradView& g, RowShape s, int64_t c0) { return {g.data, g.rows_per_group, 1, 1, s.cols, c0}; }
 
-  // Where row r's run ends at r, the run's output row; else nullptr.
-  float* end_at(int64_t r) const {
-    const int64_t g = r / n, i = r - g * n;
-    const int64_t j = ((i + 1) * pieces - 1) / n;  // the run holding row i of its group
-    if (i + 1 != (j + 1) * n / pieces) return nullptr;
-    return out + (g * stride + j) * ld + c0;
-  }
+  // The run holding row r: its index within r's group, and its output row.
+  int64_t run_of(int64_t r) const { return ((r % n + 1) * pieces - 1) / n; }
+  float* out_row(int64_t r) const { return out + (r / n * stride + run_of(r)) * ld + c0; }
+  // Whether row r is the first / last row of its run.
+  bool starts_at(int64_t r) const { return r % n == run_of(r) * n / pieces; }
+  bool ends_at(int64_t r) const { return r % n + 1 == (run_of(r) + 1) * n / pieces; }
+  // The most rows a run holds.
+  int64_t longest() const { return (n + pieces - 1) / pieces; }
 };
 
 // Column sums of float terms over runs of rows, for columns c0 .. c0 + width of a gradient. Each row adds its terms to
-// float partials (row(): the loops run at the float vector width); end_row folds them into double sums every 16 rows
+// float partials (add: the loops run at the float vector width); end_row folds them into double sums every 16 rows
 // and where a run ends, and there writes the run's sums as floats to its output row and starts again from 0. No float
 // partial holds more than 16 terms (as in sum_in_lanes), and where the folds fall depends on the shape alone: the same
 // result whatever the threads, in every build. (v55: in double per term, the training steps' column sums ran at half
-// the vector width with a conversion per term.)
+// the vector width with a conversion per term.) Where no run holds more than 16 rows, its one fold would give the
+// float partials back unchanged (0 + p in double, rounded to float: p), so the partials are summed in the run's output
+// row itself, its first row written as term + 0 (the bits of 0 + term, -0 included): no fold, no buffers to allocate
+// and zero per piece, the same bits (v93).
 class ColumnSums {
  public:
   ColumnSums(const Runs& runs, int64_t width)
-      : runs_(runs), part_(runs.out ? width : 0), total_(runs.out ? width : 0) {}
+      : runs_(runs),
+        width_(width),
+        in_place_(runs.longest() <= kDepth),
+        part_(runs.out && !in_place_ ? width : 0),
+        total_(part_.size()) {}
   bool wanted() const { return runs_.out != nullptr; }
-  float* row() { return part_.data(); }
+  // Row r's terms, term(c) for c < width, added to the partials: a loop per sum, not a test per element (it
+  // vectorizes).
+  template <class F>
+  void add(int64_t r, const F& term) {
+    if (!in_place_) {
+      float* p = part_.data();
+      for (int64_t c = 0; c < width_; ++c) p[c] += term(c);
+      return;
+    }
+    float* p = runs_.out_row(r);
+    if (runs_.starts_at(r)) {
+      for (int64_t c = 0; c < width_; ++c) p[c] = term(c) + 0.0f;
+    } else {
+      for (int64_t c = 0; c < width_; ++c) p[c] += term(c);
+    }
+  }
   void end_row(int64_t r) {
-    if (!runs_.out) return;
-    float* out = runs_.end_at(r);
-    if (++pending_ < kDepth && !out) return;
+    if (!runs_.out || in_place_) return;
+    const bool run_ends = runs_.ends_at(r);
+    if (++pending_ < kDepth && !run_ends) return;
     for (size_t c = 0; c < part_.size(); ++c) {
       total_[c] += part_[c];
       part_[c] = 0.0f;
     }
     pending_ = 0;
-    if (!out) return;
+    if (!run_ends) return;
+    float* out = runs_.out_row(r);
     for (size_t c = 0; c < total_.size(); ++c) out[c] = static_cast<float>(total_[c]);
     std::fill(total_.begin(), total_.end(), 0.0);
   }
@@ -72,6 +96,8 @@ class ColumnSums {
  private:
   static constexpr int kDepth = 16;  // rows per fold
   Runs runs_;
+  int64_t width_;
+  bool in_place_;
   std::vector<float> part_;
   std::vector<double> total_;
   int pending_ = 0;

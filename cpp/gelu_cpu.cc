@@ -63,14 +63,8 @@ void gelu_bwd_block(const T* x, const T* dy, T* dx, Affine a, Runs ra, Runs rb, 
     float* g = grow.data();
     grad_row(xr, in_row(dy + o, w, dybuf.data()), sc, bi, g, out_row(dx + o, dxbuf.data()), w);
     finish_row(dxbuf.data(), dx + o, w);
-    if (ds.wanted()) {
-      float* p = ds.row();
-      for (int64_t c = 0; c < w; ++c) p[c] += g[c] * to_float(xr[c]);
-    }
-    if (db.wanted()) {
-      float* p = db.row();
-      for (int64_t c = 0; c < w; ++c) p[c] += g[c];
-    }
+    if (ds.wanted()) ds.add(r, [&](int64_t c) { return g[c] * to_float(xr[c]); });
+    if (db.wanted()) db.add(r, [&](int64_t c) { return g[c]; });
     ds.end_row(r);
     db.end_row(r);
   }

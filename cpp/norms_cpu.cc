@@ -86,14 +86,8 @@ void norm_bwd_rows(const T* x, ParamView scale, const float* mean, const float* 
       xhat[c] = (to_float(xr[c]) - pivot - m) * rs;
       g[c] = to_float(dyr[c]) * sc[c];
     }
-    if (ds.wanted()) {  // a loop per sum, not a test per element: both vectorize
-      float* p = ds.row();
-      for (int64_t c = 0; c < s.cols; ++c) p[c] += to_float(dyr[c]) * xhat[c];
-    }
-    if (db.wanted()) {
-      float* p = db.row();
-      for (int64_t c = 0; c < s.cols; ++c) p[c] += to_float(dyr[c]);
-    }
+    if (ds.wanted()) ds.add(r, [&](int64_t c) { return to_float(dyr[c]) * xhat[c]; });
+    if (db.wanted()) db.add(r, [&](int64_t c) { return to_float(dyr[c]); });
     ds.end_row(r);
     db.end_row(r);
     const double sum_gx = row_sum(s.cols, [&](int64_t c) { return g[c] * xhat[c]; });
@@ -118,15 +112,11 @@ void norm_bwd_param_cols(const T* x, const float* mean, const float* rstd, const
     const int64_t o = r * s.cols;
     const float pivot = row_pivot<T, kRms>(x + o, s.cols), m = kRms ? 0.0f : mean[r], rs = rstd[r];
     const auto* dyr = in_row(dy + o + c0, w, dybuf.data());
-    if (ds.wanted()) {  // a loop per sum, not a test per element: both vectorize
+    if (ds.wanted()) {
       const auto* xr = in_row(x + o + c0, w, xbuf.data());
-      float* p = ds.row();
-      for (int64_t c = 0; c < w; ++c) p[c] += to_float(dyr[c]) * ((to_float(xr[c]) - pivot - m) * rs);
+      ds.add(r, [&](int64_t c) { return to_float(dyr[c]) * ((to_float(xr[c]) - pivot - m) * rs); });
     }
-    if (db.wanted()) {
-      float* p = db.row();
-      for (int64_t c = 0; c < w; ++c) p[c] += to_float(dyr[c]);
-    }
+    if (db.wanted()) db.add(r, [&](int64_t c) { return to_float(dyr[c]); });
     ds.end_row(r);
     db.end_row(r);
   }
