@@ -112,8 +112,7 @@ void softmax_rows(const T* x, T* y, RowShape s, int64_t r0, int64_t r1) {
   }
 }
 
-// The long rows' tiles shared by the pool: the tile sums, each row's factors, then the outputs, each tile its exps
-// again (the tiles keep none between the passes).
+// The long rows' tiles shared by the pool: the tile sums, each row's factors, then the outputs.
 template <typename T>
 void softmax_shared_tiles(ffi::ThreadPool& pool, const T* x, T* y, RowShape s) {
   using R = row_t<T>;
@@ -124,23 +123,26 @@ void softmax_shared_tiles(ffi::ThreadPool& pool, const T* x, T* y, RowShape s) {
   const auto tile_x = [&](int64_t r, int64_t c0, int64_t w, float* buf) {
     return floats_of(x + r * s.cols + c0, w, buf);
   };
-  // f32: the first pass keeps each tile's exps in y, which the second scales in place (each exp made once, as in one
-  // thread's rows; v94); a 16-bit y cannot hold them, so its tiles make the exps again from x.
-  constexpr bool kExpsInY = std::is_same_v<T, float>;
-  const auto exps_in_y = [&](int64_t o) -> float* {
-    if constexpr (kExpsInY) return y + o;
-    return nullptr;
-  };
+  // The first pass's exps, kept for the second, which scales them (each exp made once, as in one thread's rows; v94):
+  // in y itself for f32; for 16-bit rows in the calling thread's float buffer where they fit in it (kept_row), else
+  // the second pass makes them again from x.
+  const size_t n = static_cast<size_t>(s.size());
+  const bool keep16 = !std::is_same_v<T, float> && kept_row(n);
+  const RowScratch kept(kScratchD, keep16 ? n : 0);  // (the tiles' own buffers: slots A and B)
+  float* exps = keep16 ? kept.data() : nullptr;
+  if constexpr (std::is_same_v<T, float>) exps = y;
+  const auto exps_at = [exps](int64_t o) { return exps ? exps + o : nullptr; };
   for_each_tile(pool, s, tiles, [&](int64_t u, int64_t r, int64_t c0, int64_t c1) {
     const RowScratch buf(kScratchA, floats_buffer<T>(c1 - c0));
-    sums[u] = tile_sum(tile_x(r, c0, c1 - c0, buf.data()), c1 - c0, exps_in_y(r * s.cols + c0));
+    sums[u] = tile_sum(tile_x(r, c0, c1 - c0, buf.data()), c1 - c0, exps_at(r * s.cols + c0));
   });
   for (int64_t r = 0; r < s.rows; ++r) ok[r] = tile_factors(&sums[r * tiles.n], tiles.n, &factors[r * tiles.n]);
   for_each_tile(pool, s, tiles, [&](int64_t u, int64_t r, int64_t c0, int64_t c1) {
     const int64_t w = c1 - c0, o = r * s.cols + c0;
-    const RowScratch buf(kScratchA, floats_buffer<T>(w)), ybuf(kScratchB, row_buffer<T>(w));
+    const float* e = exps_at(o);
+    const RowScratch buf(kScratchA, e ? 0 : floats_buffer<T>(w)), ybuf(kScratchB, row_buffer<T>(w));
     R* yr = out_row(y + o, ybuf.data());
-    tile_out(tile_x(r, c0, w, buf.data()), exps_in_y(o), sums[u], factors[u], ok[r] != 0, yr, w);
+    tile_out(e ? e : tile_x(r, c0, w, buf.data()), e, sums[u], factors[u], ok[r] != 0, yr, w);
     finish_row(ybuf.data(), y + o, w);
   });
 }
