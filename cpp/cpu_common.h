@@ -125,6 +125,13 @@ void for_each_tile(ffi::ThreadPool& pool, RowShape s, const ColumnTiles& tiles, 
   });
 }
 
+// Row r's total of its tiles' values (part: for_each_tile's u order, tiles.n a row), added in tile order.
+inline double tiles_total(const std::vector<double>& part, const ColumnTiles& tiles, int64_t r) {
+  double sum = 0.0;
+  for (int64_t t = 0; t < tiles.n; ++t) sum += part[r * tiles.n + t];
+  return sum;
+}
+
 // fn(r0, r1, c0, c1) over an elementwise op's rows [r0, r1) x columns [c0, c1), in pieces of about kPieceElems:
 // several whole rows a piece where a row fits in one, else one column tile a piece (ColumnTiles), so that a few long
 // rows (a 1-D x) still spread over the pool. Fixed by the shape alone.

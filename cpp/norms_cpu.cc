@@ -19,6 +19,33 @@ float row_pivot(const T* xr, int64_t cols) {
   return kRms || cols == 0 ? 0.0f : to_float(xr[0]);
 }
 
+// The steps that whole rows and a shared long row's tiles (below) share, so that both make the same operations, and
+// the same bits. y of columns [0, n) from their d = x - pivot (d(c)).
+template <typename Ry, bool kRms, class D>
+void norm_out(int64_t n, const D& d, float m, float rs, const float* sc, const float* bi, Ry* y) {
+  if constexpr (kRms) {
+    for (int64_t c = 0; c < n; ++c) y[c] = from_float<Ry>(d(c) * rs * sc[c]);
+  } else {
+    for (int64_t c = 0; c < n; ++c) y[c] = from_float<Ry>((d(c) - m) * rs * sc[c] + bi[c]);
+  }
+}
+
+// The backward's xhat and g = dy * scale of columns [0, n) (in place over xr / dyr allowed: f16 rows as floats).
+template <typename R, typename Rdy>
+void norm_bwd_terms(const R* xr, const Rdy* dyr, const float* sc, float pivot, float m, float rs, float* xhat, float* g,
+                    int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    xhat[c] = (to_float(xr[c]) - pivot - m) * rs;
+    g[c] = to_float(dyr[c]) * sc[c];
+  }
+}
+
+// dx = rstd (g - mean(g) - xhat mean(g xhat)) of columns [0, n) (in place over g allowed).
+template <typename R>
+void norm_dx(const float* xhat, const float* g, float rs, float mg, float mgx, R* dx, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) dx[c] = from_float<R>(rs * (g[c] - mg - xhat[c] * mgx));
+}
+
 // Rows [r0, r1). The loops vectorize: d = x - pivot, the sums in lanes (sum_in_lanes), absent parameters as rows of 1
 // and 0 (ParamRows). d is made from x in each pass: a row of floats written and read back cost RMSNorm up to 1.8x at
 // long rows (v85). bf16 LayerNorm's three passes keep it as floats, read in the loops as kept[c] (made from x in each
@@ -54,10 +81,10 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, Ty* y, float* me
     const float* sc = scales.row(r);
     const float* bi = biases.row(r);
     Ry* yr = out_row(y + r * s.cols, kept);  // f16 y: the buffer, converted by finish_row
-    if constexpr (kRms) {
-      for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<Ry>(d(c) * rs * sc[c]);
+    if constexpr (kKeepD) {
+      norm_out<Ry, kRms>(s.cols, kept_d, m, rs, sc, bi, yr);
     } else {
-      for (int64_t c = 0; c < s.cols; ++c) yr[c] = from_float<Ry>(((kKeepD ? kept[c] : d(c)) - m) * rs * sc[c] + bi[c]);
+      norm_out<Ry, kRms>(s.cols, d, m, rs, sc, bi, yr);
     }
     finish_row(kept, y + r * s.cols, s.cols);
   }
@@ -82,10 +109,7 @@ void norm_bwd_rows(const T* x, ParamView scale, const float* mean, const float* 
     const float* sc = scales.row(r);
     const R* xr = in_row(x + o, s.cols, xhat);  // f16 rows: into xhat and g or dy_buf (rows as floats)
     const row_t<Ty>* dyr = in_row(dy + o, s.cols, dy_kept == 0 ? g : dy_buf.data());
-    for (int64_t c = 0; c < s.cols; ++c) {
-      xhat[c] = (to_float(xr[c]) - pivot - m) * rs;
-      g[c] = to_float(dyr[c]) * sc[c];
-    }
+    norm_bwd_terms(xr, dyr, sc, pivot, m, rs, xhat, g, s.cols);
     if (ds.wanted()) ds.add(r, [&](int64_t c) { return to_float(dyr[c]) * xhat[c]; });
     if (db.wanted()) db.add(r, [&](int64_t c) { return to_float(dyr[c]); });
     ds.end_row(r);
@@ -94,8 +118,7 @@ void norm_bwd_rows(const T* x, ParamView scale, const float* mean, const float* 
     const double sum_g = kRms ? 0.0 : row_sum(s.cols, [g](int64_t c) { return g[c]; });
     const float mg = static_cast<float>(sum_g / double(s.cols));
     const float mgx = static_cast<float>(sum_gx / double(s.cols));
-    R* dxr = out_row(dx + o, g);
-    for (int64_t c = 0; c < s.cols; ++c) dxr[c] = from_float<R>(rs * (g[c] - mg - xhat[c] * mgx));
+    norm_dx(xhat, g, rs, mg, mgx, out_row(dx + o, g), s.cols);
     finish_row(g, dx + o, s.cols);
   }
 }
@@ -142,13 +165,6 @@ void each_x_tile(ffi::ThreadPool& pool, const T* x, RowShape s, const ColumnTile
   });
 }
 
-// Row r's sum of its tiles' sums (part, tiles.n a row), in tile order.
-inline double tiles_total(const std::vector<double>& part, const ColumnTiles& tiles, int64_t r) {
-  double sum = 0.0;
-  for (int64_t t = 0; t < tiles.n; ++t) sum += part[r * tiles.n + t];
-  return sum;
-}
-
 template <typename T, typename Ty, bool kRms>
 void norm_fwd_shared(ffi::ThreadPool& pool, const T* x, ParamView scale, ParamView bias, Ty* y, float* mean,
                      float* rstd, float epsilon, RowShape s) {
@@ -180,12 +196,9 @@ void norm_fwd_shared(ffi::ThreadPool& pool, const T* x, ParamView scale, ParamVi
     const float* sc = scales.at(r, c0);
     const float* bi = biases.at(r, c0);
     const RowScratch ybuf(kScratchB, row_buffer<Ty>(c1 - c0));
-    row_t<Ty>* yr = out_row(y + r * s.cols + c0, ybuf.data());
-    const float p = pivot[r], mr = m[r], rr = rs[r];
-    for (int64_t c = 0; c < c1 - c0; ++c) {
-      const float d = to_float(xr[c]) - p;
-      yr[c] = from_float<row_t<Ty>>(kRms ? d * rr * sc[c] : (d - mr) * rr * sc[c] + bi[c]);
-    }
+    const float p = pivot[r];
+    norm_out<row_t<Ty>, kRms>(w, [&](int64_t c) { return to_float(xr[c]) - p; }, m[r], rs[r], sc, bi,
+                              out_row(y + r * s.cols + c0, ybuf.data()));
     finish_row(ybuf.data(), y + r * s.cols + c0, c1 - c0);
   });
 }
@@ -194,7 +207,6 @@ void norm_fwd_shared(ffi::ThreadPool& pool, const T* x, ParamView scale, ParamVi
 template <typename T, typename Ty, bool kRms>
 void norm_bwd_dx_shared(ffi::ThreadPool& pool, const T* x, ParamView scale, const float* mean, const float* rstd,
                         const Ty* dy, T* dx, RowShape s) {
-  using R = row_t<T>;
   const ColumnTiles tiles(s.cols);
   std::vector<double> part_g(static_cast<size_t>(s.rows * tiles.n)), part_gx(part_g.size());
   std::vector<float> mg(static_cast<size_t>(s.rows), 0.0f), mgx(mg.size());
@@ -207,12 +219,8 @@ void norm_bwd_dx_shared(ffi::ThreadPool& pool, const T* x, ParamView scale, cons
     const RowScratch xhat_buf(kScratchA, static_cast<size_t>(w)), g_buf(kScratchB, static_cast<size_t>(w));
     float* const xhat = xhat_buf.data();
     float* const g = g_buf.data();
-    const R* xr = in_row(x + o, w, xhat);  // f16: into xhat and g (rows as floats), as norm_bwd_rows
-    const row_t<Ty>* dyr = in_row(dy + o, w, g);
-    for (int64_t c = 0; c < w; ++c) {
-      xhat[c] = (to_float(xr[c]) - pivot - m) * rs;
-      g[c] = to_float(dyr[c]) * sc[c];
-    }
+    // f16: into xhat and g (rows as floats), as norm_bwd_rows
+    norm_bwd_terms(in_row(x + o, w, xhat), in_row(dy + o, w, g), sc, pivot, m, rs, xhat, g, w);
     fn(xhat, g, w, rs);
   };
   for_each_tile(pool, s, tiles, [&](int64_t u, int64_t r, int64_t c0, int64_t c1) {
@@ -228,9 +236,7 @@ void norm_bwd_dx_shared(ffi::ThreadPool& pool, const T* x, ParamView scale, cons
   for_each_tile(pool, s, tiles, [&](int64_t, int64_t r, int64_t c0, int64_t c1) {
     tile_terms(r, c0, c1, [&](const float* xhat, const float* g, int64_t w, float rs) {
       const RowScratch dxbuf(kScratchC, row_buffer<T>(w));
-      R* dxr = out_row(dx + r * s.cols + c0, dxbuf.data());
-      const float a = mg[r], b = mgx[r];
-      for (int64_t c = 0; c < w; ++c) dxr[c] = from_float<R>(rs * (g[c] - a - xhat[c] * b));
+      norm_dx(xhat, g, rs, mg[r], mgx[r], out_row(dx + r * s.cols + c0, dxbuf.data()), w);
       finish_row(dxbuf.data(), dx + r * s.cols + c0, w);
     });
   });

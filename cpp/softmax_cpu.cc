@@ -186,11 +186,7 @@ void softmax_bwd_shared_tiles(ffi::ThreadPool& pool, const T* y, const T* dy, T*
     const RowScratch ybuf(kScratchA, row_buffer<T>(w)), dybuf(kScratchB, row_buffer<T>(w));
     dots[u] = dot_of(in_row(y + o, w, ybuf.data()), in_row(dy + o, w, dybuf.data()), 0, w);
   });
-  for (int64_t r = 0; r < s.rows; ++r) {
-    double d = 0.0;
-    for (int64_t t = 0; t < tiles.n; ++t) d += dots[r * tiles.n + t];
-    row_dots[r] = static_cast<float>(d);
-  }
+  for (int64_t r = 0; r < s.rows; ++r) row_dots[r] = static_cast<float>(tiles_total(dots, tiles, r));
   for_each_tile(pool, s, tiles, [&](int64_t, int64_t r, int64_t c0, int64_t c1) {
     const int64_t w = c1 - c0, o = r * s.cols + c0;
     const RowScratch ybuf(kScratchA, row_buffer<T>(w)), dybuf(kScratchB, row_buffer<T>(w));
