@@ -19,9 +19,9 @@ namespace {
 // A row of more than kLongRow elements is reduced by its column tiles (ColumnTiles): each tile's max m_t and
 // s_t = Σ e, e = exp(x - m_t); merged in tile order into the row's max M and S = Σ s_t exp(m_t - M); then y = e f_t,
 // f_t = exp(m_t - M) / S. The same operations, so the same bits, whether one thread runs a row's tiles in turn
-// (keeping e in its row buffer) or the pool shares them (each tile computing e again in its second pass): the pool
-// shares the tiles where whole rows would leave its threads idle (share_long_rows; v91: one row of 2^20 5.4-7.5x
-// faster on 16 CPUs, 1.35-2x on two).
+// (keeping e in its row buffer) or the pool shares them (keeping e in y or the calling thread's buffer between its
+// two passes, v94; making it again from x only where neither can hold it): the pool shares the tiles where whole rows
+// would leave its threads idle (share_long_rows; v91: one row of 2^20 5.4-7.5x faster on 16 CPUs, 1.35-2x on two).
 
 struct TileSum {
   float max;
