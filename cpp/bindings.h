@@ -48,6 +48,11 @@ template <class B>
 auto layer_norm_fwd(B&& b) {
   return rets<3>(args<3>(std::move(b))).template Attr<float>("epsilon");
 }
+// x, scale, bias, tx, tscale, tbias -> y, ty; epsilon
+template <class B>
+auto layer_norm_jvp(B&& b) {
+  return rets<2>(args<6>(std::move(b))).template Attr<float>("epsilon");
+}
 // x, scale, mean, rstd, dy -> dx, dscale, dbias, workspace
 template <class B>
 auto layer_norm_bwd(B&& b) {
@@ -58,6 +63,11 @@ template <class B>
 auto rms_norm_fwd(B&& b) {
   return rets<2>(args<2>(std::move(b))).template Attr<float>("epsilon");
 }
+// x, scale, tx, tscale -> y, ty; epsilon
+template <class B>
+auto rms_norm_jvp(B&& b) {
+  return rets<2>(args<4>(std::move(b))).template Attr<float>("epsilon");
+}
 // x, scale, rstd, dy -> dx, dscale, workspace
 template <class B>
 auto rms_norm_bwd(B&& b) {
@@ -67,6 +77,11 @@ auto rms_norm_bwd(B&& b) {
 template <class B>
 auto gelu_fwd(B&& b) {
   return rets<1>(args<3>(std::move(b))).template Attr<float>("scale_value").template Attr<float>("bias_value");
+}
+// x, scale, bias, tx, tscale, tbias -> y, ty; scale_value, bias_value
+template <class B>
+auto gelu_jvp(B&& b) {
+  return rets<2>(args<6>(std::move(b))).template Attr<float>("scale_value").template Attr<float>("bias_value");
 }
 // x, scale, bias, dy -> dx, dscale, dbias, workspace; scale_value, bias_value
 template <class B>

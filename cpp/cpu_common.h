@@ -433,7 +433,7 @@ inline double row_sum(int64_t n, const F& term) {
 inline constexpr size_t kKeptFloats = size_t{1} << 20;
 inline bool kept_row(size_t n) { return n <= kKeptFloats; }
 enum ScratchSlot : int { kScratchA, kScratchB, kScratchC, kScratchD, kScratchSlots };
-enum ConstSlot : int { kScaleRow, kBiasRow, kConstSlots };
+enum ConstSlot : int { kScaleRow, kBiasRow, kTangentScaleRow, kTangentBiasRow, kConstSlots };
 
 // n floats (contents undefined; n may be 0) from this thread's buffer `slot`, valid until the next RowScratch of that
 // slot on this thread.

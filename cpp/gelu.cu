@@ -1,5 +1,5 @@
 // GELU (tanh approximation) of an affine input u = x*scale + bias: CUDA kernels and XLA FFI handlers
-// (JmGeluFwdCuda, JmGeluBwdCuda). scale/bias are per-column arrays (possibly grouped) or, when the array
+// (JmGeluFwdCuda, JmGeluJvpCuda, JmGeluBwdCuda). scale/bias are per-column arrays (possibly grouped) or, when the array
 // is absent, the scalar attributes scale_value/bias_value.
 #include "cuda_common.cuh"
 #include "partials.cuh"
@@ -60,6 +60,33 @@ __global__ void __launch_bounds__(kElemBlock)
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = g[j] * gelu_grad(v[j] * s[j] + b[j]) * s[j];
     store_pack<V>(dx, q, v);
+  });
+}
+
+// Forward mode: y = gelu(u) and its tangent gelu'(u) * (tx * s + x * ts + tb) in one elementwise pass over x and tx
+// (ts, tb: the parameters' tangents, 0 where absent). y has the forward kernel's bits (the same gelu).
+template <typename T, int V, ParamMode M>
+__global__ void __launch_bounds__(kElemBlock)
+    gelu_jvp_kernel(const T* __restrict__ x, const T* __restrict__ tx, ParamView scale, ParamView bias,
+                    ParamView tscale, ParamView tbias, float scale_value, float bias_value, T* __restrict__ y,
+                    T* __restrict__ ty, int64_t rows, int64_t cols) {
+  for_grid_packs<V, kParamBatchRegs>({x, tx}, rows * cols / V, cols, [&](int64_t q, const RowColCursor& at,
+                                                                         const auto& p) {
+    float v[V], t[V], s[V], b[V], ts[V], tb[V];
+    unpack(p[0], v);
+    unpack(p[1], t);
+    load_param_at<M>(scale, at, cols, scale_value, s);
+    load_param_at<M>(bias, at, cols, bias_value, b);
+    load_param_at<M>(tscale, at, cols, 0.0f, ts);
+    load_param_at<M>(tbias, at, cols, 0.0f, tb);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float u = v[j] * s[j] + b[j];
+      t[j] = gelu_grad(u) * (t[j] * s[j] + v[j] * ts[j] + tb[j]);
+      v[j] = gelu(u);
+    }
+    store_pack<V>(y, q, v);
+    store_pack<V>(ty, q, t);
   });
 }
 
@@ -207,6 +234,43 @@ ffi::Error GeluFwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
   });
 }
 
+ffi::Error GeluJvp(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias, ffi::AnyBuffer tx,
+                   ffi::AnyBuffer tscale, ffi::AnyBuffer tbias, ffi::Result<ffi::AnyBuffer> y,
+                   ffi::Result<ffi::AnyBuffer> ty, float scale_value, float bias_value) {
+  RowShape s;
+  ParamView sv, bv, tsv, tbv;
+  if (auto err = row_shape(x, "x", &s); err.failure()) return err;
+  if (auto err = first_error({check_same(x, tx, "tx"), check_same(x, *y, "y"), check_same(x, *ty, "ty"),
+                              param_view(scale, s, "scale", &sv), param_view(bias, s, "bias", &bv),
+                              param_view(tscale, s, "tscale", &tsv), param_view(tbias, s, "tbias", &tbv)});
+      err.failure()) {
+    return err;
+  }
+  if (s.size() == 0) return ffi::Error::Success();
+  DeviceInfo dev;
+  if (auto err = device_info(&dev); err.failure()) return err;
+  // The four parameters' mode: the primals' and the tangents' pairs, the more general of the two.
+  const ParamMode mode = std::max(param_mode(sv, bv, s.rows), param_mode(tsv, tbv, s.rows));
+  return dispatch_float(x.element_type(), [&](auto tag) {
+    using T = elem_t<decltype(tag)>;
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    const T* txp = static_cast<const T*>(tx.untyped_data());
+    T* yp = static_cast<T*>(y->untyped_data());
+    T* typ = static_cast<T*>(ty->untyped_data());
+    return with_param_mode(mode, [&](auto m) {
+      constexpr ParamMode M = decltype(m)::value;
+      const bool vec = vectorizable<T>(M == ParamMode::kScalars ? s.size() : s.cols,
+                                       {xp, txp, yp, typ, sv.data, bv.data, tsv.data, tbv.data});
+      return with_vec<T>(vec, [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        return launch(gelu_jvp_kernel<T, V, M>, elementwise_grid(dev, s.size() / V, kBatch<T, V, 2, kParamBatchRegs>),
+                      dim3(kElemBlock), 0, stream, "gelu_jvp", xp, txp, sv, bv, tsv, tbv, scale_value, bias_value,
+                      yp, typ, s.rows, s.cols);
+      });
+    });
+  });
+}
+
 ffi::Error GeluBwd(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
                    ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale,
                    ffi::Result<ffi::AnyBuffer> dbias, ffi::Result<ffi::AnyBuffer> workspace,
@@ -278,4 +342,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluFwdCuda, jm::cuda::GeluFwd,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluBwdCuda, jm::cuda::GeluBwd,
                               jm::bind::gelu_bwd(jm::cuda::cuda_binding()),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluJvpCuda, jm::cuda::GeluJvp,
+                              jm::bind::gelu_jvp(jm::cuda::cuda_binding()),
                               {ffi::Traits::kCmdBufferCompatible});

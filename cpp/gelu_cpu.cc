@@ -1,5 +1,5 @@
-// Fused scale -> bias -> GELU on the CPU: one pass over x; the backward's per-column parameter gradients summed
-// with dx in the same pass (cpu_grad_sums.h).
+// Fused scale -> bias -> GELU on the CPU: one pass over x; forward mode's y and tangent in one pass over x and tx; the
+// backward's per-column parameter gradients summed with dx in the same pass (cpu_grad_sums.h).
 
 #include "cpu_common.h"
 #include "cpu_grad_sums.h"
@@ -30,6 +30,40 @@ void gelu_fwd_block(const T* x, T* y, Affine a, RowShape s, int64_t r0, int64_t 
     R* yr = out_row(y + o, buf.data());
     for (int64_t c = 0; c < w; ++c) yr[c] = from_float<R>(gelu(to_float(xr[c]) * sc[c] + bi[c]));  // vectorized
     finish_row(buf.data(), y + o, w);
+  }
+}
+
+// One row of the forward mode's y and tangent (restrict: the loop vectorizes).
+template <typename R>
+void jvp_row(const R* __restrict__ x, const R* __restrict__ tx, const float* __restrict__ sc,
+             const float* __restrict__ bi, const float* __restrict__ tsc, const float* __restrict__ tbi,
+             R* __restrict__ y, R* __restrict__ ty, int64_t w) {
+  for (int64_t c = 0; c < w; ++c) {
+    const float xv = to_float(x[c]), u = xv * sc[c] + bi[c];
+    y[c] = from_float<R>(gelu(u));
+    ty[c] = from_float<R>(gelu_grad(u) * (to_float(tx[c]) * sc[c] + xv * tsc[c] + tbi[c]));
+  }
+}
+
+// Forward mode: y = gelu(u) and its tangent gelu'(u) * (tx * scale + x * tscale + tbias) of rows [r0, r1) x columns
+// [c0, c1), x and tx read once (absent tangent parameters are rows of 0). gelu and gelu_grad share their exponential
+// (the same n and 2^-|n|, which the compiler computes once), and y has the forward's bits.
+template <typename T>
+void gelu_jvp_block(const T* x, const T* tx, T* y, T* ty, Affine a, Affine t, RowShape s, int64_t r0, int64_t r1,
+                    int64_t c0, int64_t c1) {
+  using R = row_t<T>;
+  const int64_t w = c1 - c0;
+  const ParamRows scale(a.scale, a.scale_value, s.cols, kScaleRow, w), bias(a.bias, a.bias_value, s.cols, kBiasRow, w);
+  const ParamRows tscale(t.scale, 0.0f, s.cols, kTangentScaleRow, w), tbias(t.bias, 0.0f, s.cols, kTangentBiasRow, w);
+  // f16 rows as floats (cpu_common.h): x, tx, and y and ty in buffers of their own (the loop's pointers are restrict).
+  const RowScratch xbuf(kScratchA, row_buffer<T>(w)), txbuf(kScratchB, row_buffer<T>(w)),
+      ybuf(kScratchC, row_buffer<T>(w)), tybuf(kScratchD, row_buffer<T>(w));
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t o = r * s.cols + c0;
+    jvp_row(in_row(x + o, w, xbuf.data()), in_row(tx + o, w, txbuf.data()), scale.at(r, c0), bias.at(r, c0),
+            tscale.at(r, c0), tbias.at(r, c0), out_row(y + o, ybuf.data()), out_row(ty + o, tybuf.data()), w);
+    finish_row(ybuf.data(), y + o, w);
+    finish_row(tybuf.data(), ty + o, w);
   }
 }
 
@@ -96,6 +130,30 @@ ffi::Error gelu_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale
   });
 }
 
+ffi::Error gelu_jvp(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
+                    ffi::AnyBuffer tx, ffi::AnyBuffer tscale, ffi::AnyBuffer tbias, ffi::Result<ffi::AnyBuffer> y,
+                    ffi::Result<ffi::AnyBuffer> ty, float scale_value, float bias_value) {
+  RowShape s;
+  Affine a, t;
+  if (auto err = row_shape(x, "x", &s); err.failure()) return err;
+  if (auto err = check_same(x, tx, "tx"); err.failure()) return err;
+  if (auto err = check_same(x, *y, "y"); err.failure()) return err;
+  if (auto err = check_same(x, *ty, "ty"); err.failure()) return err;
+  if (auto err = affine_views(scale, bias, scale_value, bias_value, s, &a); err.failure()) return err;
+  if (auto err = affine_views(tscale, tbias, 0.0f, 0.0f, s, &t); err.failure()) return err;
+  return dispatch_float(x.element_type(), [&](auto tag) {
+    using T = elem_t<decltype(tag)>;
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    const T* txp = static_cast<const T*>(tx.untyped_data());
+    T* yp = static_cast<T*>(y->untyped_data());
+    T* typ = static_cast<T*>(ty->untyped_data());
+    parallel_tiles(pool, s, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      gelu_jvp_block(xp, txp, yp, typ, a, t, s, r0, r1, c0, c1);
+    });
+    return ffi::Error::Success();
+  });
+}
+
 ffi::Error gelu_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
                     ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dscale,
                     ffi::Result<ffi::AnyBuffer> dbias,
@@ -140,5 +198,7 @@ ffi::Error gelu_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale
 namespace ffi = xla::ffi;
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluFwdCpu, jm::cpu::gelu_fwd, jm::bind::gelu_fwd(jm::cpu::cpu_binding()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluJvpCpu, jm::cpu::gelu_jvp, jm::bind::gelu_jvp(jm::cpu::cpu_binding()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmGeluBwdCpu, jm::cpu::gelu_bwd, jm::bind::gelu_bwd(jm::cpu::cpu_binding()));

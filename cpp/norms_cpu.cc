@@ -46,6 +46,19 @@ void norm_dx(const float* xhat, const float* g, float rs, float mg, float mgx, R
   for (int64_t c = 0; c < n; ++c) dx[c] = from_float<R>(rs * (g[c] - mg - xhat[c] * mgx));
 }
 
+// A whole row's mean of d (0 for RMSNorm) and rstd, d(c) = x - pivot; the mean as rounded is what the kernels save and
+// subtract.
+template <bool kRms, class D>
+void row_stats(int64_t n, const D& d, float epsilon, float* mean, float* rstd) {
+  const float m = kRms ? 0.0f : static_cast<float>(row_sum(n, d) / double(n));
+  const double ss = row_sum(n, [&](int64_t c) {
+    const float e = d(c) - m;
+    return e * e;
+  });
+  *mean = m;
+  *rstd = static_cast<float>(1.0 / std::sqrt(ss / double(n) + double(epsilon)));
+}
+
 // Rows [r0, r1). The loops vectorize: d = x - pivot, the sums in lanes (sum_in_lanes), absent parameters as rows of 1
 // and 0 (ParamRows). d is made from x in each pass: a row of floats written and read back cost RMSNorm up to 1.8x at
 // long rows (v85). bf16 LayerNorm's three passes keep it as floats, read in the loops as kept[c] (made from x in each
@@ -69,13 +82,12 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, Ty* y, float* me
     }
     const auto d = [xr, pivot](int64_t c) { return to_float(xr[c]) - pivot; };  // (kKeepD reads kept[c] instead)
     const auto kept_d = [kept](int64_t c) { return kept[c]; };
-    const double sum_d = kRms ? 0.0 : kKeepD ? row_sum(s.cols, kept_d) : row_sum(s.cols, d);
-    const float m = kRms ? 0.0f : static_cast<float>(sum_d / double(s.cols));
-    const double ss = row_sum(s.cols, [&](int64_t c) {
-      const float e = (kKeepD ? kept[c] : d(c)) - m;  // about m as rounded: the mean the kernels save and subtract
-      return e * e;
-    });
-    const float rs = static_cast<float>(1.0 / std::sqrt(ss / double(s.cols) + double(epsilon)));
+    float m, rs;
+    if constexpr (kKeepD) {
+      row_stats<kRms>(s.cols, kept_d, epsilon, &m, &rs);
+    } else {
+      row_stats<kRms>(s.cols, d, epsilon, &m, &rs);
+    }
     if (!kRms) mean[r] = m;
     rstd[r] = rs;
     const float* sc = scales.row(r);
@@ -87,6 +99,47 @@ void norm_fwd_rows(const T* x, ParamView scale, ParamView bias, Ty* y, float* me
       norm_out<Ry, kRms>(s.cols, d, m, rs, sc, bi, yr);
     }
     finish_row(kept, y + r * s.cols, s.cols);
+  }
+}
+
+// Forward mode, rows [r0, r1): y as norm_fwd_rows makes it (the same statistics and bits) and its tangent
+// scale * rstd * (t - mean(t) - xhat * mean(t * xhat)) + xhat * tscale + tbias (RMSNorm: no mean(t), no tbias), t the
+// tangent of x; absent tangent parameters are rows of 0. x and t are read once from memory, each row's passes then
+// hit the cache.
+template <typename T, typename Ty, bool kRms>
+void norm_jvp_rows(const T* x, ParamView scale, ParamView bias, const T* tx, ParamView tscale, ParamView tbias, Ty* y,
+                   Ty* ty, float epsilon, RowShape s, int64_t r0, int64_t r1) {
+  using R = row_t<T>;
+  using Ry = row_t<Ty>;
+  const ParamRows scales(scale, 1.0f, s.cols, kScaleRow), biases(bias, 0.0f, s.cols, kBiasRow);
+  const ParamRows tscales(tscale, 0.0f, s.cols, kTangentScaleRow), tbiases(tbias, 0.0f, s.cols, kTangentBiasRow);
+  // f16 rows as floats (cpu_common.h): x, t, y and ty each in a buffer of its own.
+  const RowScratch xbuf(kScratchA, row_buffer<T>(s.cols)), tbuf(kScratchB, row_buffer<T>(s.cols)),
+      ybuf(kScratchC, row_buffer<Ty>(s.cols)), tybuf(kScratchD, row_buffer<Ty>(s.cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t o = r * s.cols;
+    const R* xr = in_row(x + o, s.cols, xbuf.data());
+    const R* tr = in_row(tx + o, s.cols, tbuf.data());
+    const float pivot = row_pivot<T, kRms>(x + o, s.cols);
+    const auto d = [xr, pivot](int64_t c) { return to_float(xr[c]) - pivot; };
+    float m, rs;
+    row_stats<kRms>(s.cols, d, epsilon, &m, &rs);
+    const float* sc = scales.row(r);
+    norm_out<Ry, kRms>(s.cols, d, m, rs, sc, biases.row(r), out_row(y + o, ybuf.data()));
+    finish_row(ybuf.data(), y + o, s.cols);
+    const auto xhat = [&](int64_t c) { return (d(c) - m) * rs; };
+    const float mt = kRms ? 0.0f : static_cast<float>(row_sum(s.cols, [tr](int64_t c) { return to_float(tr[c]); }) /
+                                                      double(s.cols));
+    const float mtx = static_cast<float>(row_sum(s.cols, [&](int64_t c) { return to_float(tr[c]) * xhat(c); }) /
+                                         double(s.cols));
+    const float* tsc = tscales.row(r);
+    const float* tbi = tbiases.row(r);
+    Ry* tyr = out_row(ty + o, tybuf.data());
+    for (int64_t c = 0; c < s.cols; ++c) {
+      const float h = xhat(c);
+      tyr[c] = from_float<Ry>(sc[c] * (rs * (to_float(tr[c]) - mt - h * mtx)) + h * tsc[c] + tbi[c]);
+    }
+    finish_row(tybuf.data(), ty + o, s.cols);
   }
 }
 
@@ -276,6 +329,36 @@ ffi::Error norm_fwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scal
 }
 
 template <bool kRms>
+ffi::Error norm_jvp(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, const ffi::AnyBuffer* bias,
+                    ffi::AnyBuffer tx, ffi::AnyBuffer tscale, const ffi::AnyBuffer* tbias, ffi::AnyBuffer y,
+                    ffi::AnyBuffer ty, float epsilon) {
+  RowShape s;
+  ParamView sv, bv, tsv, tbv;
+  if (auto err = row_shape(x, "x", &s); err.failure()) return err;
+  if (auto err = check_same(x, tx, "tx"); err.failure()) return err;
+  if (auto err = check_size(x, y, "y"); err.failure()) return err;
+  if (auto err = check_same(y, ty, "ty"); err.failure()) return err;
+  if (auto err = param_view(scale, s, "scale", &sv); err.failure()) return err;
+  if (auto err = param_view(tscale, s, "tscale", &tsv); err.failure()) return err;
+  if (bias) {
+    if (auto err = param_view(*bias, s, "bias", &bv); err.failure()) return err;
+    if (auto err = param_view(*tbias, s, "tbias", &tbv); err.failure()) return err;
+  }
+  return dispatch_float_pair(x.element_type(), y.element_type(), [&](auto tag, auto tag_y) {
+    using T = elem_t<decltype(tag)>;
+    using Ty = elem_t<decltype(tag_y)>;
+    const T* xp = static_cast<const T*>(x.untyped_data());
+    const T* txp = static_cast<const T*>(tx.untyped_data());
+    Ty* yp = static_cast<Ty*>(y.untyped_data());
+    Ty* typ = static_cast<Ty*>(ty.untyped_data());
+    parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) {
+      norm_jvp_rows<T, Ty, kRms>(xp, sv, bv, txp, tsv, tbv, yp, typ, epsilon, s, r0, r1);
+    });
+    return ffi::Error::Success();
+  });
+}
+
+template <bool kRms>
 ffi::Error norm_bwd(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, const ffi::AnyBuffer* mean,
                     ffi::AnyBuffer rstd, ffi::AnyBuffer dy, ffi::AnyBuffer dx, ffi::AnyBuffer dscale,
                     const ffi::AnyBuffer* dbias, ffi::AnyBuffer workspace) {
@@ -338,6 +421,18 @@ ffi::Error rms_norm_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer s
   return norm_fwd<true>(pool, x, scale, nullptr, *y, nullptr, *rstd, epsilon);
 }
 
+ffi::Error layer_norm_jvp(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
+                          ffi::AnyBuffer tx, ffi::AnyBuffer tscale, ffi::AnyBuffer tbias, ffi::Result<ffi::AnyBuffer> y,
+                          ffi::Result<ffi::AnyBuffer> ty, float epsilon) {
+  return norm_jvp<false>(pool, x, scale, &bias, tx, tscale, &tbias, *y, *ty, epsilon);
+}
+
+ffi::Error rms_norm_jvp(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer tx,
+                        ffi::AnyBuffer tscale, ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> ty,
+                        float epsilon) {
+  return norm_jvp<true>(pool, x, scale, nullptr, tx, tscale, nullptr, *y, *ty, epsilon);
+}
+
 // The backward handlers' workspace (handlers.h): the CUDA kernels' partial rows, which the CPU's row split uses too
 // (cpu_grad_sums.h).
 ffi::Error layer_norm_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer mean,
@@ -367,3 +462,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormBwdCpu, jm::cpu::layer_norm_bwd,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormFwdCpu, jm::cpu::rms_norm_fwd, jm::bind::rms_norm_fwd(jm::cpu::cpu_binding()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormBwdCpu, jm::cpu::rms_norm_bwd, jm::bind::rms_norm_bwd(jm::cpu::cpu_binding()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmLayerNormJvpCpu, jm::cpu::layer_norm_jvp,
+                              jm::bind::layer_norm_jvp(jm::cpu::cpu_binding()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JmRmsNormJvpCpu, jm::cpu::rms_norm_jvp, jm::bind::rms_norm_jvp(jm::cpu::cpu_binding()));

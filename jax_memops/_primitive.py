@@ -2,8 +2,10 @@
 target of the same name on cpu and cuda, partitioned over a device mesh by _sharding.py), a batching rule
 that folds mapped axes into rows, and a differentiable `call` whose tangents come from a pure-jnp
 reference (so the backward primitives can be differentiated again: second-order AD works). And
-LinearPrimitive, an op's tangent map, which forward mode evaluates and reverse mode transposes into the
-op's backward kernel (each op is a custom_jvp binding its forward primitive and its tangent map).
+LinearPrimitive, an op's tangent map, which reverse mode transposes into the op's backward kernel, and
+JvpPrimitive, an op's value and tangent in one custom call, which forward mode runs (each op is a custom_jvp
+binding its JvpPrimitive; partial evaluation, as reverse mode does it, splits that into the op's forward
+primitive and its tangent map).
 
 Operand kinds (the C++ side documents the same conventions in cpp/ffi_common.h, where a group-shaped
 array is "G*C elements", G = prod(x.shape[:k])):
@@ -34,8 +36,10 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import Primitive
+from jax.extend.core import Primitive, set_current_trace
+from jax.extend.core.primitives import closed_call_p
 from jax.interpreters import ad, batching, mlir
+from jax.interpreters import partial_eval as pe
 
 from . import _sharding
 
@@ -303,6 +307,66 @@ class LinearPrimitive:
 
     def _batch(self, args, dims, **params):
         return self.prim.bind(*fold_batch(self.operands, args, dims)[1], **params), 0
+
+
+class JvpPrimitive(FfiPrimitive):
+    """An op's value and tangent in one custom call: (primals..., tangents...) -> (y, its tangent), so that forward
+    mode (jax.jvp, jacfwd) reads x and its tangent once and writes both results once (four passes), where the op's
+    forward kernel and then its tangent map read x twice (five). Each op's custom_jvp rule binds it.
+
+    Reverse mode never runs it whole: where partial evaluation knows the primals but not the tangents (linearize,
+    grad; scan's, cond's or jax.checkpoint's partial evaluation of a JVP), it becomes `split(*operands, **params)`:
+    the op's forward primitive on what is known and its LinearPrimitive tangent map on what is not, which transposes
+    into the backward kernel, so that a training step holds one forward and one backward call per op as before. Its
+    own JVP (forward over forward) differentiates the pure-jnp `reference` (-> (y, tangent)). The first half of the
+    operands are the primals, the second their tangents."""
+
+    def __init__(self, spec: Spec, reference: Callable, split: Callable, columns=None, platforms=("cpu", "cuda")):
+        """platforms: where the custom call has handlers; elsewhere the primitive lowers as its split."""
+        super().__init__(spec, reference, columns)
+        self.split = split
+        for platform in {"cpu", "cuda"} - set(platforms):
+            mlir.register_lowering(self.prim, mlir.lower_fun(lambda *a, **p: tuple(split(*a, **p)),
+                                                             multiple_results=True), platform=platform)
+        self.primals = len(spec.operands) // 2
+        ad.primitive_jvps[self.prim] = self._jvp
+        pe.custom_partial_eval_rules[self.prim] = self._partial_eval
+        pe.partial_eval_jaxpr_custom_rules[self.prim] = self._partial_eval_custom
+
+    def bind(self, *args, **params):
+        return tuple(self.prim.bind(*args, **params))
+
+    def _batch(self, args, dims, **params):
+        """vmap over tangents alone (jacfwd's basis, one primal point): y stays unbatched, made once by the split's
+        forward; the tangents by its tangent map, batched. Otherwise the rows fold as for any primitive."""
+        primals, tangents = args[:self.primals], args[self.primals:]
+        if any(d is not None for d in dims[:self.primals]):
+            return super()._batch(args, dims, **params)
+        out = jax.vmap(lambda *t: tuple(self.split(*primals, *t, **params)), in_axes=tuple(dims[self.primals:]),
+                       out_axes=(None, 0))(*tangents)
+        return list(out), [None, 0]
+
+    def _jvp(self, primals, tangents, **params):
+        tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
+        _, out_tangents = jax.jvp(lambda *a: tuple(self.reference(*a, **params)), tuple(primals), tangents)
+        return self.prim.bind(*primals, **params), list(out_tangents)
+
+    def _partial_eval(self, trace, *tracers, **params):
+        """JaxprTrace's rule (linearize, and partial_eval_jaxpr_nounits of scan, cond, while): with the primals
+        known and a tangent not, the split; otherwise the default (all known: evaluated; a primal unknown: staged
+        whole, as the forward and tangent primitives would be)."""
+        known = [t.pval.is_known() for t in tracers]
+        if all(known) or not all(known[:self.primals]):
+            return trace.default_process_primitive(self.prim, tracers, params)
+        with set_current_trace(trace):
+            return list(self.split(*tracers, **params))
+
+    def _partial_eval_custom(self, saveable, unks_in, inst_in, eqn):
+        """partial_eval_jaxpr_custom's rule (jax.checkpoint, and scan's and jit's under it): the equation as a
+        closed_call of the split, which that rule's own partial evaluation then divides."""
+        split = jax.make_jaxpr(lambda *a: tuple(self.split(*a, **eqn.params)))(*(v.aval for v in eqn.invars))
+        call = eqn.replace(primitive=closed_call_p, params={"call_jaxpr": split})
+        return pe.partial_eval_jaxpr_custom_rules[closed_call_p](saveable, unks_in, inst_in, call)
 
 
 def cotangents(args, wanted: dict[int, jax.Array]) -> list:

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 from jax.interpreters import ad
 
 from . import reference
-from ._primitive import (GRAD, PARAM, ROW, FfiPrimitive, LinearPrimitive, Spec, absent, cotangents, np_attr,
-                         partials_workspace, row_param, wants_grad)
+from ._primitive import (GRAD, PARAM, ROW, FfiPrimitive, JvpPrimitive, LinearPrimitive, Spec, absent, cotangents,
+                         np_attr, partials_workspace, row_param, wants_grad)
 from ._sharding import match_varying
 from ._validate import check_input, check_param
 
@@ -72,6 +72,21 @@ def _tangent_transpose(ct, x, scale, bias, tx, tscale, tbias, *, scale_value, bi
 _tan = LinearPrimitive("gelu_tangent", (ROW, PARAM, PARAM, ROW, PARAM, PARAM), _tangent, _tangent_transpose)
 
 
+def _jvp_ref(x, scale, bias, tx, tscale, tbias, *, scale_value, bias_value):
+    affine = {"scale_value": scale_value, "bias_value": bias_value}
+    return _fwd_ref(x, scale, bias, **affine)[0], _tangent(x, scale, bias, tx, tscale, tbias, **affine)
+
+
+def _jvp_split(x, scale, bias, tx, tscale, tbias, *, scale_value, bias_value):
+    affine = {"scale_value": scale_value, "bias_value": bias_value}
+    return _fwd.call(x, scale, bias, **affine)[0], _tan.bind(x, scale, bias, tx, tscale, tbias, **affine)
+
+
+# Forward mode's one pass: y and its tangent from x and tx (the split, where reverse mode partially evaluates it).
+_jvp = JvpPrimitive(Spec("gelu_jvp", (ROW, PARAM, PARAM, ROW, PARAM, PARAM), (ROW, ROW), _AFFINE), _jvp_ref,
+                    _jvp_split, columns="local")
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
 def _scale_bias_gelu(x, scale, bias, scale_value, bias_value):
     return _fwd.call(x, scale, bias, scale_value=scale_value, bias_value=bias_value)[0]
@@ -79,8 +94,7 @@ def _scale_bias_gelu(x, scale, bias, scale_value, bias_value):
 
 @_scale_bias_gelu.defjvp
 def _scale_bias_gelu_jvp(scale_value, bias_value, primals, tangents):
-    y = _fwd.call(*primals, scale_value=scale_value, bias_value=bias_value)[0]
-    return y, _tan.bind(*primals, *tangents, scale_value=scale_value, bias_value=bias_value)
+    return _jvp.bind(*primals, *tangents, scale_value=scale_value, bias_value=bias_value)
 
 
 def _split(p, cols, name):

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 from jax.interpreters import ad
 
 from . import reference
-from ._primitive import (GRAD, PARAM, ROW, STAT, FfiPrimitive, LinearPrimitive, Spec, absent, cotangents, dtype_or,
-                         np_attr, norm_partials_workspace, over_rows, row_param, to_f32_param, wants_grad)
+from ._primitive import (GRAD, PARAM, ROW, STAT, FfiPrimitive, JvpPrimitive, LinearPrimitive, Spec, absent, cotangents,
+                         dtype_or, np_attr, norm_partials_workspace, over_rows, row_param, to_f32_param, wants_grad)
 from ._sharding import match_varying
 from ._validate import check_epsilon, check_input, check_norm_axes, check_out_dtype, check_param
 
@@ -131,6 +131,33 @@ _rms_tangent = LinearPrimitive(
     _rms_tangent_transpose)
 
 
+# -- forward mode: y and its tangent in one call (CPU; on CUDA the split: the forward and tangent-map calls) ---------
+def _ln_jvp_ref(x, scale, bias, tx, tscale, tbias, epsilon, y_dtype=None):
+    y, mean, rstd = _ln_fwd_ref(x, scale, bias, epsilon, y_dtype)
+    return y, _norm_tangent(x, scale, mean, rstd, tx, tscale, tbias, rms=False, y_dtype=y_dtype)
+
+
+def _rms_jvp_ref(x, scale, tx, tscale, epsilon, y_dtype=None):
+    y, rstd = _rms_fwd_ref(x, scale, epsilon, y_dtype)
+    return y, _norm_tangent(x, scale, None, rstd, tx, tscale, rms=True, y_dtype=y_dtype)
+
+
+def _ln_jvp_split(x, scale, bias, tx, tscale, tbias, epsilon, y_dtype=None):
+    y, mean, rstd = _ln_fwd.call(x, scale, bias, epsilon=epsilon, **_y(y_dtype))
+    return y, _ln_tangent.bind(x, scale, mean, rstd, tx, tscale, tbias, **_y(y_dtype))
+
+
+def _rms_jvp_split(x, scale, tx, tscale, epsilon, y_dtype=None):
+    y, rstd = _rms_fwd.call(x, scale, epsilon=epsilon, **_y(y_dtype))
+    return y, _rms_tangent.bind(x, scale, rstd, tx, tscale, **_y(y_dtype))
+
+
+_ln_jvp = JvpPrimitive(Spec("layer_norm_jvp", (ROW, PARAM, PARAM, ROW, PARAM, PARAM), (ROW, ROW), _EPS), _ln_jvp_ref,
+                       _ln_jvp_split, platforms=("cpu",))
+_rms_jvp = JvpPrimitive(Spec("rms_norm_jvp", (ROW, PARAM, ROW, PARAM), (ROW, ROW), _EPS), _rms_jvp_ref,
+                        _rms_jvp_split, platforms=("cpu",))
+
+
 # -- the ops: scale/bias arrive as float32 (C,) or the (0,) placeholder ------------------------------
 # y_dtype: None (y in x's dtype) or another dtype, a primitive param only where it differs from x's, so that a
 # same-dtype call is the same program as before the param existed.
@@ -145,9 +172,7 @@ def _layer_norm(x, scale, bias, epsilon, y_dtype):
 
 @_layer_norm.defjvp
 def _layer_norm_jvp(epsilon, y_dtype, primals, tangents):
-    x, scale, bias = primals
-    y, mean, rstd = _ln_fwd.call(x, scale, bias, epsilon=epsilon, **_y(y_dtype))
-    return y, _ln_tangent.bind(x, scale, mean, rstd, *tangents, **_y(y_dtype))
+    return _ln_jvp.bind(*primals, *tangents, epsilon=epsilon, **_y(y_dtype))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
@@ -157,9 +182,7 @@ def _rms_norm(x, scale, epsilon, y_dtype):
 
 @_rms_norm.defjvp
 def _rms_norm_jvp(epsilon, y_dtype, primals, tangents):
-    x, scale = primals
-    y, rstd = _rms_fwd.call(x, scale, epsilon=epsilon, **_y(y_dtype))
-    return y, _rms_tangent.bind(x, scale, rstd, *tangents, **_y(y_dtype))
+    return _rms_jvp.bind(*primals, *tangents, epsilon=epsilon, **_y(y_dtype))
 
 
 def layer_norm(x, scale=None, bias=None, *, epsilon=1e-5, axis=-1, dtype=None):

@@ -17,7 +17,7 @@ import pytest
 
 import jax_memops as jm
 import memops_testing as mt
-from memops_testing import DTYPE_IDS, DTYPES, F32, GRAD_TOL
+from memops_testing import BF16, DTYPE_IDS, DTYPES, F16, F32, GRAD_TOL
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,44 @@ def test_jvp(device, rng, name, shape, dtype):
     # the primal output is the forward kernel's, bit for bit
     mt.assert_bitwise_equal(y, jax.jit(op.ours)(*_put(device, x, *params)), "y")
     _check_tangent(op, ty, x, params, t, tps, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", [(2, 50257), (0, 8), (1, 1)], ids=["2x50257", "0x8", "1x1"])
+@pytest.mark.parametrize("name", ["layer_norm", "rms_norm", "gelu"])
+def test_jvp_long_empty_and_nan_rows(device, rng, name, shape, dtype):
+    """The one-pass custom calls (y and its tangent) on a long odd row, no rows, one element; a NaN in x poisons its own
+    row of y and of the tangent only."""
+    op = OPS[name]
+    x, params, t, tps = _inputs(rng, op, shape, dtype)
+    if x.size and shape[0] > 1:
+        x[0, shape[1] // 2] = np.nan
+    y, ty = _jvp(op)(_put(device, x, *params), _put(device, t, *tps))
+    mt.assert_bitwise_equal(y, jax.jit(op.ours)(*_put(device, x, *params)), "y")
+    _check_tangent(op, ty, x, params, t, tps, dtype)
+
+
+@pytest.mark.parametrize("dtypes", [(BF16, F32), (F32, BF16), (F16, F32), (F32, F16)],
+                         ids=["bf16-f32", "f32-bf16", "f16-f32", "f32-f16"])
+@pytest.mark.parametrize("rms", [False, True], ids=["layer_norm", "rms_norm"])
+def test_jvp_norm_out_dtype(device, rng, rms, dtypes):
+    """dtype=: y and its tangent come out in the output dtype from x and its tangent in x's; y is the forward's, bit for
+    bit, and the tangent is within that dtype's tolerance of the float64 one."""
+    x_dtype, y_dtype = dtypes
+    x, t = mt.randn(rng, (3, 37), x_dtype), mt.randn(rng, (3, 37), x_dtype, scale=1.0)
+    s, b, ts, tb = mt.randn(rng, (37,), loc=1.0, scale=0.5), mt.randn(rng, (37,)), mt.randn(rng, (37,)), mt.randn(
+        rng, (37,))
+    if rms:
+        fn, args, tans = (lambda a, c: jm.rms_norm(a, c, dtype=y_dtype)), (x, s), (t, ts)
+        want, mag = mt.ref_rms_norm_jvp(x, s, t, ts)
+    else:
+        fn, args, tans = (lambda a, c, d: jm.layer_norm(a, c, d, dtype=y_dtype)), (x, s, b), (t, ts, tb)
+        want, mag = mt.ref_layer_norm_jvp(x, s, t, ts, tb)
+    y, ty = jax.jit(lambda p, q: jax.jvp(fn, p, q))(_put(device, *args), _put(device, *tans))
+    assert y.dtype == ty.dtype == y_dtype
+    mt.assert_bitwise_equal(y, jax.jit(fn)(*_put(device, *args)), "y")
+    tol = max(GRAD_TOL[np.dtype(x_dtype)], GRAD_TOL[np.dtype(y_dtype)])
+    mt.assert_close(ty, want, tol, dtype=np.dtype(y_dtype), what="tangent", mag=mag)
 
 
 @pytest.mark.parametrize("name", ["softmax", "softmax_axis0"])
@@ -185,9 +223,11 @@ def test_forward_over_forward(device, rng, name):
     assert mt.rel_err(got, mt.f64(want)) < 1e-4
 
 
-def _calls(fn, *args):
-    """{jax_memops target: how many custom calls} in the jitted fn's StableHLO."""
-    text = jax.jit(fn).lower(*args).as_text()
+def _calls(fn, *args, platform=None):
+    """{jax_memops target: how many custom calls} in the jitted fn's StableHLO (lowered for `platform`, or the default
+    device's)."""
+    traced = jax.jit(fn).trace(*args)
+    text = (traced.lower() if platform is None else traced.lower(lowering_platforms=(platform,))).as_text()
     found = (re.findall(r"stablehlo\.custom_call\s+@(jax_memops_\w+)", text)
              + re.findall(r'call_target_name\s*=\s*"(jax_memops_\w+)"', text))
     return {k: found.count(k) for k in set(found)}
@@ -215,13 +255,20 @@ def test_grad_keeps_one_forward_and_one_backward_call(rng, name, batched):
     assert _calls(loss, x, *params) == {_target(name) + "_fwd": 1, _target(name) + "_bwd": 1}
 
 
+@pytest.mark.parametrize("platform", ["cpu", "cuda"])
 @pytest.mark.parametrize("name", OPS)
-def test_jvp_calls(rng, name):
-    """jax.jvp runs the forward kernel once; softmax's tangent is its backward kernel, the others' plain
-    jax.numpy that XLA fuses."""
+def test_jvp_calls(rng, name, platform):
+    """jax.jvp runs one custom call that makes y and its tangent (x and its tangent read once), where the op has one
+    for the platform: GELU's on both, the norms' on the CPU. Elsewhere the forward kernel and the tangent map: for the
+    norms on CUDA plain jax.numpy that XLA fuses, for softmax its backward kernel (lowered from this machine's CPU
+    too)."""
     op = OPS[name]
     x, params, t, tps = _inputs(rng, op, (4, 33))
-    want = {_target(name) + "_fwd": 1}
+    target = _target(name)
     if name.startswith("softmax"):
-        want[_target(name) + "_bwd"] = 1
-    assert _calls(lambda p, q: jax.jvp(op.ours, p, q), (x, *params), (t, *tps)) == want
+        want = {target + "_fwd": 1, target + "_bwd": 1}
+    elif name.startswith("gelu") or platform == "cpu":
+        want = {target + "_jvp": 1}
+    else:
+        want = {target + "_fwd": 1}
+    assert _calls(lambda p, q: jax.jvp(op.ours, p, q), (x, *params), (t, *tps), platform=platform) == want

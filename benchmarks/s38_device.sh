@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The thirty-eighth session's device call: on an H200, the pending measurements (pending_h200.sh, bounded); on any GPU
+# then forward mode's one-pass GELU kernel (gelu_jvp, new): the forward-mode and GELU tests on the GPU, compute-sanitizer
+# memcheck over benchmarks/sanitize_jvp.py (not on the H200: its time goes to the pending work), and the bench's jvp
+# rows of GELU and the norms (theirs still the forward kernel and the fused tangent map on CUDA) beside GELU's forward.
+set -u
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+o=${OUT:-/tmp/s38}; mkdir -p "$o"; t0=$SECONDS
+g=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "GPU: $g"
+h200=0; case "$g" in *H200*) h200=1 ;; esac
+if [ $h200 = 1 ]; then
+  PENDING_END=${PENDING_END:-240} bash benchmarks/pending_h200.sh > "$o/pending.log" 2>&1; tail -25 "$o/pending.log"
+else
+  JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
+    > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error|warning" /tmp/build.log | head
+fi
+timeout 150 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k "gpu" tests/test_forward_mode.py tests/test_gelu.py \
+  > "$o/tests_jvp.log" 2>&1; echo "jvp tests rc=$? at $((SECONDS - t0)) s"; tail -3 "$o/tests_jvp.log"
+if [ $h200 = 0 ]; then
+  timeout 130 compute-sanitizer --tool memcheck python3 benchmarks/sanitize_jvp.py > "$o/memcheck_jvp.log" 2>&1
+  echo "memcheck rc=$? at $((SECONDS - t0)) s"; grep -E "ERROR SUMMARY|failures|BAD" "$o/memcheck_jvp.log" | head -5
+fi
+timeout 150 jax-memops bench --ops gelu layer_norm rms_norm --dirs jvp --dtypes float32 bfloat16 --cols 768 4096 12288 \
+  --parts sweep --out "$o/bench_jvp" > "$o/bench_jvp.log" 2>&1; echo "bench jvp rc=$?"
+timeout 60 jax-memops bench --ops gelu --dirs fwd --dtypes float32 bfloat16 --cols 768 4096 --parts sweep \
+  --out "$o/bench_fwd" > "$o/bench_fwd.log" 2>&1; echo "bench fwd rc=$?"
+grep -hE "^(gelu|layer_norm|rms_norm) " "$o/bench_jvp.log" "$o/bench_fwd.log" | cut -c1-150
+echo "end at $((SECONDS - t0)) s"
