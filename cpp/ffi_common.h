@@ -153,6 +153,12 @@ inline ffi::Error check_size(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, c
   return ffi::Error::Success();
 }
 
+// A buffer's data as the element type T that the dtype dispatch picked (const T for an input).
+template <typename T>
+T* data_as(const ffi::AnyBuffer& b) {
+  return static_cast<T*>(b.untyped_data());
+}
+
 template <ffi::DataType D>
 struct DTypeTag {
   static constexpr ffi::DataType value = D;

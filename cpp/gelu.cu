@@ -253,10 +253,10 @@ ffi::Error GeluJvp(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale, 
   const ParamMode mode = std::max(param_mode(sv, bv, s.rows), param_mode(tsv, tbv, s.rows));
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
-    const T* xp = static_cast<const T*>(x.untyped_data());
-    const T* txp = static_cast<const T*>(tx.untyped_data());
-    T* yp = static_cast<T*>(y->untyped_data());
-    T* typ = static_cast<T*>(ty->untyped_data());
+    const T* xp = data_as<const T>(x);
+    const T* txp = data_as<const T>(tx);
+    T* yp = data_as<T>(*y);
+    T* typ = data_as<T>(*ty);
     return with_param_mode(mode, [&](auto m) {
       constexpr ParamMode M = decltype(m)::value;
       const bool vec = vectorizable<T>(M == ParamMode::kScalars ? s.size() : s.cols,

@@ -143,12 +143,9 @@ ffi::Error gelu_jvp(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale
   if (auto err = affine_views(tscale, tbias, 0.0f, 0.0f, s, &t); err.failure()) return err;
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
-    const T* xp = static_cast<const T*>(x.untyped_data());
-    const T* txp = static_cast<const T*>(tx.untyped_data());
-    T* yp = static_cast<T*>(y->untyped_data());
-    T* typ = static_cast<T*>(ty->untyped_data());
     parallel_tiles(pool, s, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-      gelu_jvp_block(xp, txp, yp, typ, a, t, s, r0, r1, c0, c1);
+      gelu_jvp_block(data_as<const T>(x), data_as<const T>(tx), data_as<T>(*y), data_as<T>(*ty), a, t, s, r0, r1, c0,
+                     c1);
     });
     return ffi::Error::Success();
   });

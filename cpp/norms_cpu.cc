@@ -347,12 +347,9 @@ ffi::Error norm_jvp(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer scal
   return dispatch_float_pair(x.element_type(), y.element_type(), [&](auto tag, auto tag_y) {
     using T = elem_t<decltype(tag)>;
     using Ty = elem_t<decltype(tag_y)>;
-    const T* xp = static_cast<const T*>(x.untyped_data());
-    const T* txp = static_cast<const T*>(tx.untyped_data());
-    Ty* yp = static_cast<Ty*>(y.untyped_data());
-    Ty* typ = static_cast<Ty*>(ty.untyped_data());
     parallel_for(pool, s.rows, piece_rows(s.cols), [&](int64_t r0, int64_t r1) {
-      norm_jvp_rows<T, Ty, kRms>(xp, sv, bv, txp, tsv, tbv, yp, typ, epsilon, s, r0, r1);
+      norm_jvp_rows<T, Ty, kRms>(data_as<const T>(x), sv, bv, data_as<const T>(tx), tsv, tbv, data_as<Ty>(y),
+                                 data_as<Ty>(ty), epsilon, s, r0, r1);
     });
     return ffi::Error::Success();
   });
