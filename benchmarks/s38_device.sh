@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The thirty-eighth session's device call: on an H200, the pending measurements (pending_h200.sh, bounded); on any GPU
-# then forward mode's one-pass GELU kernel (gelu_jvp, new): the forward-mode and GELU tests on the GPU, compute-sanitizer
-# memcheck over benchmarks/sanitize_jvp.py (not on the H200: its time goes to the pending work), and the bench's jvp
-# rows of GELU and the norms (theirs still the forward kernel and the fused tangent map on CUDA) beside GELU's forward.
+# then forward mode's one-pass kernels (gelu_jvp; norm_jvp.cu, the second call): the forward-mode, GELU and norms' GPU
+# tests, compute-sanitizer memcheck and racecheck over benchmarks/sanitize_jvp.py (not on the H200: its time goes to
+# the pending work), and the bench's jvp rows of GELU and the norms beside GELU's forward.
 set -u
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 o=${OUT:-/tmp/s38}; mkdir -p "$o"; t0=$SECONDS
@@ -15,10 +15,13 @@ else
     > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error|warning" /tmp/build.log | head
 fi
 timeout 150 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k "gpu" tests/test_forward_mode.py tests/test_gelu.py \
+  tests/test_transforms.py \
   > "$o/tests_jvp.log" 2>&1; echo "jvp tests rc=$? at $((SECONDS - t0)) s"; tail -3 "$o/tests_jvp.log"
 if [ $h200 = 0 ]; then
   timeout 130 compute-sanitizer --tool memcheck python3 benchmarks/sanitize_jvp.py > "$o/memcheck_jvp.log" 2>&1
   echo "memcheck rc=$? at $((SECONDS - t0)) s"; grep -E "ERROR SUMMARY|failures|BAD" "$o/memcheck_jvp.log" | head -5
+  timeout 100 compute-sanitizer --tool racecheck python3 benchmarks/sanitize_jvp.py > "$o/racecheck_jvp.log" 2>&1
+  echo "racecheck rc=$? at $((SECONDS - t0)) s"; grep -E "RACECHECK SUMMARY|failures|BAD" "$o/racecheck_jvp.log" | head -5
 fi
 timeout 150 jax-memops bench --ops gelu layer_norm rms_norm --dirs jvp --dtypes float32 bfloat16 --cols 768 4096 12288 \
   --parts sweep --out "$o/bench_jvp" > "$o/bench_jvp.log" 2>&1; echo "bench jvp rc=$?"

@@ -11,7 +11,7 @@
 namespace {
 
 #define JM_CPU_ENTRY(target, name) {target, name##Cpu},
-const JmCpuHandler kTable[] = {JM_TARGETS(JM_CPU_ENTRY) JM_CPU_ONLY_TARGETS(JM_CPU_ENTRY)};
+const JmCpuHandler kTable[] = {JM_TARGETS(JM_CPU_ENTRY)};
 #undef JM_CPU_ENTRY
 
 }  // namespace

@@ -8,8 +8,8 @@
 //   jax_memops_layer_norm_bwd x, scale, mean, rstd, dy           dx, dscale, dbias, workspace
 //   jax_memops_rms_norm_fwd   x, scale                           y, rstd                   epsilon:f32
 //   jax_memops_rms_norm_bwd   x, scale, rstd, dy                 dx, dscale, workspace
-//   jax_memops_layer_norm_jvp x, scale, bias, tx, tscale, tbias  y, ty                     epsilon:f32 (CPU only)
-//   jax_memops_rms_norm_jvp   x, scale, tx, tscale               y, ty                     epsilon:f32 (CPU only)
+//   jax_memops_layer_norm_jvp x, scale, bias, tx, tscale, tbias  y, ty                     epsilon:f32
+//   jax_memops_rms_norm_jvp   x, scale, tx, tscale               y, ty                     epsilon:f32
 //   jax_memops_gelu_fwd       x, scale, bias                     y                         scale_value:f32, bias_value:f32
 //   jax_memops_gelu_bwd       x, scale, bias, dy                 dx, dscale, dbias, ws     scale_value:f32, bias_value:f32
 //   jax_memops_gelu_jvp       x, scale, bias, tx, tscale, tbias  y, ty                     scale_value, bias_value: f32
@@ -37,6 +37,8 @@
   X("jax_memops_layer_norm_bwd", JmLayerNormBwd)  \
   X("jax_memops_rms_norm_fwd", JmRmsNormFwd)      \
   X("jax_memops_rms_norm_bwd", JmRmsNormBwd)      \
+  X("jax_memops_layer_norm_jvp", JmLayerNormJvp)  \
+  X("jax_memops_rms_norm_jvp", JmRmsNormJvp)      \
   X("jax_memops_gelu_fwd", JmGeluFwd)             \
   X("jax_memops_gelu_bwd", JmGeluBwd)             \
   X("jax_memops_gelu_jvp", JmGeluJvp)             \
@@ -45,17 +47,10 @@
   X("jax_memops_gelu", JmGeluOnly)                \
   X("jax_memops_copy", JmCopy)
 
-// Targets with CPU handlers only, so far: forward mode's norms, whose CUDA lowering is the split into the forward and
-// tangent-map calls (jax_memops/norms.py).
-#define JM_CPU_ONLY_TARGETS(X)                   \
-  X("jax_memops_layer_norm_jvp", JmLayerNormJvp) \
-  X("jax_memops_rms_norm_jvp", JmRmsNormJvp)
-
 #define JM_DECLARE_HANDLER(name) extern "C" XLA_FFI_Error* name(XLA_FFI_CallFrame* call_frame)
 
 #define JM_DECLARE_CPU(target, name) JM_DECLARE_HANDLER(name##Cpu);
 JM_TARGETS(JM_DECLARE_CPU)
-JM_CPU_ONLY_TARGETS(JM_DECLARE_CPU)
 #undef JM_DECLARE_CPU
 
 // A CPU handler by target: the table that the AVX2 build of the CPU handlers (cpu_isa_table.cc) exports as

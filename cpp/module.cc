@@ -36,10 +36,6 @@ struct Entry {
 const Entry kEntries[] = {JM_TARGETS(JM_ENTRY)};
 #undef JM_ENTRY
 
-#define JM_CPU_ENTRY(target, name) {target, name##Cpu},
-const JmCpuHandler kCpuOnly[] = {JM_CPU_ONLY_TARGETS(JM_CPU_ENTRY)};
-#undef JM_CPU_ENTRY
-
 }  // namespace
 
 NB_MODULE(_jax_memops, m) {
@@ -53,7 +49,6 @@ NB_MODULE(_jax_memops, m) {
           cuda[e.target] = capsule(e.cuda);
 #endif
         }
-        for (const JmCpuHandler& e : kCpuOnly) cpu[e.target] = capsule(e.handler);
         nb::dict table;
         table["cpu"] = cpu;
         table["cuda"] = cuda;

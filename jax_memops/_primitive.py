@@ -321,13 +321,9 @@ class JvpPrimitive(FfiPrimitive):
     own JVP (forward over forward) differentiates the pure-jnp `reference` (-> (y, tangent)). The first half of the
     operands are the primals, the second their tangents."""
 
-    def __init__(self, spec: Spec, reference: Callable, split: Callable, columns=None, platforms=("cpu", "cuda")):
-        """platforms: where the custom call has handlers; elsewhere the primitive lowers as its split."""
+    def __init__(self, spec: Spec, reference: Callable, split: Callable, columns=None):
         super().__init__(spec, reference, columns)
         self.split = split
-        for platform in {"cpu", "cuda"} - set(platforms):
-            mlir.register_lowering(self.prim, mlir.lower_fun(lambda *a, **p: tuple(split(*a, **p)),
-                                                             multiple_results=True), platform=platform)
         self.primals = len(spec.operands) // 2
         ad.primitive_jvps[self.prim] = self._jvp
         pe.custom_partial_eval_rules[self.prim] = self._partial_eval

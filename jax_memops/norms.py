@@ -131,7 +131,7 @@ _rms_tangent = LinearPrimitive(
     _rms_tangent_transpose)
 
 
-# -- forward mode: y and its tangent in one call (CPU; on CUDA the split: the forward and tangent-map calls) ---------
+# -- forward mode: y and its tangent in one call ----------------------------------------------------------------
 def _ln_jvp_ref(x, scale, bias, tx, tscale, tbias, epsilon, y_dtype=None):
     y, mean, rstd = _ln_fwd_ref(x, scale, bias, epsilon, y_dtype)
     return y, _norm_tangent(x, scale, mean, rstd, tx, tscale, tbias, rms=False, y_dtype=y_dtype)
@@ -153,9 +153,9 @@ def _rms_jvp_split(x, scale, tx, tscale, epsilon, y_dtype=None):
 
 
 _ln_jvp = JvpPrimitive(Spec("layer_norm_jvp", (ROW, PARAM, PARAM, ROW, PARAM, PARAM), (ROW, ROW), _EPS), _ln_jvp_ref,
-                       _ln_jvp_split, platforms=("cpu",))
+                       _ln_jvp_split)
 _rms_jvp = JvpPrimitive(Spec("rms_norm_jvp", (ROW, PARAM, ROW, PARAM), (ROW, ROW), _EPS), _rms_jvp_ref,
-                        _rms_jvp_split, platforms=("cpu",))
+                        _rms_jvp_split)
 
 
 # -- the ops: scale/bias arrive as float32 (C,) or the (0,) placeholder ------------------------------
