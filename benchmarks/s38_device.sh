@@ -12,7 +12,8 @@ if [ $h200 = 1 ]; then
   PENDING_END=${PENDING_END:-240} bash benchmarks/pending_h200.sh > "$o/pending.log" 2>&1; tail -25 "$o/pending.log"
 else
   JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
-    > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error|warning" /tmp/build.log | head
+    > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"
+  grep -iE " error|warning" /tmp/build.log | head
 fi
 timeout 150 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k "gpu" tests/test_forward_mode.py tests/test_gelu.py \
   tests/test_transforms.py \
@@ -21,7 +22,8 @@ if [ $h200 = 0 ]; then
   timeout 130 compute-sanitizer --tool memcheck python3 benchmarks/sanitize_jvp.py > "$o/memcheck_jvp.log" 2>&1
   echo "memcheck rc=$? at $((SECONDS - t0)) s"; grep -E "ERROR SUMMARY|failures|BAD" "$o/memcheck_jvp.log" | head -5
   timeout 100 compute-sanitizer --tool racecheck python3 benchmarks/sanitize_jvp.py > "$o/racecheck_jvp.log" 2>&1
-  echo "racecheck rc=$? at $((SECONDS - t0)) s"; grep -E "RACECHECK SUMMARY|failures|BAD" "$o/racecheck_jvp.log" | head -5
+  echo "racecheck rc=$? at $((SECONDS - t0)) s"
+  grep -E "RACECHECK SUMMARY|failures|BAD" "$o/racecheck_jvp.log" | head -5
 fi
 timeout 150 jax-memops bench --ops gelu layer_norm rms_norm --dirs jvp --dtypes float32 bfloat16 --cols 768 4096 12288 \
   --parts sweep --out "$o/bench_jvp" > "$o/bench_jvp.log" 2>&1; echo "bench jvp rc=$?"

@@ -5,10 +5,11 @@ set -u
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 o=${OUT:-/tmp/s38}; mkdir -p "$o"; t0=$SECONDS
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . > /tmp/build.log \
-  2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error" /tmp/build.log | head
+JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
+  > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error" /tmp/build.log | head
 timeout 100 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k gpu tests/test_forward_mode.py > "$o/tests_jvp.log" 2>&1
-echo "forward-mode tests rc=$? at $((SECONDS - t0)) s"; tail -3 "$o/tests_jvp.log"; grep -E "^FAILED" "$o/tests_jvp.log" | head
+echo "forward-mode tests rc=$? at $((SECONDS - t0)) s"; tail -3 "$o/tests_jvp.log"
+grep -E "^FAILED" "$o/tests_jvp.log" | head
 timeout 70 compute-sanitizer --tool memcheck python3 benchmarks/sanitize_jvp.py > "$o/memcheck_jvp.log" 2>&1
 echo "memcheck rc=$? at $((SECONDS - t0)) s"; grep -E "ERROR SUMMARY|failures|BAD" "$o/memcheck_jvp.log" | head -5
 timeout 90 jax-memops bench --ops layer_norm rms_norm gelu --dirs jvp --dtypes float32 bfloat16 --cols 1024 8192 \
