@@ -274,11 +274,11 @@ class FfiPrimitive:
 
 
 class LinearPrimitive:
-    """An op's tangent map (its JVP; linear in the tangent operands) as a primitive, so that both modes of
-    AD run the handwritten kernels: forward mode (jax.jvp, jax.jacfwd) evaluates it, by the pure-jnp
-    `evaluate(*operands, **params)` (XLA fuses it); reverse mode (grad, vjp) transposes it with
-    `transpose(ct, *operands, **params)`, which calls the op's backward kernel once for every wanted
-    cotangent. Each op is a custom_jvp whose rule binds its forward primitive and this one; were the
+    """An op's tangent map (its JVP; linear in the tangent operands) as a primitive, so that reverse mode (grad,
+    vjp) runs the handwritten backward kernel: it transposes it with `transpose(ct, *operands, **params)`, which
+    calls the op's backward kernel once for every wanted cotangent. It is the unknown half of a JvpPrimitive's
+    split (forward mode itself runs the JvpPrimitive's one call); where it is evaluated (a function that
+    jax.linearize returned) it runs the pure-jnp `evaluate(*operands, **params)`, which XLA fuses. Were the
     tangent plain jnp, grad would transpose those jnp ops instead of running the backward kernel.
 
     The result is like operand 0 (x), or of the param `y_dtype` where one is given. Batching folds a mapped
