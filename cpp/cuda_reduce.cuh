@@ -29,6 +29,10 @@ __device__ __forceinline__ float max_nan(float a, float b) {
 #endif
 }
 
+// A variance taken as (Σd² - Σd·dmean) / C around a shift (the norms' corrected two-pass: d = x - shift) is negative
+// only by rounding: clamped at 0. `var < 0` is false for NaN, which must propagate to the row's statistics.
+__device__ __forceinline__ float clamp_var(float var) { return var < 0.0f ? 0.0f : var; }
+
 // max_nan of m and a pack's elements. 16-bit packs compare in pairs, as they are (one HMNMX2 per two
 // elements, exact; no conversion), and convert the pair's result once.
 template <int V, typename T>

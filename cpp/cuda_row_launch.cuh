@@ -44,6 +44,17 @@ struct RowSlot {
   }
 };
 
+// The grid-stride loop of the row kernels: body(row, active) for each of this slot's rows. A group past the last
+// row (active false) still runs the body, with no packs, so that it joins its block's row reductions.
+template <typename Body>
+__device__ __forceinline__ void for_slot_rows(const RowSlot& slot, int64_t rows, Body&& body) {
+  for (int64_t base = int64_t{blockIdx.x} * slot.rows_per_block; base < rows;
+       base += int64_t{gridDim.x} * slot.rows_per_block) {
+    const int64_t row = base + slot.group;
+    body(row, row < rows);
+  }
+}
+
 struct RowLaunch {
   RowPlan plan;
   dim3 grid;

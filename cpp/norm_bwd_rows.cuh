@@ -52,10 +52,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
   const int64_t packs = cols / V;
   const float fcols = static_cast<float>(cols);
-  for (int64_t base = int64_t{blockIdx.x} * slot.rows_per_block; base < rows;
-       base += int64_t{gridDim.x} * slot.rows_per_block) {
-    const int64_t row = base + slot.group;
-    const bool active = row < rows;
+  for_slot_rows(slot, rows, [&](int64_t row, bool active) {
     const int64_t n = active ? packs : 0;
     const T* xr = x + row * cols;
     // xhat = (x - pivot) * rs: pivot = x[0] + mean (the saved mean is relative to x[0]).
@@ -103,7 +100,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
       }
       store_pack<V>(dxr, i, xv);
     });
-  }
+  });
 }
 
 // Elements per thread of the fused backward (norm_bwd_fused_kernel): the row's x and dy live in

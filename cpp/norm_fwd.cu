@@ -163,10 +163,8 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   T* cache = slot.cache<T>(plan, cols);
   const int64_t packs = cols / V;
   const float fcols = static_cast<float>(cols);
-  for (int64_t base = int64_t{blockIdx.x} * slot.rows_per_block; base < rows;
-       base += int64_t{gridDim.x} * slot.rows_per_block) {
-    const int64_t row = base + slot.group;
-    const int64_t n = row < rows ? packs : 0;  // groups past the last row only join the reductions
+  for_slot_rows(slot, rows, [&](int64_t row, bool active) {
+    const int64_t n = active ? packs : 0;
     const T* xr = x + row * cols;
 
     float acc = 0.0f;
@@ -200,11 +198,9 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
       });
       row_reduce(d, plan.tpr, SumOp{});
       dmean = d[0] / fcols;
-      float var = (d[1] - d[0] * dmean) / fcols;
-      if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
-      rstd = 1.0f / sqrtf(var + epsilon);
+      rstd = 1.0f / sqrtf(clamp_var((d[1] - d[0] * dmean) / fcols) + epsilon);
     }
-    if (row < rows && slot.lane == 0) {
+    if (active && slot.lane == 0) {
       if constexpr (!kRms) mean_out[row] = (shift - (cols > 0 ? to_float(xr[0]) : 0.0f)) + dmean;
       rstd_out[row] = rstd;
     }
@@ -221,7 +217,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
       for (int j = 0; j < V; ++j) v[j] = ((v[j] - shift) - dmean) * rstd * s[j] + b[j];
       store_pack<V>(yr, i, v);
     });
-  }
+  });
 }
 
 // v61..v63, v65..v67 and the default (v68): v3's rows into a narrower dtype (f32 x into bf16 or f16) with cached I/O,

@@ -119,9 +119,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
       }
       row_sums<kBlockRow>(s2, tpr, parity);
       dmean = s2[0] * inv_cols;
-      float var = (s2[1] - s2[0] * dmean) * inv_cols;
-      if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
-      rstd = rsqrtf(var + epsilon);
+      rstd = rsqrtf(clamp_var((s2[1] - s2[0] * dmean) * inv_cols) + epsilon);
     }
     if (valid && lane == 0) write_row_stats<kRms>(raw[0], edge0, sp, m1, dmean, rstd, mean_out + row, rstd_out + row);
 

@@ -275,9 +275,7 @@ __global__ void __launch_bounds__(kBlockRow ? lean_bound_threads(kRegs) : kTeamB
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         dmean[r] = s2[2 * r] * inv_cols;
-        float var = (s2[2 * r + 1] - s2[2 * r] * dmean[r]) * inv_cols;
-        if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
-        rstd[r] = rsqrtf(var + epsilon);
+        rstd[r] = rsqrtf(clamp_var((s2[2 * r + 1] - s2[2 * r] * dmean[r]) * inv_cols) + epsilon);
       }
     }
     if (tm.lane == 0) {

@@ -27,10 +27,8 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
   T* cache = slot.cache<T>(plan, 2 * cols);  // x's row, then t's
   const int64_t packs = cols / V;
   const float fcols = static_cast<float>(cols);
-  for (int64_t base = int64_t{blockIdx.x} * slot.rows_per_block; base < rows;
-       base += int64_t{gridDim.x} * slot.rows_per_block) {
-    const int64_t row = base + slot.group;
-    const int64_t n = row < rows ? packs : 0;  // groups past the last row only join the reductions
+  for_slot_rows(slot, rows, [&](int64_t row, bool active) {
+    const int64_t n = active ? packs : 0;
     const T* xr = x + row * cols;
     const T* tr = tx + row * cols;
 
@@ -77,9 +75,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
       });
       row_reduce(d, plan.tpr, SumOp{});
       dmean = d[0] / fcols;
-      float var = (d[1] - d[0] * dmean) / fcols;
-      if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
-      rstd = 1.0f / sqrtf(var + epsilon);
+      rstd = 1.0f / sqrtf(clamp_var((d[1] - d[0] * dmean) / fcols) + epsilon);
       mt = d[2] / fcols;
       mtx = (d[3] - dmean * d[2]) * rstd / fcols;  // Σt·xhat = rstd (Σt·d - dmean Σt)
     }
@@ -108,7 +104,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
       store_pack<V>(yr, i, v);
       store_pack<V>(tyr, i, t);
     });
-  }
+  });
 }
 
 template <bool kRms>

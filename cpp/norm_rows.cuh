@@ -228,9 +228,7 @@ __global__ void __launch_bounds__(kBlockRow ? kMaxRowBlock : kTeamBlock,
       });
       row_sums<kBlockRow>(s2, tpr, parity);
       dmean = s2[0] / fcols;
-      float var = (s2[1] - s2[0] * dmean) / fcols;
-      if (var < 0.0f) var = 0.0f;  // rounding only; `var < 0` is false for NaN, which must propagate
-      rstd = rsqrtf(var + epsilon);
+      rstd = rsqrtf(clamp_var((s2[1] - s2[0] * dmean) / fcols) + epsilon);
     }
     if (valid && tm.lane == 0) {
       write_row_stats<kRms>(raw[0], edge0, sp, m1, dmean, rstd, mean_out + row, rstd_out + row);
