@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The thirty-ninth session's device call, from the repository root: `bash benchmarks/s39_device.sh`.
+#   H200: the measurements issues 4 and 5 wait for (benchmarks/pending_h200.sh, whose tests are the norms' GPU tests),
+#         then the forward-mode GPU tests;
+#   another card: the build, the norms' and forward mode's GPU tests (the row kernels' for_slot_rows / clamp_var
+#         refactor) and compute-sanitizer memcheck over the forward-mode kernels.
+set -u
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+o=${OUT:-/tmp/s39}; mkdir -p "$o"; t0=$SECONDS
+g=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "GPU: $g"
+case "$g" in
+  *H200*) OUT="$o" PENDING_END=430 bash benchmarks/pending_h200.sh ;;
+  *) JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
+       > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error" /tmp/build.log | head
+     timeout 240 python3 -P -m pytest -q -n 14 -p no:cacheprovider -k "gpu and not slow" tests/test_norms.py \
+       > "$o/tests_norms.log" 2>&1; echo "norms tests rc=$? at $((SECONDS - t0)) s"; tail -2 "$o/tests_norms.log"
+     grep -E "^FAILED" "$o/tests_norms.log" | head ;;
+esac
+timeout 100 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k gpu tests/test_forward_mode.py > "$o/tests_jvp.log" 2>&1
+echo "forward-mode tests rc=$? at $((SECONDS - t0)) s"; tail -2 "$o/tests_jvp.log"; grep -E "^FAILED" "$o/tests_jvp.log" | head
+case "$g" in
+  *H200*) ;;
+  *) timeout 70 compute-sanitizer --tool memcheck python3 benchmarks/sanitize_jvp.py > "$o/memcheck_jvp.log" 2>&1
+     echo "memcheck rc=$? at $((SECONDS - t0)) s"; grep -E "ERROR SUMMARY" "$o/memcheck_jvp.log" | head -3 ;;
+esac
+echo "end at $((SECONDS - t0)) s"
