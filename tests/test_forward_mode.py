@@ -95,11 +95,11 @@ def test_jvp(device, rng, name, shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("shape", [(2, 50257), (0, 8), (1, 1)], ids=["2x50257", "0x8", "1x1"])
+@pytest.mark.parametrize("shape", [(2, 50257), (2, 70001), (0, 8), (1, 1)], ids=["2x50257", "2x70001", "0x8", "1x1"])
 @pytest.mark.parametrize("name", ["layer_norm", "rms_norm", "gelu"])
 def test_jvp_long_empty_and_nan_rows(device, rng, name, shape, dtype):
-    """The one-pass custom calls (y and its tangent) on a long odd row, no rows, one element; a NaN in x poisons its own
-    row of y and of the tangent only."""
+    """The one-pass custom calls (y and its tangent) on long odd rows (70001: the CPU's sums by column tiles), no rows,
+    one element; a NaN in x poisons its own row of y and of the tangent only."""
     op = OPS[name]
     x, params, t, tps = _inputs(rng, op, shape, dtype)
     if x.size and shape[0] > 1:
