@@ -17,7 +17,8 @@ case "$g" in
      grep -E "^FAILED" "$o/tests_norms.log" | head ;;
 esac
 timeout 100 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k gpu tests/test_forward_mode.py > "$o/tests_jvp.log" 2>&1
-echo "forward-mode tests rc=$? at $((SECONDS - t0)) s"; tail -2 "$o/tests_jvp.log"; grep -E "^FAILED" "$o/tests_jvp.log" | head
+echo "forward-mode tests rc=$? at $((SECONDS - t0)) s"; tail -2 "$o/tests_jvp.log"
+grep -E "^FAILED" "$o/tests_jvp.log" | head
 case "$g" in
   *H200*) ;;
   *) timeout 70 compute-sanitizer --tool memcheck python3 benchmarks/sanitize_jvp.py > "$o/memcheck_jvp.log" 2>&1
