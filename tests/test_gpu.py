@@ -2,7 +2,8 @@
 
 * tensors of more than 2**31 elements (64-bit indexing) in bfloat16: softmax forward (every
   algorithm but the one-thread-per-row ones, v1 and v5, too slow there) and backward, layer_norm forward, rms_norm
-  forward, scale_bias_gelu forward; in float32 the softmax forward's bulk-copy clusters (rows by tickets). The data
+  forward, scale_bias_gelu forward, forward mode (jvp) of the norms and GELU; in float32 the softmax forward's
+  bulk-copy clusters (rows by tickets). The data
   is generated on the GPU (softmax "auto" also in its cluster class: 16385 rows of 131072, forward
   and backward); rows near the start, just before and beyond element 2**31 are checked
   against the float64 NumPy reference of those rows only, and every row is checked on the device
@@ -314,6 +315,51 @@ def test_big_gelu_forward(big):
     mag = mt.ref_scale_bias_gelu_mag(xr, 0.5, 0.25)
     mt.assert_close(_rows(y), mt.ref_scale_bias_gelu(xr, 0.5, 0.25), mt.FWD_TOL[mt.BF16], dtype=mt.BF16, mag=mag)
     y.delete()
+
+
+# Forward mode past element 2**31: the one-pass *_jvp kernels' 64-bit offsets. y and its tangent from the shared bf16 x
+# and a tangent of its size (16 GiB in all); rows on both sides of element 2**31 against float64, every entry of y and
+# of the tangent against XLA's float32 formula (its jax.jvp) on the device.
+_BIG_JVP = {
+    "layer_norm": (lambda a, s, b: jm.layer_norm(a, s, b), mt.jnp_layer_norm,
+                   lambda x, s, b: (mt.ref_layer_norm(x, s, b), None),
+                   lambda x, s, b, t, ts, tb: mt.ref_layer_norm_jvp(x, s, t, ts, tb)),
+    "rms_norm": (lambda a, s, b: jm.rms_norm(a, s), lambda a, s, b: mt.jnp_rms_norm(a, s),
+                 lambda x, s, b: (mt.ref_rms_norm(x, s), None),
+                 lambda x, s, b, t, ts, tb: mt.ref_rms_norm_jvp(x, s, t, ts)),
+    "gelu": (lambda a, s, b: jm.scale_bias_gelu(a, s, b), mt.jnp_scale_bias_gelu,
+             lambda x, s, b: (mt.ref_scale_bias_gelu(x, s, b), mt.ref_scale_bias_gelu_mag(x, s, b)),
+             mt.ref_scale_bias_gelu_jvp),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", list(_BIG_JVP))
+def test_big_jvp(big, op):
+    gpu, x = big
+    ours, formula, ref_y, ref_t = _BIG_JVP[op]
+    s, b, sd, bd = _params(gpu, 7)
+    ts, tb, tsd, tbd = _params(gpu, 8)
+    t = jax.jit(lambda k: jax.random.normal(k, x.shape, jnp.float32).astype(jnp.bfloat16))(
+        jax.device_put(jax.random.key(9), gpu))
+    y, ty = jax.jit(lambda *a: jax.jvp(ours, a[:3], a[3:]))(x, sd, bd, t, tsd, tbd)
+    assert y.dtype == ty.dtype == jnp.bfloat16 and ty.shape == x.shape
+    xr, tr = _rows(x), _rows(t)
+    want, mag = ref_y(xr, s, b)
+    mt.assert_close(_rows(y), want, mt.FWD_TOL[mt.BF16], dtype=mt.BF16, what="rows of y", mag=mag)
+    want, mag = ref_t(xr, s, b, tr, ts, tb)
+    mt.assert_close(_rows(ty), want, mt.GRAD_TOL[mt.BF16], dtype=mt.BF16, what="rows of the tangent", mag=mag)
+
+    def xla_jvp(a, s_, b_, ta, ts_, tb_):
+        return jax.jvp(formula, (a.astype(jnp.float32), s_, b_), (ta.astype(jnp.float32), ts_, tb_))
+
+    for i, (got, what) in enumerate(((y, "y"), (ty, "the tangent"))):
+        err, finite = _device_max_err(got, lambda *a: xla_jvp(*a)[i], x, sd, bd, t, tsd, tbd)
+        assert finite, f"non-finite entries in {what}"
+        assert err <= 1e-2, f"some entry of {what} deviates from XLA's float32 jvp: {err}"
+    for a in (y, ty, t):
+        a.delete()
+    gc.collect()
 
 
 # ----------------------------------------------------------------------------------------------
