@@ -9,17 +9,17 @@ export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 o=${OUT:-/tmp/s39}; mkdir -p "$o"; t0=$SECONDS
 g=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "GPU: $g"
 case "$g" in
-  *H200*) OUT="$o" PENDING_END=430 bash benchmarks/pending_h200.sh ;;
+  *H200*) OUT="$o" PENDING_END=370 bash benchmarks/pending_h200.sh ;;
   *) JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
        > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error" /tmp/build.log | head
      timeout 240 python3 -P -m pytest -q -n 14 -p no:cacheprovider -k "gpu and not slow" tests/test_norms.py \
        > "$o/tests_norms.log" 2>&1; echo "norms tests rc=$? at $((SECONDS - t0)) s"; tail -2 "$o/tests_norms.log"
      grep -E "^FAILED" "$o/tests_norms.log" | head ;;
 esac
-timeout 100 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k gpu tests/test_forward_mode.py > "$o/tests_jvp.log" 2>&1
+timeout 90 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k gpu tests/test_forward_mode.py > "$o/tests_jvp.log" 2>&1
 echo "forward-mode tests rc=$? at $((SECONDS - t0)) s"; tail -2 "$o/tests_jvp.log"
 grep -E "^FAILED" "$o/tests_jvp.log" | head
-timeout 150 python3 -P -m pytest -q -p no:cacheprovider -k big_jvp tests/test_gpu.py > "$o/tests_big_jvp.log" 2>&1
+timeout 120 python3 -P -m pytest -q -p no:cacheprovider -k big_jvp tests/test_gpu.py > "$o/tests_big_jvp.log" 2>&1
 echo "big jvp tests rc=$? at $((SECONDS - t0)) s"; tail -2 "$o/tests_big_jvp.log"
 case "$g" in
   *H200*) ;;
