@@ -12,7 +12,7 @@ case "$g" in
   *H200*) OUT="$o" PENDING_END=370 bash benchmarks/pending_h200.sh ;;
   *) JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
        > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error" /tmp/build.log | head
-     timeout 240 python3 -P -m pytest -q -n 14 -p no:cacheprovider -k "gpu and not slow" tests/test_norms.py \
+     timeout 200 python3 -P -m pytest -q -n 14 -p no:cacheprovider -k "gpu and not slow" tests/test_norms.py \
        > "$o/tests_norms.log" 2>&1; echo "norms tests rc=$? at $((SECONDS - t0)) s"; tail -2 "$o/tests_norms.log"
      grep -E "^FAILED" "$o/tests_norms.log" | head ;;
 esac
