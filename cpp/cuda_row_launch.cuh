@@ -62,23 +62,30 @@ struct RowLaunch {
   size_t smem = 0;
 };
 
-// About kPacksPerThread packs per thread, up to a 512-thread block per row. The row cache is used only
-// when it costs no occupancy: the blocks that an SM's registers hold (1024 threads at 64 registers)
-// must fit its shared memory too, else one long row per SM would alternate between loading and
-// computing with nothing overlapping. Otherwise later passes re-read the row from global memory
-// (mostly L2 hits). At most 32 blocks per SM (the residency limit), then the grid strides.
-inline RowLaunch plan_rows(const DeviceInfo& dev, RowShape s, int vec, int64_t cache_bytes_per_row) {
+// What a row kernel's registers allow: threads per row (its block, where a row has more than a warp) at most, and the
+// threads an SM holds (1024 at the row kernels' 64 registers).
+struct RowLimits {
+  int max_tpr = kMaxRowThreads;
+  int threads_per_sm = 1024;
+};
+
+// About kPacksPerThread packs per thread, up to a block of lim.max_tpr threads per row. The row cache is used only
+// when it costs no occupancy: the blocks that an SM's registers hold (lim.threads_per_sm) must fit its shared memory
+// too, else one long row per SM would alternate between loading and computing with nothing overlapping. Otherwise
+// later passes re-read the row from global memory (mostly L2 hits). At most 32 blocks per SM (the residency limit),
+// then the grid strides.
+inline RowLaunch plan_rows(const DeviceInfo& dev, RowShape s, int vec, int64_t cache_bytes_per_row,
+                           RowLimits lim = {}) {
   constexpr int64_t kPacksPerThread = 4;
   constexpr int kSmallRowBlock = 128;
-  constexpr int kThreadsPerSm = 1024;           // what 64 registers per thread allow
   constexpr int64_t kStaticSmemReserve = 1024;  // block_reduce partials (see launch)
   RowLaunch l;
   const int64_t packs = s.cols / vec;
-  while (l.plan.tpr < kMaxRowThreads && int64_t{l.plan.tpr} * kPacksPerThread < packs) l.plan.tpr *= 2;
+  while (l.plan.tpr < lim.max_tpr && int64_t{l.plan.tpr} * kPacksPerThread < packs) l.plan.tpr *= 2;
   const int block = l.plan.tpr > 32 ? l.plan.tpr : kSmallRowBlock;
   const int rows_per_block = block / l.plan.tpr;
   const int64_t smem = rows_per_block * cache_bytes_per_row;
-  l.plan.cached = (smem + kStaticSmemReserve) * (kThreadsPerSm / block) <= dev.max_smem_optin;
+  l.plan.cached = (smem + kStaticSmemReserve) * (lim.threads_per_sm / block) <= dev.max_smem_optin;
   l.smem = l.plan.cached ? static_cast<size_t>(smem) : 0;
   const int64_t blocks = std::min(ceil_div(s.rows, rows_per_block), int64_t{dev.sm_count} * 32);
   l.grid = dim3(static_cast<unsigned>(blocks));
@@ -86,15 +93,22 @@ inline RowLaunch plan_rows(const DeviceInfo& dev, RowShape s, int vec, int64_t c
   return l;
 }
 
-// Plans and launches a row kernel kernel(args..., plan); `cache_bytes_per_row` is what its row cache
+// Plans and launches a row kernel kernel(args..., plan) within `lim`; `cache_bytes_per_row` is what its row cache
 // holds per row.
 template <typename... P, typename... A>
-ffi::Error launch_rows(void (*kernel)(P...), cudaStream_t stream, RowShape s, int vec,
+ffi::Error launch_rows(void (*kernel)(P...), RowLimits lim, cudaStream_t stream, RowShape s, int vec,
                        int64_t cache_bytes_per_row, const char* what, A... args) {
   DeviceInfo dev;
   if (auto err = device_info(&dev); err.failure()) return err;
-  const RowLaunch l = plan_rows(dev, s, vec, cache_bytes_per_row);
+  const RowLaunch l = plan_rows(dev, s, vec, cache_bytes_per_row, lim);
   return launch(kernel, l.grid, l.block, l.smem, stream, what, args..., l.plan);
+}
+
+// The row kernels of 64 registers: RowLimits' defaults.
+template <typename... P, typename... A>
+ffi::Error launch_rows(void (*kernel)(P...), cudaStream_t stream, RowShape s, int vec, int64_t cache_bytes_per_row,
+                       const char* what, A... args) {
+  return launch_rows(kernel, RowLimits{}, stream, s, vec, cache_bytes_per_row, what, args...);
 }
 
 }  // namespace jm::cuda

@@ -107,6 +107,17 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
   });
 }
 
+// The launch plan (JAX_MEMOPS_NORM_JVP, an A/B switch): v1 (the default) plans as the 64-register row kernels do, up to
+// 512 threads a row; v2 plans for what this kernel's 88-122 registers allow, 512 threads an SM, with rows of at most
+// 256 threads, so that two rows share an SM where v1 left one (bf16 C = 12288 at 53% of the copy on an H100).
+enum class NormJvpPlan { kV1, kV2 };
+
+RowLimits norm_jvp_limits() {
+  static const NormJvpPlan v = env_choice("JAX_MEMOPS_NORM_JVP", {{"v1", NormJvpPlan::kV1}, {"v2", NormJvpPlan::kV2}},
+                                          NormJvpPlan::kV1);
+  return v == NormJvpPlan::kV2 ? RowLimits{kMaxRowThreads / 2, kMaxRowThreads} : RowLimits{};
+}
+
 template <bool kRms>
 ffi::Error norm_jvp(cudaStream_t stream, const char* what, const ffi::AnyBuffer& x, const ffi::AnyBuffer& tx,
                     const JvpParams& p, ffi::AnyBuffer& y, ffi::AnyBuffer& ty, float epsilon) {
@@ -125,8 +136,8 @@ ffi::Error norm_jvp(cudaStream_t stream, const char* what, const ffi::AnyBuffer&
                                               p.tbias.data});
     return with_vec<T>(vec, [&](auto v) {
       constexpr int V = decltype(v)::value;
-      return launch_rows(norm_jvp_kernel<T, V, kRms, Ty>, stream, s, V, 2 * s.cols * int64_t{sizeof(T)}, what, xp,
-                         txp, p, yp, typ, s.rows, s.cols, epsilon);
+      return launch_rows(norm_jvp_kernel<T, V, kRms, Ty>, norm_jvp_limits(), stream, s, V,
+                         2 * s.cols * int64_t{sizeof(T)}, what, xp, txp, p, yp, typ, s.rows, s.cols, epsilon);
     });
   });
 }
