@@ -9,7 +9,8 @@ o=${OUT:-/tmp/s39p}; mkdir -p "$o"; t0=$SECONDS
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
   > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error" /tmp/build.log | head
-JAX_MEMOPS_NORM_JVP=v2 timeout 80 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k gpu tests/test_forward_mode.py \
+JAX_MEMOPS_NORM_JVP=v2 timeout 80 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k gpu \
+  tests/test_forward_mode.py \
   > "$o/tests_jvp_v2.log" 2>&1; echo "forward-mode tests (v2) rc=$? at $((SECONDS - t0)) s"; tail -1 "$o/tests_jvp_v2.log"
 JAX_MEMOPS_NORM_JVP=v2 timeout 80 python3 -P -m pytest -q -p no:cacheprovider -k big_jvp tests/test_gpu.py \
   > "$o/tests_big_v2.log" 2>&1; echo "big jvp tests (v2) rc=$? at $((SECONDS - t0)) s"; tail -1 "$o/tests_big_v2.log"
