@@ -107,15 +107,20 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
   });
 }
 
-// The launch plan (JAX_MEMOPS_NORM_JVP, an A/B switch): v1 (the default) plans as the 64-register row kernels do, up to
-// 512 threads a row; v2 plans for what this kernel's 88-122 registers allow, 512 threads an SM, with rows of at most
-// 256 threads, so that two rows share an SM where v1 left one (bf16 C = 12288 at 53% of the copy on an H100).
-enum class NormJvpPlan { kV1, kV2 };
+// The launch plan (JAX_MEMOPS_NORM_JVP, an A/B switch). v1 plans as the 64-register row kernels do, up to 512 threads a
+// row. v2 plans for what this kernel's 88-122 registers allow, 512 threads an SM, with rows of at most 256 threads, so
+// that two rows share an SM where v1 left one. v3, the default: v2 up to 8 packs a thread (2048 packs a row), v1
+// beyond. Measured on an H100 (RESULTS.md, the thirty-ninth session; 2^26 elements, two rounds): v2 against v1
+// LayerNorm bf16 12288 +51% (58% of the copy -> 84%), bf16 16384 +30%, f32 8192 +19%, RMSNorm bf16 12288 +29%; but f32
+// 12288 -4..-10% and f32 16384 -27..-31% (12 and 16 packs a thread), where v3 keeps v1.
+enum class NormJvpPlan { kV1, kV2, kV3 };
 
-RowLimits norm_jvp_limits() {
+RowLimits norm_jvp_limits(int64_t packs) {
   static const NormJvpPlan v = env_choice("JAX_MEMOPS_NORM_JVP", {{"v1", NormJvpPlan::kV1}, {"v2", NormJvpPlan::kV2}},
-                                          NormJvpPlan::kV1);
-  return v == NormJvpPlan::kV2 ? RowLimits{kMaxRowThreads / 2, kMaxRowThreads} : RowLimits{};
+                                          NormJvpPlan::kV3);
+  const RowLimits two_rows{kMaxRowThreads / 2, kMaxRowThreads};
+  if (v == NormJvpPlan::kV3) return packs <= 8 * two_rows.max_tpr ? two_rows : RowLimits{};
+  return v == NormJvpPlan::kV2 ? two_rows : RowLimits{};
 }
 
 template <bool kRms>
@@ -136,7 +141,7 @@ ffi::Error norm_jvp(cudaStream_t stream, const char* what, const ffi::AnyBuffer&
                                               p.tbias.data});
     return with_vec<T>(vec, [&](auto v) {
       constexpr int V = decltype(v)::value;
-      return launch_rows(norm_jvp_kernel<T, V, kRms, Ty>, norm_jvp_limits(), stream, s, V,
+      return launch_rows(norm_jvp_kernel<T, V, kRms, Ty>, norm_jvp_limits(s.cols / V), stream, s, V,
                          2 * s.cols * int64_t{sizeof(T)}, what, xp, txp, p, yp, typ, s.rows, s.cols, epsilon);
     });
   });
