@@ -1,7 +1,7 @@
 """LayerNorm's and RMSNorm's CUDA kernels under their A/B switches (cpp/norm_fwd.cu JAX_MEMOPS_NORM_FWD, cpp/norm_bwd.cu
-JAX_MEMOPS_NORM_BWD, cpp/cuda_common.cuh JAX_MEMOPS_GRID: read once per process, so each version runs its script in a
-fresh interpreter): every size class of every version, forward and backward, against the float64 reference. GPU
-only."""
+JAX_MEMOPS_NORM_BWD, cpp/norm_jvp.cu JAX_MEMOPS_NORM_JVP, cpp/cuda_common.cuh JAX_MEMOPS_GRID: read once per process,
+so each version runs its script in a fresh interpreter): every size class of every version, forward, backward and
+forward mode, against the float64 reference. GPU only."""
 
 from __future__ import annotations
 
@@ -265,3 +265,40 @@ print("OK")
                 "v19-lean", "v19-deep", "v18"])
 def test_norm_backward_versions(gpu, version):
     mt.run_script(_NORM_BWD_SCRIPT, 600, env={"JAX_MEMOPS_NORM_BWD": version}, compile_cache=True)
+
+
+# The norms' forward-mode kernel (cpp/norm_jvp.cu) under its launch plans (JAX_MEMOPS_NORM_JVP): v1, 512-thread rows
+# planned for 64 registers; v2, rows of at most 256 threads, two per SM; "" the default, v3: v2 up to 2048 packs a row
+# ((3, 8192) f32, (3, 12288) and (2, 16384) bf16 / f16), v1 beyond ((3, 12288) f32, (2, 16384) f32, (2, 12289) every
+# dtype: unaligned, one element a pack). y and its tangent against float64, with a NaN row and a constant row.
+_NORM_JVP_SCRIPT = _PRELUDE + r"""
+rng = np.random.default_rng(41)
+ln = jax.jit(lambda p, t: jax.jvp(jm.layer_norm, p, t))
+rms = jax.jit(lambda p, t: jax.jvp(jm.rms_norm, p, t))
+cases = [(9, 33), (5, 1000), (301, 1024), (3, 4096), (3, 8192), (257, 8192), (3, 12288), (131, 12288), (2, 12289),
+         (2, 16384), (67, 16384), (2, 16392)]
+for dtype in (mt.BF16, mt.F16, mt.F32):
+    for rows, c in cases:
+        x = mt.randn(rng, (rows, c), np.float32, scale=2.0, loc=0.5)
+        x[1, c // 3] = np.nan
+        if rows > 2:
+            x[2, :] = -0.75
+        x = x.astype(dtype)
+        t = mt.randn(rng, (rows, c), dtype, scale=1.0)
+        s, b, ts, tb = mt.randn(rng, (c,), loc=1.0), mt.randn(rng, (c,)), mt.randn(rng, (c,)), mt.randn(rng, (c,))
+        what = f" {{dtype}} {{(rows, c)}}"
+        y, ty = ln(put(x, s, b), put(t, ts, tb))
+        mt.assert_close(y, mt.ref_layer_norm(x, s, b), mt.FWD_TOL[dtype], dtype=dtype, what="layer_norm y" + what)
+        want, mag = mt.ref_layer_norm_jvp(x, s, t, ts, tb)
+        mt.assert_close(ty, want, mt.GRAD_TOL[dtype], dtype=dtype, what="layer_norm tangent" + what, mag=mag)
+        y, ty = rms(put(x, s), put(t, ts))
+        mt.assert_close(y, mt.ref_rms_norm(x, s), mt.FWD_TOL[dtype], dtype=dtype, what="rms_norm y" + what)
+        want, mag = mt.ref_rms_norm_jvp(x, s, t, ts)
+        mt.assert_close(ty, want, mt.GRAD_TOL[dtype], dtype=dtype, what="rms_norm tangent" + what, mag=mag)
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("version", ["", "v1", "v2"])
+def test_norm_jvp_plans(gpu, version):
+    mt.run_script(_NORM_JVP_SCRIPT, 600, env={"JAX_MEMOPS_NORM_JVP": version}, compile_cache=True)
