@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The norms' CUDA jvp plan v3 (the default: v2's two rows per SM up to 8 packs a thread, v1 beyond; norm_jvp.cu) checked
 # on any GPU, from the repository root: `bash benchmarks/s39_jvp_v3.sh`. Build; the forward-mode GPU tests and the
-# > 2^31-element jvp tests under the default; the bench's jvp rows at 8192..16384 columns, v1 then the default, a second
-# round while time is left.
+# > 2^31-element jvp tests under the default; the bench's jvp rows at 8192..16384 columns, v1 then the default; the
+# plans' switch tests while time is left.
 set -u
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 o=${OUT:-/tmp/s39v3}; mkdir -p "$o"; t0=$SECONDS
@@ -20,7 +20,9 @@ bench() {  # $1: plan (JAX_MEMOPS_NORM_JVP; "default" sets it empty, which names
   echo "bench $1 round $2 rc=$? at $((SECONDS - t0)) s"
 }
 bench v1 1; bench default 1
-[ $((SECONDS - t0)) -lt 300 ] && { bench v1 2; bench default 2; }
+[ $((SECONDS - t0)) -lt 280 ] && { timeout 100 python3 -P -m pytest -q -n 3 -p no:cacheprovider -k jvp_plans \
+  tests/test_norm_switches.py > "$o/tests_plans.log" 2>&1; echo "plan tests rc=$? at $((SECONDS - t0)) s"
+  tail -1 "$o/tests_plans.log"; }
 # op dtype shape: ours ms, XLA ms, speedup, % of copy
 for f in "$o"/bench_*.log; do
   echo "== $(basename "$f" .log)"
