@@ -1,13 +1,12 @@
 """GPU-only tests (skipped with a reason when JAX sees no GPU or jax_memops has no CUDA kernels):
 
-* tensors of more than 2**31 elements (64-bit indexing) in bfloat16: softmax forward (every
-  algorithm but the one-thread-per-row ones, v1 and v5, too slow there) and backward, layer_norm forward, rms_norm
-  forward, scale_bias_gelu forward, forward mode (jvp) of the norms and GELU; in float32 the softmax forward's
-  bulk-copy clusters (rows by tickets). The data
-  is generated on the GPU (softmax "auto" also in its cluster class: 16385 rows of 131072, forward
-  and backward); rows near the start, just before and beyond element 2**31 are checked
-  against the float64 NumPy reference of those rows only, and every row is checked on the device
-  against XLA's own float32 formulation (max-error reductions, so nothing big comes back).
+* tensors of more than 2**31 elements (64-bit indexing) in bfloat16: softmax forward (every algorithm but the
+  one-thread-per-row ones, v1 and v5, too slow there) and backward, layer_norm forward, rms_norm forward,
+  scale_bias_gelu forward, forward mode (jvp) of the norms and GELU; in float32 the softmax forward's bulk-copy
+  clusters (rows by tickets). The data is generated on the GPU (softmax "auto" also in its cluster class: 16385 rows
+  of 131072, forward and backward); rows near the start, just before and beyond element 2**31 are checked against
+  the float64 NumPy reference of those rows only, and every row is checked on the device against XLA's own float32
+  formulation (max-error reductions, so nothing big comes back).
 * bitwise determinism of the backward kernels (layer_norm, rms_norm, gelu with array params).
 * the norms' size classes, forward and backward (the A/B switches' version scripts: test_norm_switches.py).
 
