@@ -7,15 +7,11 @@
 #      per byte, on the H200);
 #   2. norm_fwd_ab pairs, whose [r3] columns are bf16 LayerNorm with three rows per block (issue 5: 12288 at 89%);
 #   3. in the time left, the GPU suite's norms file (tests run with -P: the source tree has no built extension).
-set -u
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-o=${OUT:-/tmp/pending}; mkdir -p "$o"; t0=$SECONDS
-g=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "GPU: $g"
+. benchmarks/session_prelude.sh pending
 h200=0; case "$g" in *H200*) h200=1 ;; esac
 [ $h200 = 0 ] && [ "${PENDING_ANY_GPU:-0}" != 1 ] && { echo "not an H200: nothing run"; exit 0; }
 inc=$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())")
-(JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
-  > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s") &
+(build_library) &
 [ $h200 = 1 ] && (OUT=/tmp/h bash benchmarks/ab_sizes.sh harness > /tmp/harness.log 2>&1; echo "harness rc=$?") &
 (nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -I"$inc" -Icpp benchmarks/norm_fwd_ab.cu \
   -o /tmp/norm_fwd_ab > /tmp/nb.log 2>&1; echo "norm harness rc=$?") &

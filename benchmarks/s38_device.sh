@@ -3,17 +3,12 @@
 # then forward mode's one-pass kernels (gelu_jvp; norm_jvp.cu, the second call): the forward-mode, GELU and norms' GPU
 # tests, compute-sanitizer memcheck and racecheck over benchmarks/sanitize_jvp.py (not on the H200: its time goes to
 # the pending work), and the bench's jvp rows of GELU and the norms beside GELU's forward.
-set -u
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-o=${OUT:-/tmp/s38}; mkdir -p "$o"; t0=$SECONDS
-g=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "GPU: $g"
+. benchmarks/session_prelude.sh s38
 h200=0; case "$g" in *H200*) h200=1 ;; esac
 if [ $h200 = 1 ]; then
   PENDING_END=${PENDING_END:-240} bash benchmarks/pending_h200.sh > "$o/pending.log" 2>&1; tail -25 "$o/pending.log"
 else
-  JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
-    > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"
-  grep -iE " error|warning" /tmp/build.log | head
+  build_library " error|warning"
 fi
 timeout 150 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k "gpu" tests/test_forward_mode.py tests/test_gelu.py \
   tests/test_transforms.py \

@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
 # The thirty-eighth session's last device call, lean (its device time nearly spent): build, the GPU forward-mode tests,
 # compute-sanitizer memcheck over benchmarks/sanitize_jvp.py, and the bench's jvp rows of the norms and GELU.
-set -u
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-o=${OUT:-/tmp/s38}; mkdir -p "$o"; t0=$SECONDS
-echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
-  > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error" /tmp/build.log | head
+. benchmarks/session_prelude.sh s38
+build_library
 timeout 100 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k gpu tests/test_forward_mode.py > "$o/tests_jvp.log" 2>&1
 echo "forward-mode tests rc=$? at $((SECONDS - t0)) s"; tail -3 "$o/tests_jvp.log"
 grep -E "^FAILED" "$o/tests_jvp.log" | head

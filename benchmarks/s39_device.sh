@@ -4,14 +4,10 @@
 #         then the forward-mode GPU tests and the > 2^31-element jvp tests;
 #   another card: the build, the norms' and forward mode's GPU tests (the row kernels' for_slot_rows / clamp_var
 #         refactor), the > 2^31-element jvp tests and compute-sanitizer memcheck over the forward-mode kernels.
-set -u
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-o=${OUT:-/tmp/s39}; mkdir -p "$o"; t0=$SECONDS
-g=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "GPU: $g"
+. benchmarks/session_prelude.sh s39
 case "$g" in
   *H200*) OUT="$o" PENDING_END=370 bash benchmarks/pending_h200.sh ;;
-  *) JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
-       > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error" /tmp/build.log | head
+  *) build_library
      timeout 200 python3 -P -m pytest -q -n 14 -p no:cacheprovider -k "gpu and not slow" tests/test_norms.py \
        > "$o/tests_norms.log" 2>&1; echo "norms tests rc=$? at $((SECONDS - t0)) s"; tail -2 "$o/tests_norms.log"
      grep -E "^FAILED" "$o/tests_norms.log" | head ;;

@@ -3,12 +3,8 @@
 # from the repository root on any GPU: `bash benchmarks/s39_jvp_plan.sh`. Build; the forward-mode GPU tests and the
 # > 2^31-element jvp tests under v2; the bench's jvp rows of LayerNorm and RMSNorm at 4096..16384 columns, f32 and bf16,
 # v1 then v2, a second round while time is left; then the norms' GPU tests (launch_rows' new overload).
-set -u
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-o=${OUT:-/tmp/s39p}; mkdir -p "$o"; t0=$SECONDS
-echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
-  > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error" /tmp/build.log | head
+. benchmarks/session_prelude.sh s39p
+build_library
 JAX_MEMOPS_NORM_JVP=v2 timeout 80 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k gpu \
   tests/test_forward_mode.py \
   > "$o/tests_jvp_v2.log" 2>&1; echo "forward-mode tests (v2) rc=$? at $((SECONDS - t0)) s"; tail -1 "$o/tests_jvp_v2.log"

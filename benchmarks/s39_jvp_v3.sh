@@ -3,12 +3,8 @@
 # on any GPU, from the repository root: `bash benchmarks/s39_jvp_v3.sh`. Build; the forward-mode GPU tests and the
 # > 2^31-element jvp tests under the default; the bench's jvp rows at 8192..16384 columns, v1 then the default; the
 # plans' switch tests while time is left.
-set -u
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-o=${OUT:-/tmp/s39v3}; mkdir -p "$o"; t0=$SECONDS
-echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-JAX_MEMOPS_CUDA=ON JAX_MEMOPS_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -v . \
-  > /tmp/build.log 2>&1; echo "library build rc=$? at $((SECONDS - t0)) s"; grep -iE " error" /tmp/build.log | head
+. benchmarks/session_prelude.sh s39v3
+build_library
 timeout 80 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k gpu tests/test_forward_mode.py > "$o/tests_jvp.log" 2>&1
 echo "forward-mode tests rc=$? at $((SECONDS - t0)) s"; tail -1 "$o/tests_jvp.log"
 timeout 80 python3 -P -m pytest -q -p no:cacheprovider -k big_jvp tests/test_gpu.py > "$o/tests_big.log" 2>&1
