@@ -13,20 +13,23 @@ SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(j
 _SUPPORTED_NAMES = "float32, bfloat16 or float16"
 
 
-def _dtype_of(x):
-    """The dtype JAX gives x (NumPy float64 becomes float32 unless x64 is enabled)."""
+def _dtype_of(x, op: str, name: str, what: str = "an array"):
+    """The dtype JAX gives x (NumPy float64 becomes float32 unless x64 is enabled); a TypeError naming op's argument
+    `name` where x is no array (strings included: NumPy would read them as arrays of text)."""
     try:
+        if isinstance(x, (str, bytes)):
+            raise TypeError
         dtype = x.dtype if hasattr(x, "dtype") else jnp.asarray(x).dtype
         return jnp.dtype(jax.dtypes.canonicalize_dtype(dtype))
     except TypeError as e:  # not array-like at all
-        raise TypeError(f"expected an array, got {type(x).__name__}") from e
+        raise TypeError(f"{op}: {name} must be {what}, got {type(x).__name__}") from e
 
 
 def check_input(x, op: str, name: str = "x"):
     """An x of a supported float dtype and rank >= 1, as a JAX array."""
-    if x is None or isinstance(x, (str, bytes)):
-        raise TypeError(f"{op}: {name} must be an array, got {type(x).__name__}")
-    dtype = _dtype_of(x)
+    if x is None:
+        raise TypeError(f"{op}: {name} must be an array, got NoneType")
+    dtype = _dtype_of(x, op, name)
     if dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{op}: {name} must have dtype {_SUPPORTED_NAMES}, got {dtype}")
     x = jnp.asarray(x)
@@ -40,7 +43,7 @@ def check_param(p, shape, op: str, name: str, scalar_ok: bool = False, *, matche
     scalar_ok) and a floating dtype, or None. `matches` says which axes of x fix that shape."""
     if p is None:
         return None
-    dtype = _dtype_of(p)
+    dtype = _dtype_of(p, op, name, "a floating-point array")
     if not jnp.issubdtype(dtype, jnp.floating):
         raise TypeError(f"{op}: {name} must be a floating-point array, got dtype {dtype}")
     want = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -106,12 +109,7 @@ def check_where(where, shape: tuple[int, ...], op: str):
     reads its condition), or None."""
     if where is None:
         return None
-    if isinstance(where, (str, bytes)):
-        raise TypeError(f"{op}: where must be a boolean array, got {type(where).__name__}")
-    try:
-        dtype = _dtype_of(where)
-    except TypeError as e:
-        raise TypeError(f"{op}: where must be a boolean array, got {type(where).__name__}") from e
+    dtype = _dtype_of(where, op, "where", "a boolean array")
     if not (dtype == jnp.dtype(bool) or jnp.issubdtype(dtype, jnp.number)):
         raise TypeError(f"{op}: where must be a boolean array, got dtype {dtype}")
     where_shape = tuple(np.shape(where))

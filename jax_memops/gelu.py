@@ -102,7 +102,7 @@ def _split(p, cols, name):
     array)."""
     if isinstance(p, numbers.Real) and not isinstance(p, bool):
         return float(p), None
-    if isinstance(p, bool) or p is None:
+    if isinstance(p, (bool, str, bytes)) or p is None:
         raise TypeError(f"scale_bias_gelu: {name} must be a Python number, a scalar array or an array of shape "
                         f"({cols},), got {p!r}")
     return (1.0 if name == "scale" else 0.0), check_param(p, cols, "scale_bias_gelu", name, scalar_ok=True)

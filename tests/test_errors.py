@@ -224,6 +224,39 @@ def test_gelu_scalar_array_not_float(which):
     assert which in msg and "floating" in msg, msg
 
 
+NOT_ARRAYS = {"str": "abc", "bytes": b"abc", "object": object()}
+PARAM_CALLS = {
+    "layer_norm-scale": (lambda x, p: jm.layer_norm(x, p), "scale"),
+    "layer_norm-bias": (lambda x, p: jm.layer_norm(x, None, p), "bias"),
+    "rms_norm-scale": (lambda x, p: jm.rms_norm(x, p), "scale"),
+    "scale_bias_gelu-scale": (lambda x, p: jm.scale_bias_gelu(x, p, 0.5), "scale"),
+    "scale_bias_gelu-bias": (lambda x, p: jm.scale_bias_gelu(x, 2.0, p), "bias"),
+    "softmax-where": (lambda x, p: jm.softmax(x, where=p), "where"),
+}
+
+
+@pytest.mark.parametrize("call", list(PARAM_CALLS))
+@pytest.mark.parametrize("kind", list(NOT_ARRAYS))
+def test_param_not_an_array_names_it(call, kind):
+    """A parameter that is no array at all (text, an arbitrary object) is a TypeError naming the op and that
+    parameter, as a wrong dtype or shape is, not NumPy's or JAX's own message."""
+    fn, name = PARAM_CALLS[call]
+    op = call.split("-")[0]
+    with pytest.raises(TypeError) as e:
+        fn(jnp.ones((3, C)), NOT_ARRAYS[kind])
+    msg = str(e.value)
+    assert msg.startswith(f"{op}: {name} must be"), msg
+    assert kind in msg or repr(NOT_ARRAYS[kind]) in msg, msg
+
+
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("kind", list(NOT_ARRAYS))
+def test_x_not_an_array_names_it(op, kind):
+    with pytest.raises(TypeError) as e:
+        OPS[op](NOT_ARRAYS[kind])
+    assert str(e.value).startswith(f"{op}: x must be an array, got {kind}"), str(e.value)
+
+
 def test_norm_params_on_multi_dim_input_use_last_axis():
     """scale of shape (C,) matches the last axis even when x is 4-D; a shape matching another axis is rejected."""
     x = jnp.ones((2, 3, 5, C))
