@@ -164,6 +164,51 @@ def test_extreme_values(device, dtype):
     mt.assert_close(dx, ref, GRAD_TOL[dtype], dtype=dtype, what="dx", mag=mt.ref_scale_bias_gelu_vjp_mag(x, 1.0, 0.0, g))
 
 
+# u across the curve and deep into both tails, where gelu' is exactly 0 or 1 and gelu'' exactly 0 in float64.
+TAIL_U = [-1e5, -1e3, -40.0, -13.3, -9.0, -5.0, -2.0, -0.5, 0.0, 0.3, 1.0, 3.0, 5.0, 9.0, 40.0, 1e3, 1e5]
+
+
+def _ref_gelu_second(u, h=1e-6):
+    """gelu''(u) in float64 by central differences of the float64 gelu' (error ~1e-10 here)."""
+    return (mt.ref_gelu_grad(u + h) - mt.ref_gelu_grad(u - h)) / (2 * h)
+
+
+def test_derivatives_in_the_tails(device, rng):
+    """gelu' and gelu'' along every route to them: the kernels (jvp, grad) and the jax.numpy tangent map and backward
+    (jacfwd's batched tangents, linearize, derivatives of the backward). The jax.numpy routes use the kernels' sigmoid
+    form: autodiff of jax.nn.gelu's tanh form, jitted, read ~2e-4 for gelu' at u = -40 and -2e6 at u = -1e5 on the
+    CPU (XLA's float32 tanh near +-1), where the true value is 0."""
+    u = np.array([TAIL_U, [-v for v in TAIL_U]], np.float32)
+    s, b = np.ones(u.shape[1], np.float32), np.zeros(u.shape[1], np.float32)
+    f = lambda x, s, b: jm.scale_bias_gelu(x, s, b)
+    xd, sd, bd, td = jax.device_put((u, s, b, mt.randn(rng, u.shape)), device)
+    want1, want2 = mt.ref_gelu_grad(u), _ref_gelu_second(mt.f64(u))
+    n = u.size
+    firsts = {
+        "jvp": jax.jit(lambda x, t: jax.jvp(lambda a: f(a, sd, bd), (x,), (t,))[1])(xd, td),
+        "linearize": jax.jit(lambda x, t: jax.linearize(lambda a: f(a, sd, bd), x)[1](t))(xd, td),
+        "grad": jax.jit(jax.grad(lambda x, t: jnp.sum(f(x, sd, bd) * t)))(xd, td),
+        "jacfwd": jnp.diagonal(jax.jit(jax.jacfwd(lambda x: f(x, sd, bd)))(xd).reshape(n, n)).reshape(u.shape),
+        "jacrev": jnp.diagonal(jax.jit(jax.jacrev(lambda x: f(x, sd, bd)))(xd).reshape(n, n)).reshape(u.shape),
+    }
+    for what, got in firsts.items():
+        want = want1 * (1.0 if what.startswith("jac") else mt.f64(td))
+        err = np.max(np.abs(mt.f64(got) - want))
+        assert err < 2e-6, f"{what}: gelu' off by {err:.2e}"
+    total = lambda x: jnp.sum(f(x, sd, bd))
+    seconds = {
+        "jacfwd of grad": jax.jit(jax.jacfwd(jax.grad(total)))(xd),
+        "hessian": jax.jit(jax.hessian(total))(xd),
+        "grad of grad": jax.jit(jax.jacrev(jax.grad(total)))(xd),
+    }
+    for what, got in seconds.items():
+        err = np.max(np.abs(np.diagonal(mt.f64(got).reshape(n, n)).reshape(u.shape) - want2))
+        assert err < 2e-5, f"{what}: gelu'' off by {err:.2e}"
+    # the scale's second derivative sums x^2 gelu''(u) over the rows: the tails add nothing
+    d2s = jax.jit(jax.hessian(lambda s: jnp.sum(f(xd, s, bd))))(sd)
+    np.testing.assert_allclose(np.diagonal(mt.f64(d2s)), np.sum(mt.f64(u) ** 2 * want2, axis=0), atol=1e-3, rtol=1e-5)
+
+
 # ----------------------------------------------------------------------------------------------
 # backward
 # ----------------------------------------------------------------------------------------------
