@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The forty-first session's device call, from the repository root: `bash benchmarks/s41_device.sh`.
 #   H200: the measurements issues 4 and 5 wait for (benchmarks/pending_h200.sh), then the bench's softmax forward at
-#         the issue-4 cells that missed in the thirty-first session (C = 128, 50257, 131072; f32, bf16), device timing, and
-#         the GELU derivatives' tails test on the GPU;
+#         the issue-4 cells that missed in the thirty-first session (C = 128, 50257, 131072; f32, bf16), device
+#         timing, and the GELU derivatives' tails test on the GPU;
 #   another card: the build; the GELU derivatives' tails test on the GPU (its jax.numpy sigmoid form, b2a2cd9);
 #         compute-sanitizer memcheck and racecheck over the forward-mode kernels
 #         (benchmarks/sanitize_jvp.py) under the norms' jvp plan v3, whose two rows per CTA no sanitizer has seen,
