@@ -11,7 +11,7 @@
 case "$g" in
   *H200*)
     OUT="$o" PENDING_END=330 bash benchmarks/pending_h200.sh
-    timeout 150 jax-memops bench --ops softmax --dirs fwd --dtypes float32 bfloat16 --cols 128 50257 131072 \
+    timeout 120 jax-memops bench --ops softmax --dirs fwd --dtypes float32 bfloat16 --cols 128 50257 131072 \
       --timing device --reps 15 --parts sweep --out /tmp/bench > "$o/bench.log" 2>&1
     echo "bench rc=$? at $((SECONDS - t0)) s"; grep -E "^softmax" "$o/bench.log"
     timeout 60 python3 -P -m pytest -q -p no:cacheprovider -k tails tests/test_gelu.py > "$o/tests_tails.log" 2>&1
