@@ -368,7 +368,8 @@ class JvpPrimitive(FfiPrimitive):
 def cotangents(args, wanted: dict[int, jax.Array]) -> list:
     """A transpose rule's result: wanted[i] for each operand i that is linear (an undefined primal),
     None (a zero cotangent) for every other operand."""
-    return [wanted.get(i) if ad.is_undefined_primal(a) else None for i, a in enumerate(args)]
+    return [_sharding.typed_like(wanted[i], a.aval) if ad.is_undefined_primal(a) and wanted.get(i) is not None
+            else None for i, a in enumerate(args)]
 
 
 def wants_grad(t) -> int | None:

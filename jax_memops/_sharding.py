@@ -82,6 +82,20 @@ def aval_like(x, kind, shape, dtype):
                     sharding=NamedSharding(sharding.mesh, PartitionSpec(*dims)))
 
 
+def typed_like(ct, aval):
+    """A transpose rule's cotangent with the type of its primal (explicit mesh axes): a parameter's gradient comes
+    out of the backward call typed like x (replicated, or split like x's last dim), and JAX requires the parameter's
+    own sharding (an FSDP-style split, say). reshard moves at most C floats per parameter."""
+    want = getattr(aval, "sharding", None)
+    have = getattr(jax.typeof(ct), "sharding", None)
+    if not (isinstance(want, NamedSharding) and isinstance(have, NamedSharding)) or want.mesh.empty:
+        return ct
+    pad = lambda spec, n: (*spec, *(None,) * (n - len(spec)))  # noqa: E731
+    if pad(tuple(want.spec), aval.ndim) == pad(tuple(have.spec), aval.ndim):
+        return ct
+    return jax.sharding.reshard(ct, want.spec)
+
+
 def _varying(x) -> frozenset:
     """shard_map's varying manual axes of x (`.vma` up to jax 0.9, `.mat.varying` since)."""
     aval = jax.typeof(x)
