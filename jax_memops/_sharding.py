@@ -180,7 +180,10 @@ class _Plan:
         self.call, self.mesh = call, mesh
         x = call.avals_in[0]
         named = isinstance(x_sharding, NamedSharding)
-        if not (named or x_sharding.is_fully_replicated):
+        if x_sharding is None:
+            _warn_once("undecoded", "jax_memops: operand sharding splits a dim over part of a mesh axis (a dim the "
+                                    "mesh does not divide, merged into a row): gathering it.")
+        elif not (named or x_sharding.is_fully_replicated):
             # No mesh axis names to psum over (e.g. the automatic axes of a partially manual shard_map).
             _warn_once("unnamed", "jax_memops: operand sharding is not on a named mesh: gathering it.")
         spec = tuple(x_sharding.spec) if named else ()
@@ -236,16 +239,42 @@ class _Plan:
                          and any(self.lead[o.ndim - 1:]) else o for kind, o in zip(op.spec.results, outs))
 
 
+try:  # what custom_partitioning's decode_shardings=True calls (private: without it JAX decodes, as before)
+    from jax._src.sharding_impls import parse_flatten_op_sharding as _parse_flatten_op_sharding
+except ImportError:  # pragma: no cover
+    _parse_flatten_op_sharding = None
+
+
+def _decoded(sharding, mesh, ndim):
+    """x's sharding as XLA hands it over (decode_shardings=False) on `mesh` as a NamedSharding, as JAX would decode
+    it, or None where no PartitionSpec of the mesh's axes expresses it. Shardy gives such shardings to the flattened
+    rows of `axis=` tuples when x had a dim the mesh does not divide (x (2, 12) split 4 ways on its rows, a row of
+    both axes: the merged dim split over part of the axis): JAX's own decoding raised IndivisibleError there, before
+    any callback of ours ran. Such an x is gathered."""
+    if isinstance(sharding, NamedSharding) or mesh.empty:
+        return sharding
+    try:
+        spec = _parse_flatten_op_sharding(sharding._to_xla_hlo_sharding(ndim), mesh)[0]
+    except ValueError:  # IndivisibleError
+        return None
+    spec = spec.get_partition_spec() if hasattr(spec, "get_partition_spec") else spec  # older jax: a parsed spec
+    return NamedSharding(mesh, PartitionSpec(*spec, *(None,) * (ndim - len(spec))))
+
+
+def _x_plan(call, mesh, arg_shapes):
+    return _Plan(call, mesh, _decoded(arg_shapes[0].sharding, mesh, call.avals_in[0].ndim))
+
+
 def _partition(call, mesh, arg_shapes, result_shape):
     del result_shape
-    plan = _Plan(call, mesh, arg_shapes[0].sharding)
+    plan = _x_plan(call, mesh, arg_shapes)
     return mesh, plan.lower_fn, plan.results(), plan.operands()
 
 
 def _infer(call, mesh, arg_shapes, result_shape):
     """GSPMD propagation (when Shardy is switched off): results follow x."""
     del result_shape
-    return _Plan(call, mesh, arg_shapes[0].sharding).results()
+    return _x_plan(call, mesh, arg_shapes).results()
 
 
 def _sharding_rule(call, mesh, operand_types, result_types):
@@ -269,4 +298,4 @@ def _sharding_rule(call, mesh, operand_types, result_types):
 
 _partitioned = custom_partitioning(_per_device, static_argnums=(0,))
 _partitioned.def_partition(partition=_partition, infer_sharding_from_operands=_infer,
-                           sharding_rule=_sharding_rule)
+                           sharding_rule=_sharding_rule, decode_shardings=_parse_flatten_op_sharding is None)

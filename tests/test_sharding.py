@@ -474,6 +474,25 @@ def test_uneven_dims_are_replicated(rng):
     assert calls == ["f32[6,4,64]"] * 2, calls  # forward and backward kernels see whole rows of all 6
 
 
+@pytest.mark.parametrize("axis", [None, (0, 1)], ids=["None", "both"])
+@pytest.mark.parametrize("op", ["softmax", "layer_norm", "rms_norm"])
+def test_uneven_dims_merged_into_rows(op, axis, rng):
+    """A dim the mesh does not divide, merged into the rows of `axis=` (x (2, 64) split 8 ways on its 2 rows): Shardy
+    splits the merged dim over part of the mesh axis, which no PartitionSpec expresses; the op gathers x (JAX's own
+    decoding of that sharding failed with IndivisibleError inside XLA's partitioner)."""
+    mesh = make_mesh("8")
+    fn = {"softmax": lambda x: jm.softmax(x, axis=axis), "layer_norm": lambda x: jm.layer_norm(x, axis=axis),
+          "rms_norm": lambda x: jm.rms_norm(x, axis=axis)}[op]
+    x = randn(rng, (2, 64), F32)
+    ref = jax.jit(jax.value_and_grad(lambda x: jnp.sum(jnp.sin(fn(x)))))(x)
+    split = lambda x: jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P("a")))  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = jax.jit(jax.value_and_grad(lambda x: jnp.sum(jnp.sin(fn(split(x))))))(x)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-5, atol=1e-6)
+
+
 def test_gspmd_propagation(rng):
     """The infer_sharding_from_operands callback, used when Shardy is switched off."""
     try:
