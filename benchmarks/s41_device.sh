@@ -2,24 +2,30 @@
 # The forty-first session's device call, from the repository root: `bash benchmarks/s41_device.sh`.
 #   H200: the measurements issues 4 and 5 wait for (benchmarks/pending_h200.sh), then the bench's softmax forward at
 #         the issue-4 cells that missed in the thirty-first session (C = 128, 50257, 131072; f32, bf16), device
-#         timing, and the GELU derivatives' tails test on the GPU;
-#   another card: the build; the GELU derivatives' tails test on the GPU (its jax.numpy sigmoid form, b2a2cd9);
-#         compute-sanitizer memcheck and racecheck over the forward-mode kernels
-#         (benchmarks/sanitize_jvp.py) under the norms' jvp plan v3, whose two rows per CTA no sanitizer has seen,
-#         beside gpu_check.sh's sanitize and race stages over the whole library (logs in $OUT/gpu-out.tgz).
+#         timing; then the checks below;
+#   another card: the build, the checks below, and compute-sanitizer memcheck and racecheck over the forward-mode
+#         kernels (benchmarks/sanitize_jvp.py) under the norms' jvp plan v3, whose two rows per CTA no sanitizer has
+#         seen, beside gpu_check.sh's sanitize and race stages over the whole library (logs in $OUT/gpu-out.tgz).
+#   Checks, either card: the GELU derivatives' tails test on the GPU (their jax.numpy sigmoid form) and the sharding
+#         tests under the machine's jax (the forty-first session's cotangent types and sharding decoding).
 . benchmarks/session_prelude.sh s41
+checks() {
+  timeout 60 python3 -P -m pytest -q -p no:cacheprovider -k tails tests/test_gelu.py > "$o/tests_tails.log" 2>&1
+  echo "GELU tails tests rc=$? at $((SECONDS - t0)) s"; tail -1 "$o/tests_tails.log"
+  timeout 120 python3 -P -m pytest -q -n 8 -p no:cacheprovider tests/test_sharding.py > "$o/tests_sharding.log" 2>&1
+  echo "sharding tests rc=$? at $((SECONDS - t0)) s (jax $(python3 -c 'import jax; print(jax.__version__)'))"
+  tail -1 "$o/tests_sharding.log"
+}
 case "$g" in
   *H200*)
-    OUT="$o" PENDING_END=330 bash benchmarks/pending_h200.sh
+    OUT="$o" PENDING_END=300 bash benchmarks/pending_h200.sh
     timeout 120 jax-memops bench --ops softmax --dirs fwd --dtypes float32 bfloat16 --cols 128 50257 131072 \
       --timing device --reps 15 --parts sweep --out /tmp/bench > "$o/bench.log" 2>&1
     echo "bench rc=$? at $((SECONDS - t0)) s"; grep -E "^softmax" "$o/bench.log"
-    timeout 60 python3 -P -m pytest -q -p no:cacheprovider -k tails tests/test_gelu.py > "$o/tests_tails.log" 2>&1
-    echo "GELU tails tests rc=$? at $((SECONDS - t0)) s"; tail -1 "$o/tests_tails.log" ;;
+    checks ;;
   *)
     build_library
-    timeout 60 python3 -P -m pytest -q -p no:cacheprovider -k tails tests/test_gelu.py > "$o/tests_tails.log" 2>&1
-    echo "GELU tails tests rc=$? at $((SECONDS - t0)) s"; tail -1 "$o/tests_tails.log"
+    checks
     for tool in memcheck racecheck; do
       ( XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 200 compute-sanitizer --tool $tool \
           --kernel-name kns=_kernel --error-exitcode 3 python3 benchmarks/sanitize_jvp.py > "$o/${tool}_jvp.log" 2>&1
