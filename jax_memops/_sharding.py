@@ -65,13 +65,18 @@ def requires_devices(primitive):
         pass
 
 
+def _padded(spec, ndim) -> tuple:
+    """A PartitionSpec's entries, one per dim of an array of rank ndim (a spec may leave trailing dims out)."""
+    return (*spec, *(None,) * (ndim - len(spec)))
+
+
 def aval_like(x, kind, shape, dtype):
     """The type of a result: its sharding follows x's (explicit mesh axes): ROW like x, STAT without the
     last dim, GRAD with x's group dims and last dim. x.update keeps shard_map's varying axes."""
     sharding = getattr(x, "sharding", None)
     if not isinstance(sharding, NamedSharding):
         return jax.core.ShapedArray(shape, dtype)
-    spec = (*sharding.spec, *(None,) * (x.ndim - len(sharding.spec)))
+    spec = _padded(sharding.spec, x.ndim)
     if kind == prim.ROW:
         dims = spec
     elif kind == prim.STAT:
@@ -90,8 +95,7 @@ def typed_like(ct, aval):
     have = getattr(jax.typeof(ct), "sharding", None)
     if not (isinstance(want, NamedSharding) and isinstance(have, NamedSharding)) or want.mesh.empty:
         return ct
-    pad = lambda spec, n: (*spec, *(None,) * (n - len(spec)))  # noqa: E731
-    if pad(tuple(want.spec), aval.ndim) == pad(tuple(have.spec), aval.ndim):
+    if _padded(want.spec, aval.ndim) == _padded(have.spec, aval.ndim):
         return ct
     return jax.sharding.reshard(ct, want.spec)
 
@@ -120,8 +124,7 @@ def mergeable(x, first: int):
     unsharded first (all-gathered, as the norms' kernels gather a sharded last dim) and the result re-split
     afterwards, which moves nothing. The first dim of the group may stay sharded: its blocks stay contiguous."""
     sharding = getattr(jax.typeof(x), "sharding", None)
-    spec = tuple(getattr(sharding, "spec", ()))
-    spec = (*spec, *(None,) * (x.ndim - len(spec)))
+    spec = _padded(getattr(sharding, "spec", ()), x.ndim)
     if not isinstance(sharding, NamedSharding) or all(e is None for e in spec[first + 1:]):
         return x, lambda y: y
     _warn_once("merge", "jax_memops: the axes of a row are sharded on explicit mesh axes in a way a reshape cannot "
@@ -258,7 +261,7 @@ def _decoded(sharding, mesh, ndim):
     except ValueError:  # IndivisibleError
         return None
     spec = spec.get_partition_spec() if hasattr(spec, "get_partition_spec") else spec  # older jax: a parsed spec
-    return NamedSharding(mesh, PartitionSpec(*spec, *(None,) * (ndim - len(spec))))
+    return NamedSharding(mesh, PartitionSpec(*_padded(spec, ndim)))
 
 
 def _x_plan(call, mesh, arg_shapes):
