@@ -64,12 +64,14 @@ __global__ void __launch_bounds__(kElemBlock)
 }
 
 // Forward mode: y = gelu(u) and its tangent gelu'(u) * (tx * s + x * ts + tb) in one elementwise pass over x and tx
-// (ts, tb: the parameters' tangents, 0 where absent). y has the forward kernel's bits (the same gelu).
+// (ts, tb: the parameters' tangents, 0 where absent; an absent ts drops the term x * ts, which at x = +-inf would be
+// NaN). y has the forward kernel's bits (the same gelu).
 template <typename T, int V, ParamMode M>
 __global__ void __launch_bounds__(kElemBlock)
     gelu_jvp_kernel(const T* __restrict__ x, const T* __restrict__ tx, ParamView scale, ParamView bias,
                     ParamView tscale, ParamView tbias, float scale_value, float bias_value, T* __restrict__ y,
                     T* __restrict__ ty, int64_t rows, int64_t cols) {
+  const bool scale_tangent = tscale.data != nullptr;  // uniform: a select, no divergence
   for_grid_packs<V, kParamBatchRegs>({x, tx}, rows * cols / V, cols, [&](int64_t q, const RowColCursor& at,
                                                                          const auto& p) {
     float v[V], t[V], s[V], b[V], ts[V], tb[V];
@@ -82,7 +84,8 @@ __global__ void __launch_bounds__(kElemBlock)
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const float u = v[j] * s[j] + b[j];
-      t[j] = gelu_grad(u) * (t[j] * s[j] + v[j] * ts[j] + tb[j]);
+      const float du = t[j] * s[j] + (scale_tangent ? v[j] * ts[j] : 0.0f);
+      t[j] = gelu_grad(u) * (du + tb[j]);
       v[j] = gelu(u);
     }
     store_pack<V>(y, q, v);

@@ -33,21 +33,25 @@ void gelu_fwd_block(const T* x, T* y, Affine a, RowShape s, int64_t r0, int64_t 
   }
 }
 
-// One row of the forward mode's y and tangent (restrict: the loop vectorizes).
-template <typename R>
+// One row of the forward mode's y and tangent (restrict: the loop vectorizes). Without a scale tangent the term
+// x * tscale is left out, not formed as x * 0: at x = +-inf that is NaN, where the tangent is gelu'(u) * tx * scale.
+template <bool kScaleTangent, typename R>
 void jvp_row(const R* __restrict__ x, const R* __restrict__ tx, const float* __restrict__ sc,
              const float* __restrict__ bi, const float* __restrict__ tsc, const float* __restrict__ tbi,
              R* __restrict__ y, R* __restrict__ ty, int64_t w) {
   for (int64_t c = 0; c < w; ++c) {
     const float xv = to_float(x[c]), u = xv * sc[c] + bi[c];
     y[c] = from_float<R>(gelu(u));
-    ty[c] = from_float<R>(gelu_grad(u) * (to_float(tx[c]) * sc[c] + xv * tsc[c] + tbi[c]));
+    float du = to_float(tx[c]) * sc[c];
+    if constexpr (kScaleTangent) du += xv * tsc[c];
+    ty[c] = from_float<R>(gelu_grad(u) * (du + tbi[c]));
   }
 }
 
 // Forward mode: y = gelu(u) and its tangent gelu'(u) * (tx * scale + x * tscale + tbias) of rows [r0, r1) x columns
-// [c0, c1), x and tx read once (absent tangent parameters are rows of 0). gelu and gelu_grad share their exponential
-// (the same n and 2^-|n|, which the compiler computes once), and y has the forward's bits.
+// [c0, c1), x and tx read once (an absent tangent bias is a row of 0; an absent tangent scale is left out). gelu and
+// gelu_grad share their exponential (the same n and 2^-|n|, which the compiler computes once), and y has the forward's
+// bits.
 template <typename T>
 void gelu_jvp_block(const T* x, const T* tx, T* y, T* ty, Affine a, Affine t, RowShape s, int64_t r0, int64_t r1,
                     int64_t c0, int64_t c1) {
@@ -60,8 +64,9 @@ void gelu_jvp_block(const T* x, const T* tx, T* y, T* ty, Affine a, Affine t, Ro
       ybuf(kScratchC, row_buffer<T>(w)), tybuf(kScratchD, row_buffer<T>(w));
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * s.cols + c0;
-    jvp_row(in_row(x + o, w, xbuf.data()), in_row(tx + o, w, txbuf.data()), scale.at(r, c0), bias.at(r, c0),
-            tscale.at(r, c0), tbias.at(r, c0), out_row(y + o, ybuf.data()), out_row(ty + o, tybuf.data()), w);
+    const auto row = t.scale.data ? jvp_row<true, R> : jvp_row<false, R>;
+    row(in_row(x + o, w, xbuf.data()), in_row(tx + o, w, txbuf.data()), scale.at(r, c0), bias.at(r, c0),
+        tscale.at(r, c0), tbias.at(r, c0), out_row(y + o, ybuf.data()), out_row(ty + o, tybuf.data()), w);
     finish_row(ybuf.data(), y + o, w);
     finish_row(tybuf.data(), ty + o, w);
   }

@@ -8,6 +8,7 @@ import numbers
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 from jax.interpreters import ad
 
 from . import reference
@@ -106,9 +107,19 @@ def _scale_bias_gelu(x, scale, bias, scale_value, bias_value):
     return _fwd.call(x, scale, bias, scale_value=scale_value, bias_value=bias_value)[0]
 
 
-@_scale_bias_gelu.defjvp
 def _scale_bias_gelu_jvp(scale_value, bias_value, primals, tangents):
-    return _jvp.bind(*primals, *tangents, scale_value=scale_value, bias_value=bias_value)
+    """A parameter held fixed (a Python number, or an array closed over) has a symbolic zero tangent: it goes to
+    the kernel absent, so the term x * tscale is never formed (at x = +-inf that is NaN, where the tangent is
+    gelu'(u) * tx * scale, as the backward has it) and no zeros are read."""
+    x = primals[0]
+    tx, tscale, tbias = tangents
+    if isinstance(tx, SymbolicZero):
+        tx = ad.instantiate_zeros(ad.Zero(tx.aval))
+    tscale, tbias = (match_varying(x, absent())[1] if isinstance(t, SymbolicZero) else t for t in (tscale, tbias))
+    return _jvp.bind(*primals, tx, tscale, tbias, scale_value=scale_value, bias_value=bias_value)
+
+
+_scale_bias_gelu.defjvp(_scale_bias_gelu_jvp, symbolic_zeros=True)
 
 
 def _split(p, cols, name):

@@ -150,6 +150,33 @@ def test_jvp_softmax_masked(device, rng, name):
     _check_tangent(op, ty, x, [], t, [], F32)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("fixed", ["numbers", "arrays"])
+def test_jvp_gelu_infinite_x_with_fixed_parameters(device, rng, fixed, dtype):
+    """scale and bias held fixed (Python numbers, or arrays closed over) and x = +-inf: the tangent is
+    gelu'(u) * tx * scale, i.e. tx * scale at u = +inf and 0 at u = -inf, as the backward kernel's gradient has it
+    (the kernels once formed x * 0 for the absent scale tangent: NaN). jvp (the one-pass kernel), linearize (the
+    tangent map) and vjp (the backward; the Jacobian is diagonal) agree."""
+    x, t = mt.randn(rng, (3, 37), dtype, scale=2.0), mt.randn(rng, (3, 37), dtype, scale=1.0)
+    x[0, ::4], x[1, 1::5] = np.inf, -np.inf
+    if fixed == "numbers":
+        s, b = np.full(37, 1.5, F32), np.full(37, -0.25, F32)
+        fn = lambda a: jm.scale_bias_gelu(a, 1.5, -0.25)  # noqa: E731
+    else:
+        s, b = np.abs(mt.randn(rng, (37,), loc=1.0, scale=0.5)) + 0.1, mt.randn(rng, (37,), scale=0.5)
+        sd, bd = _put(device, s, b)
+        fn = lambda a: jm.scale_bias_gelu(a, sd, bd)  # noqa: E731
+    want, mag = mt.ref_scale_bias_gelu_jvp(np.where(np.isinf(x), 0, x), s, b, t)
+    want = np.where(x == np.inf, mt.f64(t) * s, np.where(x == -np.inf, 0.0, want))
+    mag = np.where(np.isinf(x), np.abs(want), mag)
+    xd, td = _put(device, x, t)
+    _, ty = jax.jit(lambda a, u: jax.jvp(fn, (a,), (u,)))(xd, td)
+    lin = jax.jit(lambda a, u: jax.linearize(fn, a)[1](u))(xd, td)
+    back = jax.jit(lambda a, u: jax.vjp(fn, a)[1](u)[0])(xd, td)
+    for got, what in ((ty, "jvp"), (lin, "linearize"), (back, "vjp")):
+        mt.assert_close(got, want, GRAD_TOL[dtype], dtype=dtype, what=what, mag=mag)
+
+
 @pytest.mark.parametrize("rms", [False, True], ids=["layer_norm", "rms_norm"])
 def test_jvp_norm_large_mean_tiny_variance(device, rng, rms):
     """x = 1e4 + 1e-2 * noise, eps = 1e-12: the tangent, like the output, stays accurate (the statistics

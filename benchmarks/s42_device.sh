@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# The forty-first session's device call, from the repository root: `bash benchmarks/s41_device.sh`.
+# The forty-second session's device call, from the repository root: `bash benchmarks/s42_device.sh`.
 #   H200: the measurements issues 4 and 5 wait for (benchmarks/pending_h200.sh), then the bench's softmax forward at
 #         the issue-4 cells that missed in the thirty-first session (C = 128, 50257, 131072; f32, bf16), device
 #         timing; then the checks below;
 #   another card: the build, the checks below, and compute-sanitizer memcheck and racecheck over the forward-mode
 #         kernels (benchmarks/sanitize_jvp.py) under the norms' jvp plan v3, whose two rows per CTA no sanitizer has
 #         seen, beside gpu_check.sh's sanitize and race stages over the whole library (logs in $OUT/gpu-out.tgz).
-#   Checks, either card: the GELU derivatives' tails test on the GPU (their jax.numpy sigmoid form) and the sharding
-#         tests under the machine's jax (the forty-first session's cotangent types and sharding decoding).
-. benchmarks/session_prelude.sh s41
+#   Checks, either card: the GELU derivatives' tails test on the GPU (their jax.numpy sigmoid form), the forward-mode
+#         GELU kernel at x = +-inf with its parameters held fixed (the forty-second session's absent scale tangent),
+#         and the sharding tests under the machine's jax (the forty-first session's cotangent types and decoding).
+. benchmarks/session_prelude.sh s42
 checks() {
-  timeout 60 python3 -P -m pytest -q -p no:cacheprovider -k tails tests/test_gelu.py > "$o/tests_tails.log" 2>&1
-  echo "GELU tails tests rc=$? at $((SECONDS - t0)) s"; tail -1 "$o/tests_tails.log"
+  timeout 90 python3 -P -m pytest -q -p no:cacheprovider -k "tails or infinite_x" tests/test_gelu.py \
+    tests/test_forward_mode.py > "$o/tests_tails.log" 2>&1
+  echo "GELU tails and infinite-x tests rc=$? at $((SECONDS - t0)) s"; tail -1 "$o/tests_tails.log"
   timeout 120 python3 -P -m pytest -q -n 8 -p no:cacheprovider tests/test_sharding.py > "$o/tests_sharding.log" 2>&1
   echo "sharding tests rc=$? at $((SECONDS - t0)) s (jax $(python3 -c 'import jax; print(jax.__version__)'))"
   tail -1 "$o/tests_sharding.log"
