@@ -7,20 +7,22 @@
 #         kernels (benchmarks/sanitize_jvp.py) under the norms' jvp plan v3, whose two rows per CTA no sanitizer has
 #         seen, beside gpu_check.sh's sanitize and race stages over the whole library (logs in $OUT/gpu-out.tgz).
 #   Checks, either card: the GELU derivatives' tails test on the GPU (their jax.numpy sigmoid form), the forward-mode
-#         GELU kernel at x = +-inf with its parameters held fixed (the forty-second session's absent scale tangent),
+#         GELU tests (among them x = +-inf with the parameters held fixed: the forty-second session's absent tangent),
 #         and the sharding tests under the machine's jax (the forty-first session's cotangent types and decoding).
 . benchmarks/session_prelude.sh s42
 checks() {
-  timeout 90 python3 -P -m pytest -q -p no:cacheprovider -k "tails or infinite_x" tests/test_gelu.py \
-    tests/test_forward_mode.py > "$o/tests_tails.log" 2>&1
-  echo "GELU tails and infinite-x tests rc=$? at $((SECONDS - t0)) s"; tail -1 "$o/tests_tails.log"
+  timeout 60 python3 -P -m pytest -q -p no:cacheprovider -k tails tests/test_gelu.py > "$o/tests_tails.log" 2>&1
+  echo "GELU tails tests rc=$? at $((SECONDS - t0)) s"; tail -1 "$o/tests_tails.log"
+  timeout 90 python3 -P -m pytest -q -n 8 -p no:cacheprovider -k "gpu and gelu" tests/test_forward_mode.py \
+    > "$o/tests_jvp.log" 2>&1
+  echo "GELU forward-mode tests rc=$? at $((SECONDS - t0)) s"; tail -1 "$o/tests_jvp.log"
   timeout 120 python3 -P -m pytest -q -n 8 -p no:cacheprovider tests/test_sharding.py > "$o/tests_sharding.log" 2>&1
   echo "sharding tests rc=$? at $((SECONDS - t0)) s (jax $(python3 -c 'import jax; print(jax.__version__)'))"
   tail -1 "$o/tests_sharding.log"
 }
 case "$g" in
   *H200*)
-    OUT="$o" PENDING_END=270 bash benchmarks/pending_h200.sh
+    OUT="$o" PENDING_END=250 bash benchmarks/pending_h200.sh
     timeout 120 jax-memops bench --ops softmax --dirs fwd --dtypes float32 bfloat16 --cols 128 50257 131072 \
       --timing device --reps 15 --parts sweep --out /tmp/bench > "$o/bench.log" 2>&1
     echo "bench rc=$? at $((SECONDS - t0)) s"; grep -E "^softmax" "$o/bench.log"
