@@ -1,6 +1,8 @@
 // Fused scale -> bias -> GELU on the CPU: one pass over x; forward mode's y and tangent in one pass over x and tx; the
 // backward's per-column parameter gradients summed with dx in the same pass (cpu_grad_sums.h).
 
+#include <initializer_list>
+
 #include "cpu_common.h"
 #include "cpu_grad_sums.h"
 #include "gelu_math.h"
@@ -62,13 +64,20 @@ void gelu_jvp_block(const T* x, const T* tx, T* y, T* ty, Affine a, Affine t, Ro
   // f16 rows as floats (cpu_common.h): x, tx, and y and ty in buffers of their own (the loop's pointers are restrict).
   const RowScratch xbuf(kScratchA, row_buffer<T>(w)), txbuf(kScratchB, row_buffer<T>(w)),
       ybuf(kScratchC, row_buffer<T>(w)), tybuf(kScratchD, row_buffer<T>(w));
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t o = r * s.cols + c0;
-    const auto row = t.scale.data ? jvp_row<true, R> : jvp_row<false, R>;
-    row(in_row(x + o, w, xbuf.data()), in_row(tx + o, w, txbuf.data()), scale.at(r, c0), bias.at(r, c0),
-        tscale.at(r, c0), tbias.at(r, c0), out_row(y + o, ybuf.data()), out_row(ty + o, tybuf.data()), w);
-    finish_row(ybuf.data(), y + o, w);
-    finish_row(tybuf.data(), ty + o, w);
+  auto rows = [&](auto scale_tangent) {  // the choice outside the row loop: short rows keep their inlined loop
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t o = r * s.cols + c0;
+      jvp_row<decltype(scale_tangent)::value>(in_row(x + o, w, xbuf.data()), in_row(tx + o, w, txbuf.data()),
+                                              scale.at(r, c0), bias.at(r, c0), tscale.at(r, c0), tbias.at(r, c0),
+                                              out_row(y + o, ybuf.data()), out_row(ty + o, tybuf.data()), w);
+      finish_row(ybuf.data(), y + o, w);
+      finish_row(tybuf.data(), ty + o, w);
+    }
+  };
+  if (t.scale.data) {
+    rows(std::true_type{});
+  } else {
+    rows(std::false_type{});
   }
 }
 
@@ -117,6 +126,15 @@ ffi::Error affine_views(const ffi::AnyBuffer& scale, const ffi::AnyBuffer& bias,
   return param_view(bias, s, "bias", &a->bias);
 }
 
+// Without parameter arrays GELU is one map over every element: x is then taken as one row, so that short rows (C = 1,
+// 4, ...) run as column tiles of it rather than as a loop per row of a few elements (v96). The same bits either way.
+RowShape elementwise_shape(RowShape s, std::initializer_list<ParamView> params) {
+  for (const ParamView& p : params) {
+    if (p.data) return s;
+  }
+  return s.size() == 0 ? s : RowShape{1, s.size()};
+}
+
 ffi::Error gelu_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale, ffi::AnyBuffer bias,
                     ffi::Result<ffi::AnyBuffer> y, float scale_value, float bias_value) {
   RowShape s;
@@ -128,8 +146,9 @@ ffi::Error gelu_fwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale
     using T = elem_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.untyped_data());
     T* yp = static_cast<T*>(y->untyped_data());
-    parallel_tiles(pool, s, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-      gelu_fwd_block(xp, yp, a, s, r0, r1, c0, c1);
+    const RowShape shape = elementwise_shape(s, {a.scale, a.bias});
+    parallel_tiles(pool, shape, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      gelu_fwd_block(xp, yp, a, shape, r0, r1, c0, c1);
     });
     return ffi::Error::Success();
   });
@@ -148,9 +167,10 @@ ffi::Error gelu_jvp(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale
   if (auto err = affine_views(tscale, tbias, 0.0f, 0.0f, s, &t); err.failure()) return err;
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = elem_t<decltype(tag)>;
-    parallel_tiles(pool, s, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-      gelu_jvp_block(data_as<const T>(x), data_as<const T>(tx), data_as<T>(*y), data_as<T>(*ty), a, t, s, r0, r1, c0,
-                     c1);
+    const RowShape shape = elementwise_shape(s, {a.scale, a.bias, t.scale, t.bias});
+    parallel_tiles(pool, shape, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      gelu_jvp_block(data_as<const T>(x), data_as<const T>(tx), data_as<T>(*y), data_as<T>(*ty), a, t, shape, r0, r1,
+                     c0, c1);
     });
     return ffi::Error::Success();
   });
@@ -182,8 +202,9 @@ ffi::Error gelu_bwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer scale
       zero_grad(dsv, s.cols);
       zero_grad(dbv, s.cols);
     } else if (!dsv.data && !dbv.data) {
-      parallel_tiles(pool, s, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-        block(Runs{}, Runs{}, r0, r1, c0, c1);
+      const RowShape shape = elementwise_shape(s, {a.scale, a.bias});
+      parallel_tiles(pool, shape, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+        gelu_bwd_block(xp, dyp, dxp, a, Runs{}, Runs{}, shape, r0, r1, c0, c1);
       });
     } else if (!sum_in_runs(pool, partials_view(*workspace, s, dsv, dbv), s, dsv, dbv, /*tiles_ok=*/true, block)) {
       parallel_for(pool, s.cols, piece_cols(s.rows), [&](int64_t c0, int64_t c1) {  // each piece over every row

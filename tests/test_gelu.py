@@ -276,6 +276,39 @@ def test_rows_in_column_tiles(device, rng, shape, dtype, kind):
     _check_grads(x, s, b, g, grads, dtype)
 
 
+# Short rows, many of them, over several pieces of the CPU handlers' work: with numbers for scale and bias the handlers
+# take x as one row in column tiles (cpp/gelu_cpu.cc elementwise_shape), with arrays row by row.
+SHORT_SHAPES = [(100003, 1), (40009, 3), (2, 5, 7)]
+
+
+@pytest.mark.parametrize("kind", ["numbers", "arrays"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", SHORT_SHAPES, ids=["x".join(map(str, s)) for s in SHORT_SHAPES])
+def test_short_rows(device, rng, shape, dtype, kind):
+    """Forward, backward and forward mode against float64; with numbers on the CPU, the bits of the row-by-row path
+    (the same numbers as arrays of C entries)."""
+    x, t = mt.randn(rng, shape, dtype, scale=2.0), mt.randn(rng, shape, dtype, scale=1.0)
+    s, b = _scale_bias(rng, shape[-1], kind)
+    g = mt.randn(rng, shape, dtype, scale=1.0)
+    fwd, vjp = gelu_fns(s, b)
+    xd, td, sd, bd = jax.device_put(x, device), jax.device_put(t, device), _put(s, device), _put(b, device)
+    out = fwd(xd, sd, bd)
+    _check_out(out, x, device)
+    mt.assert_close(out, mt.ref_scale_bias_gelu(x, s, b), FWD_TOL[dtype], dtype=dtype,
+                    mag=mt.ref_scale_bias_gelu_mag(x, s, b))
+    _, grads = vjp(xd, sd, bd, jax.device_put(g, device))
+    _check_grads(x, s, b, g, grads, dtype)
+    _, ty = jax.jit(lambda a, u: jax.jvp(lambda z: jm.scale_bias_gelu(z, s if _is_num(s) else sd,
+                                                                      b if _is_num(b) else bd), (a,), (u,)))(xd, td)
+    want, mag = mt.ref_scale_bias_gelu_jvp(x, s, b, t)
+    mt.assert_close(ty, want, GRAD_TOL[dtype], dtype=dtype, what="tangent", mag=mag)
+    if kind == "numbers" and device.platform == "cpu":
+        rows_fwd, rows_vjp = gelu_fns(*(np.full(shape[-1], p, np.float32) for p in (s, b)))
+        sa, ba = (jax.device_put(np.full(shape[-1], p, np.float32), device) for p in (s, b))
+        mt.assert_bitwise_equal(out, rows_fwd(xd, sa, ba), "y")
+        mt.assert_bitwise_equal(grads[0], rows_vjp(xd, sa, ba, jax.device_put(g, device))[1][0], "dx")
+
+
 @pytest.mark.parametrize("pdtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_scalar_array_params(device, rng, dtype, pdtype):
